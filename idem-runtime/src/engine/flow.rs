@@ -1,0 +1,420 @@
+//! One request through the engine: the state machine of SPEC section 3.
+//!
+//! Generated handlers call, in order: [`begin`] (key validation, before any extractor),
+//! their `FromRequestParts` extractors, [`Pending::body`] (scope resolution, body buffering and
+//! fingerprinting), their body extractor, and [`Ready::run`] (claim, execute or replay, store).
+//! Extractor rejections return early from the generated code, so they are never stored.
+
+use std::any::Any;
+use std::future::Future;
+use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::Instant;
+
+use axum::RequestExt;
+use axum::body::Body;
+use axum::extract::Request;
+use axum::response::{IntoResponse, Response};
+use http::request::Parts;
+use http::{Method, StatusCode, header};
+use http_body_util::BodyExt;
+use tracing::{Instrument, field};
+
+use super::Idempotency;
+use super::guard::OwnerGuard;
+use crate::endpoint::{Endpoint, InFlightMode, KeyMode};
+use crate::error::{Rejection, problem};
+use crate::fingerprint::Fingerprint;
+use crate::key::{IdempotencyKey, RecordKey};
+use crate::response::StoredResponse;
+use crate::store::{Claim, ClaimRequest, Fence, LeaseToken};
+
+/// The outcome label of `idempotency_requests_total`.
+#[derive(Debug, Clone, Copy)]
+enum Outcome {
+    Executed,
+    Replayed,
+    InProgress,
+    Reused,
+    Invalid,
+    Released,
+    StoreError,
+}
+
+impl Outcome {
+    fn as_str(self) -> &'static str {
+        match self {
+            Self::Executed => "executed",
+            Self::Replayed => "replayed",
+            Self::InProgress => "in_progress",
+            Self::Reused => "reused",
+            Self::Invalid => "invalid",
+            Self::Released => "released",
+            Self::StoreError => "store_error",
+        }
+    }
+}
+
+fn record(endpoint: &'static Endpoint, outcome: Outcome) {
+    metrics::counter!(
+        "idempotency_requests_total",
+        "endpoint" => endpoint.name(),
+        "outcome" => outcome.as_str()
+    )
+    .increment(1);
+    tracing::Span::current().record("outcome", outcome.as_str());
+}
+
+/// Step 1: decide whether this request is idempotent and validate its key.
+#[doc(hidden)]
+pub fn begin(
+    engine: &Idempotency,
+    endpoint: &'static Endpoint,
+    parts: &Parts,
+) -> Result<Pending, Response> {
+    if matches!(parts.method, Method::GET | Method::HEAD | Method::OPTIONS) {
+        return Ok(Pending(None));
+    }
+    let header = engine.header_name();
+    match IdempotencyKey::from_headers(&parts.headers, header) {
+        Ok(Some(key)) => Ok(Pending(Some(key))),
+        Ok(None) if endpoint.key_mode() == KeyMode::Required => {
+            record(endpoint, Outcome::Invalid);
+            Err(Rejection::KeyMissing {
+                header: header.clone(),
+            }
+            .into_response())
+        }
+        Ok(None) => Ok(Pending(None)),
+        Err(reason) => {
+            record(endpoint, Outcome::Invalid);
+            tracing::debug!(endpoint = endpoint.name(), %reason, "invalid idempotency key");
+            Err(Rejection::KeyInvalid {
+                header: header.clone(),
+                reason,
+            }
+            .into_response())
+        }
+    }
+}
+
+/// A request whose key is valid (or that is not idempotent), before its body is read.
+#[doc(hidden)]
+#[derive(Debug)]
+pub struct Pending(Option<IdempotencyKey>);
+
+impl Pending {
+    /// Step 2: resolve the scope, buffer the body (honouring `DefaultBodyLimit`) and fingerprint
+    /// the request. Returns the request to give the body extractor.
+    pub async fn body(
+        self,
+        engine: &Idempotency,
+        endpoint: &'static Endpoint,
+        parts: Parts,
+        body: Body,
+    ) -> Result<(Ready, Request), Response> {
+        let Some(key) = self.0 else {
+            return Ok((Ready(None), Request::from_parts(parts, body)));
+        };
+        let Some(scope_value) = engine.resolve_scope(endpoint.scope(), &parts) else {
+            record(endpoint, Outcome::Invalid);
+            return Err(Rejection::ScopeUnresolved {
+                scope: endpoint.scope(),
+            }
+            .into_response());
+        };
+        let (parts, body) = Request::from_parts(parts, body)
+            .with_limited_body()
+            .into_parts();
+        let bytes = match body.collect().await {
+            Ok(collected) => collected.to_bytes(),
+            Err(error) if is_length_limit(&error) => {
+                record(endpoint, Outcome::Invalid);
+                return Err(Rejection::PayloadTooLarge.into_response());
+            }
+            Err(error) => {
+                tracing::debug!(
+                    error = &error as &dyn std::error::Error,
+                    "could not read request body"
+                );
+                return Err(problem(
+                    StatusCode::BAD_REQUEST,
+                    "request_body_unreadable",
+                    "the request body could not be read",
+                    &[],
+                )
+                .into_response());
+            }
+        };
+        let fingerprint = Fingerprint::of_request(
+            &parts.method,
+            &parts.uri,
+            parts.headers.get(header::CONTENT_TYPE),
+            &bytes,
+        );
+        let record_key = RecordKey::derive(endpoint.scope(), &scope_value, endpoint.name(), &key);
+        let ready = Ready(Some(Prepared {
+            record_key,
+            fingerprint,
+        }));
+        Ok((ready, Request::from_parts(parts, Body::from(bytes))))
+    }
+}
+
+fn is_length_limit(error: &axum::Error) -> bool {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(error);
+    while let Some(e) = source {
+        if e.is::<http_body_util::LengthLimitError>() {
+            return true;
+        }
+        source = e.source();
+    }
+    false
+}
+
+/// A request whose extractors all succeeded: ready to claim and run.
+#[doc(hidden)]
+#[derive(Debug)]
+pub struct Ready(Option<Prepared>);
+
+#[derive(Debug)]
+struct Prepared {
+    record_key: RecordKey,
+    fingerprint: Fingerprint,
+}
+
+impl Ready {
+    /// Step 3: claim the record, then run `handler`, replay, or refuse.
+    pub async fn run<F>(
+        self,
+        engine: &Idempotency,
+        endpoint: &'static Endpoint,
+        handler: F,
+    ) -> Response
+    where
+        F: Future<Output = Response> + Send,
+    {
+        let Some(prepared) = self.0 else {
+            return handler.await;
+        };
+        let span = tracing::info_span!(
+            "idempotency",
+            endpoint = endpoint.name(),
+            key = %prepared.record_key.short(),
+            outcome = field::Empty,
+        );
+        claim_and_run(engine, endpoint, prepared, handler)
+            .instrument(span)
+            .await
+    }
+}
+
+async fn claim_and_run<F>(
+    engine: &Idempotency,
+    endpoint: &'static Endpoint,
+    prepared: Prepared,
+    handler: F,
+) -> Response
+where
+    F: Future<Output = Response> + Send,
+{
+    let policy = engine.policy();
+    let waiting_since = Instant::now();
+    let mut backoff = std::time::Duration::from_millis(10);
+    loop {
+        let token = LeaseToken::random();
+        let now = engine.now();
+        let request = ClaimRequest {
+            key: &prepared.record_key,
+            fingerprint: &prepared.fingerprint,
+            token,
+            now,
+            lease_until: now.after(policy.lease),
+            expires_at: now.after(endpoint.ttl()),
+        };
+        let started = Instant::now();
+        let claim = engine.store().claim(request).await;
+        tracing::debug!(store_ms = started.elapsed().as_secs_f64() * 1e3, "claim");
+        match claim {
+            Err(error) => {
+                record(endpoint, Outcome::StoreError);
+                tracing::error!(
+                    error = &error as &dyn std::error::Error,
+                    "idempotency store failed; refusing the request"
+                );
+                return Rejection::StoreUnavailable {
+                    retry_after: policy.retry_after,
+                }
+                .into_response();
+            }
+            Ok(Claim::Acquired { took_over }) => {
+                if took_over {
+                    tracing::warn!("took over a record whose owner's lease lapsed");
+                }
+                return execute(engine, endpoint, prepared.record_key, token, handler).await;
+            }
+            Ok(Claim::Completed { fingerprint, .. } | Claim::InFlight { fingerprint, .. })
+                if fingerprint != prepared.fingerprint =>
+            {
+                record(endpoint, Outcome::Reused);
+                return Rejection::KeyReused.into_response();
+            }
+            Ok(Claim::Completed { response, .. }) => {
+                record(endpoint, Outcome::Replayed);
+                return response.into_replay();
+            }
+            Ok(Claim::InFlight { .. }) => {
+                let waited = waiting_since.elapsed();
+                if endpoint.in_flight() == InFlightMode::Wait && waited < policy.wait_timeout {
+                    tokio::time::sleep(backoff.min(policy.wait_timeout - waited)).await;
+                    backoff = (backoff * 2).min(std::time::Duration::from_millis(250));
+                    continue;
+                }
+                record(endpoint, Outcome::InProgress);
+                return Rejection::InProgress {
+                    retry_after: policy.retry_after,
+                }
+                .into_response();
+            }
+        }
+    }
+}
+
+async fn execute<F>(
+    engine: &Idempotency,
+    endpoint: &'static Endpoint,
+    key: RecordKey,
+    token: LeaseToken,
+    handler: F,
+) -> Response
+where
+    F: Future<Output = Response> + Send,
+{
+    let guard = OwnerGuard::new(engine.store().clone(), key, token);
+    let outcome = with_renewal(engine, &key, token, CatchUnwind(Box::pin(handler))).await;
+    let response = match outcome {
+        Ok(response) if !response.status().is_server_error() => response,
+        not_stored => {
+            if let Err(error) = guard.release().await {
+                tracing::warn!(
+                    error = &error as &dyn std::error::Error,
+                    "could not release the record; it frees when its lease lapses"
+                );
+            }
+            record(endpoint, Outcome::Released);
+            return match not_stored {
+                Ok(response) => response,
+                Err(panic) => resume_unwind(panic),
+            };
+        }
+    };
+    let (parts, body) = response.into_parts();
+    let bytes = match body.collect().await {
+        Ok(collected) => collected.to_bytes(),
+        Err(error) => {
+            tracing::error!(
+                error = &error as &dyn std::error::Error,
+                "handler response body failed; releasing the record"
+            );
+            let _ = guard.release().await;
+            record(endpoint, Outcome::Released);
+            return StatusCode::INTERNAL_SERVER_ERROR.into_response();
+        }
+    };
+    let stored = if bytes.len() <= engine.policy().max_response_bytes {
+        StoredResponse::capture(parts.status, &parts.headers, bytes.clone())
+    } else {
+        too_large(
+            parts.status,
+            bytes.len(),
+            engine.policy().max_response_bytes,
+        )
+    };
+    let expires_at = engine.now().after(endpoint.ttl());
+    match guard.complete(stored, expires_at).await {
+        Ok(Fence::Held) => record(endpoint, Outcome::Executed),
+        Ok(Fence::Lost) => {
+            record(endpoint, Outcome::Executed);
+            tracing::warn!(
+                "lease lost while the handler ran: another request took over; this response was not stored"
+            );
+        }
+        Err(error) => {
+            record(endpoint, Outcome::StoreError);
+            tracing::error!(
+                error = &error as &dyn std::error::Error,
+                "could not store the response; the record frees when its lease lapses and a retry would run again"
+            );
+        }
+    }
+    Response::from_parts(parts, Body::from(bytes))
+}
+
+/// What retries of a request whose response was too large to keep receive instead.
+fn too_large(status: StatusCode, len: usize, limit: usize) -> StoredResponse {
+    let detail = format!(
+        "a request with this idempotency key already completed with status {}, but its \
+         {len}-byte response exceeded the {limit}-byte replay limit and was not kept; \
+         the operation was not run again",
+        status.as_u16()
+    );
+    let (status, headers, body) = problem(
+        StatusCode::CONFLICT,
+        "idempotency_response_too_large",
+        &detail,
+        &[("original_status", status.as_u16().into())],
+    );
+    StoredResponse::new(status, headers, body)
+}
+
+/// Runs `fut`, renewing the lease every third of its length until `fut` finishes.
+async fn with_renewal<F: Future + Unpin>(
+    engine: &Idempotency,
+    key: &RecordKey,
+    token: LeaseToken,
+    mut fut: F,
+) -> F::Output {
+    let lease = engine.policy().lease;
+    let renew = async {
+        loop {
+            tokio::time::sleep(lease / 3).await;
+            let until = engine.now().after(lease);
+            match engine.store().renew(key, token, until).await {
+                Ok(Fence::Held) => {}
+                Ok(Fence::Lost) => {
+                    tracing::warn!("lease lost while the handler ran");
+                    std::future::pending::<()>().await;
+                }
+                Err(error) => {
+                    tracing::warn!(
+                        error = &error as &dyn std::error::Error,
+                        "could not renew the lease"
+                    );
+                }
+            }
+        }
+    };
+    tokio::select! {
+        biased;
+        out = &mut fut => out,
+        () = renew => unreachable!("the renewal loop never ends"),
+    }
+}
+
+/// Turns a panic while polling the handler into a value, so the record is released before the
+/// panic continues.
+struct CatchUnwind<F>(Pin<Box<F>>);
+
+impl<F: Future<Output = Response>> Future for CatchUnwind<F> {
+    type Output = Result<Response, Box<dyn Any + Send>>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let fut = self.0.as_mut();
+        match catch_unwind(AssertUnwindSafe(|| fut.poll(cx))) {
+            Ok(Poll::Pending) => Poll::Pending,
+            Ok(Poll::Ready(response)) => Poll::Ready(Ok(response)),
+            Err(panic) => Poll::Ready(Err(panic)),
+        }
+    }
+}

@@ -1,0 +1,265 @@
+//! Client idempotency keys and the record keys derived from them.
+
+use std::fmt;
+
+use http::{HeaderMap, HeaderName};
+use sha2::{Digest, Sha256};
+
+use crate::error::KeyError;
+
+/// The longest key accepted, in characters (after removing RFC 8941 quoting).
+pub const MAX_KEY_LEN: usize = 255;
+
+/// A validated client idempotency key: 1..=255 visible ASCII characters.
+///
+/// The RFC 8941 quoted form (`"abc"`, as in `draft-ietf-httpapi-idempotency-key-header`) and the
+/// bare form (`abc`) name the same key. The key is never logged or stored in clear; its
+/// [`Debug`](fmt::Debug) output is redacted.
+///
+/// ```
+/// use idem_runtime::IdempotencyKey;
+///
+/// let quoted = IdempotencyKey::parse(br#""8e03978e-40d5-43e8-bc93-6894a57f9324""#).unwrap();
+/// let bare = IdempotencyKey::parse(b"8e03978e-40d5-43e8-bc93-6894a57f9324").unwrap();
+/// assert_eq!(quoted, bare);
+/// assert!(IdempotencyKey::parse(b"").is_err());
+/// assert!(IdempotencyKey::parse(b"has space").is_err());
+/// ```
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct IdempotencyKey(String);
+
+impl IdempotencyKey {
+    /// Parses a header value in bare or RFC 8941 quoted form.
+    pub fn parse(raw: &[u8]) -> Result<Self, KeyError> {
+        let raw = trim_ows(raw);
+        let key = match raw {
+            [b'"', inner @ .., b'"'] => unquote(inner)?,
+            [b'"', ..] => return Err(KeyError::Malformed),
+            bare => bare.to_vec(),
+        };
+        if key.is_empty() {
+            return Err(KeyError::Empty);
+        }
+        if key.len() > MAX_KEY_LEN {
+            return Err(KeyError::TooLong { len: key.len() });
+        }
+        if let Some(position) = key.iter().position(|b| !b.is_ascii_graphic()) {
+            return Err(KeyError::InvalidCharacter { position });
+        }
+        // Only visible ASCII remains, so this cannot fail.
+        String::from_utf8(key)
+            .map(Self)
+            .map_err(|_| KeyError::Malformed)
+    }
+
+    /// Reads the key from `headers`: `Ok(None)` when the header is absent, an error when it is
+    /// malformed or present more than once.
+    pub fn from_headers(headers: &HeaderMap, name: &HeaderName) -> Result<Option<Self>, KeyError> {
+        let mut values = headers.get_all(name).iter();
+        let Some(first) = values.next() else {
+            return Ok(None);
+        };
+        if values.next().is_some() {
+            return Err(KeyError::Duplicate);
+        }
+        Self::parse(first.as_bytes()).map(Some)
+    }
+
+    /// The key's characters. Handle with care: this is the client's secret-ish token.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for IdempotencyKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("IdempotencyKey(<redacted>)")
+    }
+}
+
+fn trim_ows(mut raw: &[u8]) -> &[u8] {
+    while let [b' ' | b'\t', rest @ ..] = raw {
+        raw = rest;
+    }
+    while let [rest @ .., b' ' | b'\t'] = raw {
+        raw = rest;
+    }
+    raw
+}
+
+/// Undoes RFC 8941 sf-string escaping (`\"` and `\\` only).
+fn unquote(inner: &[u8]) -> Result<Vec<u8>, KeyError> {
+    let mut out = Vec::with_capacity(inner.len());
+    let mut bytes = inner.iter();
+    while let Some(&b) = bytes.next() {
+        match b {
+            b'\\' => match bytes.next() {
+                Some(&c @ (b'"' | b'\\')) => out.push(c),
+                _ => return Err(KeyError::Malformed),
+            },
+            b'"' => return Err(KeyError::Malformed),
+            _ => out.push(b),
+        }
+    }
+    Ok(out)
+}
+
+/// The identity of one idempotency record: SHA-256 over the scope, the scope value (tenant), the
+/// endpoint and the client key.
+///
+/// Stores index records by this value; the client key itself is never stored.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct RecordKey([u8; 32]);
+
+impl RecordKey {
+    /// Derives the record key. Every part is length-prefixed, so no two different tuples collide
+    /// by concatenation.
+    pub fn derive(scope: &str, scope_value: &str, endpoint: &str, key: &IdempotencyKey) -> Self {
+        let mut hasher = Sha256::new();
+        hasher.update(b"idem.record.v1");
+        for part in [scope, scope_value, endpoint, key.as_str()] {
+            hasher.update((part.len() as u64).to_be_bytes());
+            hasher.update(part.as_bytes());
+        }
+        Self(hasher.finalize().into())
+    }
+
+    /// Builds a record key from its 32 raw bytes (as read back from a store).
+    pub const fn from_bytes(bytes: [u8; 32]) -> Self {
+        Self(bytes)
+    }
+
+    /// The 32 raw bytes.
+    pub const fn as_bytes(&self) -> &[u8; 32] {
+        &self.0
+    }
+
+    /// Lower-case hex of all 32 bytes.
+    pub fn to_hex(&self) -> String {
+        hex(&self.0)
+    }
+
+    /// The first 8 bytes in hex: enough to correlate log lines, useless to recover the key.
+    pub fn short(&self) -> String {
+        hex(&self.0[..8])
+    }
+}
+
+impl fmt::Debug for RecordKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "RecordKey({})", self.short())
+    }
+}
+
+pub(crate) fn hex(bytes: &[u8]) -> String {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut s = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        s.push(DIGITS[usize::from(b >> 4)] as char);
+        s.push(DIGITS[usize::from(b & 0xf)] as char);
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http::HeaderValue;
+
+    #[test]
+    fn bare_and_quoted_forms_are_the_same_key() {
+        let a = IdempotencyKey::parse(b"abc-123").unwrap();
+        let b = IdempotencyKey::parse(b"\"abc-123\"").unwrap();
+        assert_eq!(a, b);
+        assert_eq!(a.as_str(), "abc-123");
+    }
+
+    #[test]
+    fn quoted_escapes_are_undone() {
+        let k = IdempotencyKey::parse(br#""a\"b\\c""#).unwrap();
+        assert_eq!(k.as_str(), r#"a"b\c"#);
+        assert_eq!(
+            IdempotencyKey::parse(br#""a\nb""#),
+            Err(KeyError::Malformed)
+        );
+        assert_eq!(IdempotencyKey::parse(br#""abc"#), Err(KeyError::Malformed));
+        assert_eq!(IdempotencyKey::parse(br#""a"b""#), Err(KeyError::Malformed));
+    }
+
+    #[test]
+    fn length_bounds() {
+        assert_eq!(IdempotencyKey::parse(b""), Err(KeyError::Empty));
+        assert_eq!(IdempotencyKey::parse(b"\"\""), Err(KeyError::Empty));
+        assert!(IdempotencyKey::parse(&[b'k'; MAX_KEY_LEN]).is_ok());
+        assert_eq!(
+            IdempotencyKey::parse(&[b'k'; MAX_KEY_LEN + 1]),
+            Err(KeyError::TooLong { len: 256 })
+        );
+    }
+
+    #[test]
+    fn only_visible_ascii() {
+        assert_eq!(
+            IdempotencyKey::parse("ab\u{e9}".as_bytes()),
+            Err(KeyError::InvalidCharacter { position: 2 })
+        );
+        assert_eq!(
+            IdempotencyKey::parse(b"\"a b\""),
+            Err(KeyError::InvalidCharacter { position: 1 })
+        );
+        assert_eq!(
+            IdempotencyKey::parse(b"a\x01"),
+            Err(KeyError::InvalidCharacter { position: 1 })
+        );
+    }
+
+    #[test]
+    fn surrounding_whitespace_is_not_part_of_the_key() {
+        assert_eq!(IdempotencyKey::parse(b"  abc\t").unwrap().as_str(), "abc");
+    }
+
+    #[test]
+    fn duplicate_header_fields_are_rejected() {
+        let name = HeaderName::from_static("idempotency-key");
+        let mut headers = HeaderMap::new();
+        assert_eq!(IdempotencyKey::from_headers(&headers, &name), Ok(None));
+        headers.append(&name, HeaderValue::from_static("a"));
+        assert!(
+            IdempotencyKey::from_headers(&headers, &name)
+                .unwrap()
+                .is_some()
+        );
+        headers.append(&name, HeaderValue::from_static("a"));
+        assert_eq!(
+            IdempotencyKey::from_headers(&headers, &name),
+            Err(KeyError::Duplicate)
+        );
+    }
+
+    #[test]
+    fn debug_does_not_leak_the_key() {
+        let k = IdempotencyKey::parse(b"secret-key").unwrap();
+        assert!(!format!("{k:?}").contains("secret"));
+    }
+
+    #[test]
+    fn record_keys_separate_every_part() {
+        let k = IdempotencyKey::parse(b"k").unwrap();
+        let base = RecordKey::derive("org", "acme", "m::f", &k);
+        assert_eq!(base, RecordKey::derive("org", "acme", "m::f", &k));
+        assert_ne!(base, RecordKey::derive("org", "acm", "m::f", &k));
+        assert_ne!(base, RecordKey::derive("user", "acme", "m::f", &k));
+        assert_ne!(base, RecordKey::derive("org", "acme", "m::g", &k));
+        assert_ne!(
+            base,
+            RecordKey::derive("org", "acme", "m::f", &IdempotencyKey::parse(b"j").unwrap())
+        );
+        // Length prefixes stop "ab" + "c" from colliding with "a" + "bc".
+        assert_ne!(
+            RecordKey::derive("org", "ab", "c", &k),
+            RecordKey::derive("org", "a", "bc", &k)
+        );
+        assert_eq!(base.to_hex().len(), 64);
+        assert!(base.to_hex().starts_with(&base.short()));
+    }
+}

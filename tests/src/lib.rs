@@ -1,0 +1,1 @@
+//! Shared helpers for idem's integration tests.
