@@ -64,6 +64,11 @@ fn record(endpoint: &'static Endpoint, outcome: Outcome) {
     )
     .increment(1);
     tracing::Span::current().record("outcome", outcome.as_str());
+    tracing::debug!(
+        endpoint = endpoint.name(),
+        outcome = outcome.as_str(),
+        "idempotent request"
+    );
 }
 
 /// Step 1: decide whether this request is idempotent and validate its key.
