@@ -1,1 +1,205 @@
-fn main() {}
+//! `payments`: a small payments API whose mutating routes are safe to retry, built with
+//! `#[idempotent]`.
+//!
+//! # Run it
+//!
+//! ```sh
+//! # App data and idempotency records in a SQLite file, ./payments.db (created): no set-up.
+//! cargo run -p idem-examples --bin payments
+//!
+//! # Both on PostgreSQL.
+//! DATABASE_URL=postgres://postgres@127.0.0.1:5432/test cargo run -p idem-examples --bin payments
+//!
+//! # Records in memory (lost on restart), app data in SQLite.
+//! IDEM_STORE=memory cargo run -p idem-examples --bin payments
+//! ```
+//!
+//! | env | default | meaning |
+//! |---|---|---|
+//! | `BIND` | `127.0.0.1:3000` | listen address |
+//! | `DATABASE_URL` | `sqlite://payments.db` | app data, and the idempotency store unless `IDEM_STORE` says otherwise |
+//! | `IDEM_STORE` | from `DATABASE_URL` | `memory`, `sqlite`, `postgres` (`redis` is not available yet) |
+//! | `SLOW_MS` | `2000` | how long the `tok_slow` source takes |
+//! | `RUST_LOG` | `info,sqlx=warn` | log filter |
+//!
+//! # Try it
+//!
+//! Every `/v1` request names its org with `Authorization: Bearer sk_test_<org>`.
+//!
+//! ```sh
+//! H=(-H 'Authorization: Bearer sk_test_acme' -H 'Content-Type: application/json')
+//!
+//! # A charge: 201, the charge, and `Location: /v1/charges/ch_...`.
+//! curl -i localhost:3000/v1/charges "${H[@]}" -H 'Idempotency-Key: order-1001' \
+//!   -d '{"amount": 2000, "currency": "usd", "source": "tok_visa"}'
+//!
+//! # Its retry: the same response, byte for byte, plus `Idempotent-Replayed: true`. No new charge.
+//! curl -i localhost:3000/v1/charges "${H[@]}" -H 'Idempotency-Key: order-1001' \
+//!   -d '{"amount": 2000, "currency": "usd", "source": "tok_visa"}'
+//!
+//! # The same key with a different body: 422 idempotency_key_reused.
+//! curl -i localhost:3000/v1/charges "${H[@]}" -H 'Idempotency-Key: order-1001' \
+//!   -d '{"amount": 9900, "currency": "usd", "source": "tok_visa"}'
+//!
+//! # A duplicate while the first is still running (tok_slow takes SLOW_MS):
+//! # 409 idempotency_key_in_progress with `Retry-After`; the first still gets its 201.
+//! curl -s localhost:3000/v1/charges "${H[@]}" -H 'Idempotency-Key: order-1002' \
+//!   -d '{"amount": 500, "currency": "usd", "source": "tok_slow"}' & sleep 0.5
+//! curl -i localhost:3000/v1/charges "${H[@]}" -H 'Idempotency-Key: order-1002' \
+//!   -d '{"amount": 500, "currency": "usd", "source": "tok_slow"}'; wait
+//!
+//! # The org's charges, newest first: one per key, however many retries.
+//! curl -s localhost:3000/v1/charges -H 'Authorization: Bearer sk_test_acme'
+//!
+//! # Declined (402, stored and replayed) and processor outage (503, not stored: a retry runs again).
+//! curl -i localhost:3000/v1/charges "${H[@]}" -H 'Idempotency-Key: order-1003' \
+//!   -d '{"amount": 700, "currency": "usd", "source": "tok_chargeDeclined"}'
+//! curl -i localhost:3000/v1/charges "${H[@]}" -H 'Idempotency-Key: order-1004' \
+//!   -d '{"amount": 700, "currency": "usd", "source": "tok_processorOutage"}'
+//!
+//! # Refund a charge (all of it without an amount); a concurrent duplicate waits for this answer.
+//! curl -i localhost:3000/v1/charges/ch_.../refunds "${H[@]}" -H 'Idempotency-Key: refund-1' \
+//!   -d '{"amount": 500}'
+//!
+//! # Payouts require a key: without one, 400 idempotency_key_missing.
+//! curl -i localhost:3000/v1/payouts "${H[@]}" -H 'Idempotency-Key: payout-1' -d '{"amount": 1000}'
+//!
+//! # `idempotency_requests_total{endpoint, outcome}` and friends.
+//! curl -s localhost:3000/metrics
+//! ```
+
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::net::TcpListener;
+use tokio::sync::Notify;
+
+mod auth;
+mod config;
+mod db;
+mod error;
+mod model;
+mod processor;
+mod routes;
+mod store;
+mod telemetry;
+
+use config::{Config, redact};
+
+/// How long requests in flight may take to finish after SIGINT/SIGTERM.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(30);
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let config = match Config::from_env() {
+        Ok(config) => config,
+        Err(error) => {
+            eprintln!("payments: {error}");
+            return ExitCode::from(2);
+        }
+    };
+    telemetry::init_tracing();
+    match run(config).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("payments: {error}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(config: Config) -> Result<(), BoxError> {
+    let metrics = telemetry::Metrics::install()?;
+    let db = db::Db::connect(&config.database_url, config.database)
+        .await
+        .map_err(|e| {
+            format!(
+                "cannot open DATABASE_URL={}: {e}",
+                redact(&config.database_url)
+            )
+        })?;
+    let idempotency = store::engine(config.store, &db, config.slow)
+        .await
+        .map_err(|e| format!("cannot start the {} store: {e}", config.store.name()))?;
+    for endpoint in idempotency.endpoints() {
+        tracing::debug!(
+            endpoint = endpoint.name(),
+            scope = endpoint.scope(),
+            ttl_secs = endpoint.ttl().as_secs(),
+            "idempotent endpoint"
+        );
+    }
+
+    let listener = TcpListener::bind(&config.bind)
+        .await
+        .map_err(|e| format!("cannot listen on BIND={}: {e}", config.bind))?;
+    let addr = listener.local_addr()?;
+    tracing::info!(
+        "payments listening on http://{addr} (idempotency store: {}, database: {})",
+        config.store.name(),
+        redact(&config.database_url),
+    );
+
+    let sweeper = store::spawn_sweeper(&idempotency);
+    let upkeep = metrics.spawn_upkeep();
+    let app = routes::router(routes::AppState {
+        idempotency,
+        db: db.clone(),
+        processor: processor::Processor::new(config.slow),
+        metrics,
+    });
+
+    let stopping = Arc::new(Notify::new());
+    let server = axum::serve(listener, app).with_graceful_shutdown({
+        let stopping = stopping.clone();
+        async move {
+            shutdown_signal().await;
+            tracing::info!("shutting down: finishing requests in flight");
+            stopping.notify_one();
+        }
+    });
+    let outcome = tokio::select! {
+        served = server => served.map_err(BoxError::from),
+        () = async { stopping.notified().await; tokio::time::sleep(SHUTDOWN_GRACE).await } => {
+            tracing::warn!("requests still running {SHUTDOWN_GRACE:?} after the signal; exiting");
+            Ok(())
+        }
+    };
+    sweeper.abort();
+    upkeep.abort();
+    db.close().await;
+    tracing::info!("stopped");
+    outcome
+}
+
+/// Resolves on SIGINT (Ctrl-C) or SIGTERM.
+async fn shutdown_signal() {
+    let interrupt = async {
+        if let Err(error) = tokio::signal::ctrl_c().await {
+            tracing::warn!(%error, "cannot listen for Ctrl-C");
+            std::future::pending::<()>().await;
+        }
+    };
+    #[cfg(unix)]
+    let terminate = async {
+        use tokio::signal::unix::{SignalKind, signal};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                term.recv().await;
+            }
+            Err(error) => {
+                tracing::warn!(%error, "cannot listen for SIGTERM");
+                std::future::pending::<()>().await;
+            }
+        }
+    };
+    #[cfg(not(unix))]
+    let terminate = std::future::pending::<()>();
+    tokio::select! {
+        () = interrupt => {}
+        () = terminate => {}
+    }
+}

@@ -1,0 +1,251 @@
+//! Configuration from the environment: `BIND`, `DATABASE_URL`, `IDEM_STORE`, `REDIS_URL`,
+//! `SLOW_MS`. Everything has a default, so `cargo run` needs no set-up.
+
+use std::fmt;
+use std::time::Duration;
+
+/// Where the service listens when `BIND` is unset.
+const DEFAULT_BIND: &str = "127.0.0.1:3000";
+/// App data and idempotency records when `DATABASE_URL` is unset: a file next to the process.
+const DEFAULT_DATABASE_URL: &str = "sqlite://payments.db";
+const DEFAULT_REDIS_URL: &str = "redis://127.0.0.1:6379";
+const DEFAULT_SLOW_MS: u64 = 2000;
+
+/// The service's settings, read once at start-up.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Config {
+    /// `BIND`: the listen address (`host:port`; port 0 picks a free one).
+    pub(crate) bind: String,
+    /// `DATABASE_URL`: where app data lives.
+    pub(crate) database_url: String,
+    /// Which database `database_url` names.
+    pub(crate) database: Backend,
+    /// `IDEM_STORE`, or the database's own backend when unset.
+    pub(crate) store: StoreKind,
+    /// `SLOW_MS`: how long the `tok_slow` test source takes.
+    pub(crate) slow: Duration,
+}
+
+/// The SQL databases app data can live in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Backend {
+    Sqlite,
+    Postgres,
+}
+
+/// Where idempotency records live.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum StoreKind {
+    /// In this process only: records vanish on restart.
+    Memory,
+    /// The SQLite database of `DATABASE_URL`, sharing its pool.
+    Sqlite,
+    /// The PostgreSQL database of `DATABASE_URL`, sharing its pool.
+    Postgres,
+}
+
+impl StoreKind {
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Self::Memory => "memory",
+            Self::Sqlite => "sqlite",
+            Self::Postgres => "postgres",
+        }
+    }
+}
+
+/// A setting the service cannot start with. Each message is one line that names the variable.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum ConfigError {
+    /// `DATABASE_URL` is neither `sqlite:` nor `postgres:`.
+    DatabaseUrl(String),
+    /// `IDEM_STORE` is not one of the known stores.
+    UnknownStore(String),
+    /// `IDEM_STORE=redis`: planned, not shipped.
+    RedisUnavailable { redis_url: String },
+    /// `IDEM_STORE=sqlite|postgres` while `DATABASE_URL` names the other database.
+    StoreNeedsDatabase { store: StoreKind },
+    /// `SLOW_MS` is not a whole number of milliseconds.
+    SlowMs(String),
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::DatabaseUrl(url) => write!(
+                f,
+                "DATABASE_URL must start with `sqlite:` or `postgres:`, got `{}`",
+                redact(url)
+            ),
+            Self::UnknownStore(value) => write!(
+                f,
+                "IDEM_STORE must be one of memory, sqlite, postgres, redis; got `{value}`"
+            ),
+            Self::RedisUnavailable { redis_url } => write!(
+                f,
+                "IDEM_STORE=redis: the Redis store is not available in this version of idem \
+                 (REDIS_URL={}); use IDEM_STORE=memory, sqlite or postgres",
+                redact(redis_url)
+            ),
+            Self::StoreNeedsDatabase { store } => write!(
+                f,
+                "IDEM_STORE={0} keeps records in the app's database, so DATABASE_URL must be a \
+                 `{0}:` URL",
+                store.name()
+            ),
+            Self::SlowMs(value) => write!(
+                f,
+                "SLOW_MS must be a whole number of milliseconds, got `{value}`"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+impl Config {
+    /// Reads the process environment.
+    pub(crate) fn from_env() -> Result<Self, ConfigError> {
+        Self::from_lookup(|name| std::env::var(name).ok().filter(|v| !v.trim().is_empty()))
+    }
+
+    /// Reads settings through `var`, which returns a variable's value or `None` when unset.
+    fn from_lookup(var: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
+        let bind = var("BIND").unwrap_or_else(|| DEFAULT_BIND.to_owned());
+        let database_url = var("DATABASE_URL").unwrap_or_else(|| DEFAULT_DATABASE_URL.to_owned());
+        let database = if database_url.starts_with("sqlite:") {
+            Backend::Sqlite
+        } else if database_url.starts_with("postgres:") || database_url.starts_with("postgresql:") {
+            Backend::Postgres
+        } else {
+            return Err(ConfigError::DatabaseUrl(database_url));
+        };
+        let store = match var("IDEM_STORE").map(|s| s.trim().to_ascii_lowercase()) {
+            None => match database {
+                Backend::Sqlite => StoreKind::Sqlite,
+                Backend::Postgres => StoreKind::Postgres,
+            },
+            Some(s) if s == "memory" => StoreKind::Memory,
+            Some(s) if s == "sqlite" => StoreKind::Sqlite,
+            Some(s) if s == "postgres" || s == "postgresql" => StoreKind::Postgres,
+            Some(s) if s == "redis" => {
+                let redis_url = var("REDIS_URL").unwrap_or_else(|| DEFAULT_REDIS_URL.to_owned());
+                return Err(ConfigError::RedisUnavailable { redis_url });
+            }
+            Some(other) => return Err(ConfigError::UnknownStore(other)),
+        };
+        match (store, database) {
+            (StoreKind::Sqlite, Backend::Postgres) | (StoreKind::Postgres, Backend::Sqlite) => {
+                return Err(ConfigError::StoreNeedsDatabase { store });
+            }
+            _ => {}
+        }
+        let slow = match var("SLOW_MS") {
+            None => Duration::from_millis(DEFAULT_SLOW_MS),
+            Some(ms) => Duration::from_millis(
+                ms.trim()
+                    .parse()
+                    .map_err(|_| ConfigError::SlowMs(ms.clone()))?,
+            ),
+        };
+        Ok(Self {
+            bind,
+            database_url,
+            database,
+            store,
+            slow,
+        })
+    }
+}
+
+/// A URL fit for logs: any password is replaced by `***`.
+pub(crate) fn redact(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    let authority_end = rest.find(['/', '?']).unwrap_or(rest.len());
+    let (authority, tail) = rest.split_at(authority_end);
+    match authority.rsplit_once('@') {
+        Some((userinfo, host)) => match userinfo.split_once(':') {
+            Some((user, _password)) => format!("{scheme}://{user}:***@{host}{tail}"),
+            None => url.to_owned(),
+        },
+        None => url.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(vars: &[(&str, &str)]) -> Result<Config, ConfigError> {
+        Config::from_lookup(|name| {
+            vars.iter()
+                .find(|(n, _)| *n == name)
+                .map(|(_, v)| (*v).to_owned())
+        })
+    }
+
+    #[test]
+    fn defaults_need_no_set_up() {
+        let c = config(&[]).unwrap();
+        assert_eq!(c.bind, "127.0.0.1:3000");
+        assert_eq!(c.database_url, "sqlite://payments.db");
+        assert_eq!(c.database, Backend::Sqlite);
+        assert_eq!(c.store, StoreKind::Sqlite);
+        assert_eq!(c.slow, Duration::from_millis(2000));
+    }
+
+    #[test]
+    fn the_store_follows_database_url_unless_overridden() {
+        let pg = config(&[("DATABASE_URL", "postgres://u@localhost/db")]).unwrap();
+        assert_eq!(
+            (pg.database, pg.store),
+            (Backend::Postgres, StoreKind::Postgres)
+        );
+        let mem = config(&[("IDEM_STORE", "Memory")]).unwrap();
+        assert_eq!(
+            (mem.database, mem.store),
+            (Backend::Sqlite, StoreKind::Memory)
+        );
+    }
+
+    #[test]
+    fn redis_is_refused_with_a_clear_message() {
+        let err = config(&[("IDEM_STORE", "redis")]).unwrap_err();
+        let msg = err.to_string();
+        assert!(msg.contains("Redis store is not available"), "{msg}");
+        assert!(msg.contains("redis://127.0.0.1:6379"), "{msg}");
+        assert!(!msg.contains('\n'));
+    }
+
+    #[test]
+    fn mistakes_name_the_variable() {
+        let cases = [
+            (&[("DATABASE_URL", "mysql://x")][..], "DATABASE_URL"),
+            (&[("IDEM_STORE", "dynamo")][..], "IDEM_STORE"),
+            (&[("SLOW_MS", "fast")][..], "SLOW_MS"),
+            (
+                &[
+                    ("IDEM_STORE", "postgres"),
+                    ("DATABASE_URL", "sqlite://a.db"),
+                ][..],
+                "DATABASE_URL must be a `postgres:` URL",
+            ),
+        ];
+        for (vars, expected) in cases {
+            let msg = config(vars).unwrap_err().to_string();
+            assert!(msg.contains(expected), "{msg}");
+        }
+    }
+
+    #[test]
+    fn passwords_are_redacted() {
+        assert_eq!(
+            redact("postgres://app:s3cret@db:5432/pay?sslmode=require"),
+            "postgres://app:***@db:5432/pay?sslmode=require"
+        );
+        assert_eq!(redact("sqlite://payments.db"), "sqlite://payments.db");
+        assert_eq!(redact("redis://127.0.0.1:6379"), "redis://127.0.0.1:6379");
+    }
+}

@@ -1,0 +1,220 @@
+//! The API's resources and request bodies, with their validation.
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::ApiError;
+use crate::processor::Source;
+
+/// The only currency this example settles in.
+pub(crate) const CURRENCY: &str = "usd";
+const MAX_DESCRIPTION_LEN: usize = 1000;
+
+/// A charge, as the API shows it.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct Charge {
+    pub(crate) id: String,
+    pub(crate) object: &'static str,
+    pub(crate) amount: i64,
+    pub(crate) currency: String,
+    /// `succeeded` or `failed`.
+    pub(crate) status: String,
+    /// Unix seconds.
+    pub(crate) created: i64,
+    pub(crate) description: Option<String>,
+}
+
+/// A refund of part or all of a charge.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct Refund {
+    pub(crate) id: String,
+    pub(crate) object: &'static str,
+    pub(crate) amount: i64,
+    pub(crate) charge: String,
+    pub(crate) currency: String,
+    pub(crate) status: &'static str,
+    pub(crate) created: i64,
+}
+
+/// A payout to the org's bank account.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct Payout {
+    pub(crate) id: String,
+    pub(crate) object: &'static str,
+    pub(crate) amount: i64,
+    pub(crate) currency: &'static str,
+    pub(crate) status: &'static str,
+    pub(crate) created: i64,
+}
+
+/// A page of a list endpoint.
+#[derive(Debug, Serialize)]
+pub(crate) struct List<T> {
+    pub(crate) object: &'static str,
+    pub(crate) url: &'static str,
+    pub(crate) has_more: bool,
+    pub(crate) data: Vec<T>,
+}
+
+/// `POST /v1/charges`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct NewCharge {
+    amount: i64,
+    currency: String,
+    source: String,
+    description: Option<String>,
+}
+
+/// A validated [`NewCharge`].
+#[derive(Debug)]
+pub(crate) struct ChargeRequest {
+    pub(crate) amount: i64,
+    pub(crate) source: Source,
+    pub(crate) description: Option<String>,
+}
+
+impl NewCharge {
+    pub(crate) fn validate(self) -> Result<ChargeRequest, ApiError> {
+        positive("amount", self.amount)?;
+        if self.currency != CURRENCY {
+            return Err(ApiError::invalid(
+                "currency",
+                format!("unsupported currency `{}`: use `usd`", self.currency),
+            ));
+        }
+        let source = Source::parse(&self.source).ok_or_else(|| {
+            ApiError::invalid(
+                "source",
+                format!(
+                    "unknown source `{}`: use one of {}",
+                    self.source,
+                    Source::TOKENS.join(", ")
+                ),
+            )
+        })?;
+        if self
+            .description
+            .as_ref()
+            .is_some_and(|d| d.chars().count() > MAX_DESCRIPTION_LEN)
+        {
+            return Err(ApiError::invalid(
+                "description",
+                "description is longer than 1000 characters",
+            ));
+        }
+        Ok(ChargeRequest {
+            amount: self.amount,
+            source,
+            description: self.description,
+        })
+    }
+}
+
+/// `POST /v1/charges/{id}/refunds`: without an amount, whatever remains is refunded.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct NewRefund {
+    amount: Option<i64>,
+}
+
+impl NewRefund {
+    pub(crate) fn validate(self) -> Result<Option<i64>, ApiError> {
+        if let Some(amount) = self.amount {
+            positive("amount", amount)?;
+        }
+        Ok(self.amount)
+    }
+}
+
+/// `POST /v1/payouts`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct NewPayout {
+    amount: i64,
+}
+
+impl NewPayout {
+    pub(crate) fn validate(self) -> Result<i64, ApiError> {
+        positive("amount", self.amount)?;
+        Ok(self.amount)
+    }
+}
+
+fn positive(param: &'static str, amount: i64) -> Result<(), ApiError> {
+    if amount > 0 {
+        Ok(())
+    } else {
+        Err(ApiError::invalid(
+            param,
+            format!("{param} must be a positive integer in cents, got {amount}"),
+        ))
+    }
+}
+
+/// A new object id: `prefix` (`ch`, `re`, `po`), `_`, then 24 random alphanumerics.
+pub(crate) fn new_id(prefix: &str) -> String {
+    let mut id = String::with_capacity(prefix.len() + 25);
+    id.push_str(prefix);
+    id.push('_');
+    id.extend(std::iter::repeat_with(fastrand::alphanumeric).take(24));
+    id
+}
+
+/// The current time in Unix seconds.
+pub(crate) fn now() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn charge(json: &str) -> Result<ChargeRequest, ApiError> {
+        serde_json::from_str::<NewCharge>(json).unwrap().validate()
+    }
+
+    #[test]
+    fn valid_charges_pass() {
+        let req = charge(r#"{"amount": 500, "currency": "usd", "source": "tok_slow"}"#).unwrap();
+        assert_eq!((req.amount, req.source), (500, Source::Slow));
+    }
+
+    #[test]
+    fn invalid_charges_name_the_parameter() {
+        for (json, param) in [
+            (
+                r#"{"amount": 0, "currency": "usd", "source": "tok_visa"}"#,
+                "amount",
+            ),
+            (
+                r#"{"amount": -5, "currency": "usd", "source": "tok_visa"}"#,
+                "amount",
+            ),
+            (
+                r#"{"amount": 5, "currency": "eur", "source": "tok_visa"}"#,
+                "currency",
+            ),
+            (
+                r#"{"amount": 5, "currency": "usd", "source": "tok_amex"}"#,
+                "source",
+            ),
+        ] {
+            let err = charge(json).unwrap_err();
+            assert_eq!(err.code(), "invalid_request", "{json}");
+            assert_eq!(err.extra("param"), Some(&param.into()), "{json}");
+        }
+    }
+
+    #[test]
+    fn ids_have_a_prefix_and_24_alphanumerics() {
+        let id = new_id("ch");
+        assert_eq!(id.len(), 27);
+        assert!(id.starts_with("ch_"));
+        assert!(id[3..].bytes().all(|b| b.is_ascii_alphanumeric()));
+        assert_ne!(id, new_id("ch"));
+    }
+}

@@ -1,0 +1,38 @@
+//! The idempotency engine: which store holds its records, and whose keys they are.
+
+use std::time::Duration;
+
+use idem_runtime::Idempotency;
+use idem_runtime::store::MemoryStore;
+
+use crate::auth;
+use crate::config::StoreKind;
+use crate::db::Db;
+
+/// How often expired records are purged, and how many per batch.
+const SWEEP_PERIOD: Duration = Duration::from_secs(60);
+const SWEEP_BATCH: u32 = 1000;
+
+/// Builds the engine on the store `kind`; SQL stores share the app's pool, so records live in
+/// the app's database (in their own tables, created by the store's own migrations).
+pub(crate) async fn engine(
+    kind: StoreKind,
+    db: &Db,
+    slow: Duration,
+) -> Result<Idempotency, Box<dyn std::error::Error + Send + Sync>> {
+    let builder = Idempotency::builder()
+        .scope("org", auth::org_scope)
+        // A refund duplicate waits for the first one, which may take `SLOW_MS`.
+        .wait_timeout(Duration::from_secs(10).max(slow + Duration::from_secs(5)));
+    let builder = match (kind, db) {
+        (StoreKind::Memory, _) => builder.store(MemoryStore::new()),
+        // Until the SQL stores land, records stay in memory.
+        (StoreKind::Sqlite | StoreKind::Postgres, _) => builder.store(MemoryStore::new()),
+    };
+    Ok(builder.build()?)
+}
+
+/// Purges expired records in the background until aborted.
+pub(crate) fn spawn_sweeper(engine: &Idempotency) -> tokio::task::JoinHandle<()> {
+    engine.spawn_sweeper(SWEEP_PERIOD, SWEEP_BATCH)
+}
