@@ -1,0 +1,467 @@
+//! Harness for end-to-end tests: runs the real `payments` binary on a free port with its own
+//! SQLite file, and talks HTTP/1.1 to it over TCP. Every wait is bounded, so a hung server fails
+//! the test instead of hanging CI.
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader, Read};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, mpsc};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+/// The longest any single step (start-up, one request, shutdown) may take.
+pub(crate) const STEP_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Variables the binary reads; cleared so the developer's or CI's environment cannot leak in.
+const SERVICE_VARS: [&str; 6] = [
+    "BIND",
+    "DATABASE_URL",
+    "IDEM_STORE",
+    "REDIS_URL",
+    "SLOW_MS",
+    "RUST_LOG",
+];
+
+static NEXT_DIR: AtomicUsize = AtomicUsize::new(0);
+
+/// A running `payments` process. Killed, and its files removed, on drop.
+pub(crate) struct Server {
+    child: Child,
+    addr: SocketAddr,
+    dir: PathBuf,
+    log: Arc<Mutex<String>>,
+}
+
+/// Configures a [`Server`] before start.
+#[derive(Default)]
+pub(crate) struct ServerBuilder {
+    env: Vec<(String, String)>,
+}
+
+impl ServerBuilder {
+    /// Sets an environment variable of the process.
+    pub(crate) fn env(mut self, name: &str, value: impl Into<String>) -> Self {
+        self.env.push((name.to_owned(), value.into()));
+        self
+    }
+
+    /// Starts the binary and waits until it listens.
+    pub(crate) fn start(self) -> Server {
+        let dir = scratch_dir();
+        let mut command = self.command(&dir);
+        command.stdout(Stdio::piped()).stderr(Stdio::piped());
+        let mut child = command.spawn().expect("spawn the payments binary");
+        let log = Arc::new(Mutex::new(String::new()));
+        let (addr_tx, addr_rx) = mpsc::channel();
+        drain(child.stdout.take().unwrap(), log.clone(), Some(addr_tx));
+        drain(child.stderr.take().unwrap(), log.clone(), None);
+        let server = |child, addr| Server {
+            child,
+            addr,
+            dir: dir.clone(),
+            log: log.clone(),
+        };
+        match addr_rx.recv_timeout(STEP_TIMEOUT) {
+            Ok(addr) => server(child, addr),
+            Err(error) => {
+                let _ = child.kill();
+                let status = child.wait();
+                // Let the drain threads catch the last lines.
+                std::thread::sleep(Duration::from_millis(100));
+                panic!(
+                    "the server did not start ({error}; exit: {status:?}); its output:\n{}",
+                    log.lock().unwrap()
+                );
+            }
+        }
+    }
+
+    /// Runs the binary expecting it to exit by itself; returns its status and output.
+    pub(crate) fn run_to_exit(self) -> (ExitStatus, String) {
+        let dir = scratch_dir();
+        let mut child = self
+            .command(&dir)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn the payments binary");
+        let log = Arc::new(Mutex::new(String::new()));
+        let out = drain(child.stdout.take().unwrap(), log.clone(), None);
+        let err = drain(child.stderr.take().unwrap(), log.clone(), None);
+        let status = wait_timeout(&mut child, STEP_TIMEOUT);
+        let _ = std::fs::remove_dir_all(&dir);
+        let status = status.unwrap_or_else(|| {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!(
+                "the binary did not exit; its output:\n{}",
+                log.lock().unwrap()
+            );
+        });
+        let _ = (out.join(), err.join());
+        let output = log.lock().unwrap().clone();
+        (status, output)
+    }
+
+    fn command(&self, dir: &std::path::Path) -> Command {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_payments"));
+        for var in SERVICE_VARS {
+            command.env_remove(var);
+        }
+        command
+            .env("BIND", "127.0.0.1:0")
+            .env(
+                "DATABASE_URL",
+                format!("sqlite://{}", dir.join("payments.db").display()),
+            )
+            .env("RUST_LOG", "info,sqlx=warn")
+            .env("NO_COLOR", "1")
+            .current_dir(dir)
+            .stdin(Stdio::null());
+        for (name, value) in &self.env {
+            command.env(name, value);
+        }
+        command
+    }
+}
+
+impl Server {
+    /// A server on a fresh SQLite database with default settings.
+    pub(crate) fn start() -> Self {
+        Self::builder().start()
+    }
+
+    pub(crate) fn builder() -> ServerBuilder {
+        ServerBuilder::default()
+    }
+
+    /// Everything the process printed so far.
+    pub(crate) fn output(&self) -> String {
+        self.log.lock().unwrap().clone()
+    }
+
+    /// Sends SIGTERM and waits for the process to exit.
+    pub(crate) fn terminate(&mut self) -> ExitStatus {
+        let sent = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status()
+            .expect("run kill");
+        assert!(sent.success(), "kill -TERM failed");
+        wait_timeout(&mut self.child, STEP_TIMEOUT).unwrap_or_else(|| {
+            panic!(
+                "the server did not exit after SIGTERM; its output:\n{}",
+                self.output()
+            )
+        })
+    }
+
+    pub(crate) fn get(&self, path: &str) -> Call {
+        Call::new(self.addr, "GET", path)
+    }
+
+    pub(crate) fn post(&self, path: &str) -> Call {
+        Call::new(self.addr, "POST", path)
+    }
+
+    /// The current value of `idempotency_requests_total` for handler `handler` and `outcome`.
+    pub(crate) async fn counter(&self, handler: &str, outcome: &str) -> u64 {
+        let metrics = self.get("/metrics").send().await;
+        assert_eq!(metrics.status, 200);
+        counter(&metrics.text(), handler, outcome)
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        if std::thread::panicking() {
+            eprintln!("--- payments output ---\n{}", self.output());
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn scratch_dir() -> PathBuf {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!(
+        "payments-e2e-{}-{}",
+        std::process::id(),
+        NEXT_DIR.fetch_add(1, Ordering::Relaxed)
+    ));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("create the test's directory");
+    dir
+}
+
+/// Copies a pipe into `log` on a thread; reports the listen address when it is printed.
+fn drain(
+    pipe: impl Read + Send + 'static,
+    log: Arc<Mutex<String>>,
+    addr: Option<mpsc::Sender<SocketAddr>>,
+) -> std::thread::JoinHandle<()> {
+    std::thread::spawn(move || {
+        for line in BufReader::new(pipe).lines() {
+            let Ok(line) = line else { break };
+            {
+                let mut log = log.lock().unwrap();
+                log.push_str(&line);
+                log.push('\n');
+            }
+            if let (Some(tx), Some((_, rest))) = (&addr, line.split_once("listening on http://")) {
+                let found = rest.split_whitespace().next().and_then(|a| a.parse().ok());
+                if let Some(found) = found {
+                    let _ = tx.send(found);
+                }
+            }
+        }
+    })
+}
+
+fn wait_timeout(child: &mut Child, timeout: Duration) -> Option<ExitStatus> {
+    let deadline = Instant::now() + timeout;
+    while Instant::now() < deadline {
+        if let Some(status) = child.try_wait().expect("poll the child") {
+            return Some(status);
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    None
+}
+
+/// One HTTP/1.1 request on its own connection.
+#[derive(Debug, Clone)]
+pub(crate) struct Call {
+    addr: SocketAddr,
+    method: &'static str,
+    path: String,
+    headers: Vec<(String, String)>,
+    body: Vec<u8>,
+}
+
+impl Call {
+    fn new(addr: SocketAddr, method: &'static str, path: &str) -> Self {
+        Self {
+            addr,
+            method,
+            path: path.to_owned(),
+            headers: Vec::new(),
+            body: Vec::new(),
+        }
+    }
+
+    pub(crate) fn header(mut self, name: &str, value: &str) -> Self {
+        self.headers.push((name.to_owned(), value.to_owned()));
+        self
+    }
+
+    /// Authenticates as `org`.
+    pub(crate) fn org(self, org: &str) -> Self {
+        self.header("Authorization", &format!("Bearer sk_test_{org}"))
+    }
+
+    pub(crate) fn key(self, key: &str) -> Self {
+        self.header("Idempotency-Key", key)
+    }
+
+    pub(crate) fn json(mut self, body: &Value) -> Self {
+        self.body = serde_json::to_vec(body).unwrap();
+        self.header("Content-Type", "application/json")
+    }
+
+    pub(crate) fn raw_body(mut self, body: &str) -> Self {
+        self.body = body.as_bytes().to_vec();
+        self
+    }
+
+    /// Sends the request and reads the whole response (the connection is closed after it).
+    pub(crate) async fn send(self) -> Response {
+        self.start().await.response().await
+    }
+
+    /// Sends the request without waiting for the response, so the server has it before
+    /// whatever the test does next.
+    pub(crate) async fn start(self) -> Sent {
+        let what = format!("{} {}", self.method, self.path);
+        match tokio::time::timeout(STEP_TIMEOUT, self.write()).await {
+            Ok(Ok(stream)) => Sent { what, stream },
+            Ok(Err(error)) => panic!("{what}: {error}"),
+            Err(_) => panic!("{what}: could not send within {STEP_TIMEOUT:?}"),
+        }
+    }
+
+    async fn write(self) -> std::io::Result<TcpStream> {
+        let mut stream = TcpStream::connect(self.addr).await?;
+        let mut head = format!(
+            "{} {} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n",
+            self.method, self.path, self.addr
+        );
+        for (name, value) in &self.headers {
+            head.push_str(&format!("{name}: {value}\r\n"));
+        }
+        if !self.body.is_empty() || self.method == "POST" {
+            head.push_str(&format!("Content-Length: {}\r\n", self.body.len()));
+        }
+        head.push_str("\r\n");
+        stream.write_all(head.as_bytes()).await?;
+        stream.write_all(&self.body).await?;
+        stream.flush().await?;
+        Ok(stream)
+    }
+}
+
+/// A request on the wire, its response not yet read.
+#[derive(Debug)]
+pub(crate) struct Sent {
+    what: String,
+    stream: TcpStream,
+}
+
+impl Sent {
+    /// Reads the whole response.
+    pub(crate) async fn response(mut self) -> Response {
+        let mut raw = Vec::new();
+        match tokio::time::timeout(STEP_TIMEOUT, self.stream.read_to_end(&mut raw)).await {
+            Ok(Ok(_)) => {}
+            Ok(Err(error)) => panic!("{}: {error}", self.what),
+            Err(_) => panic!("{}: no response within {STEP_TIMEOUT:?}", self.what),
+        }
+        Response::parse(&raw).unwrap_or_else(|| {
+            panic!(
+                "{}: malformed response: {}",
+                self.what,
+                String::from_utf8_lossy(&raw)
+            )
+        })
+    }
+}
+
+/// A response as it came off the wire.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Response {
+    pub(crate) status: u16,
+    /// Names lower-cased, in the order received.
+    pub(crate) headers: Vec<(String, String)>,
+    pub(crate) body: Vec<u8>,
+}
+
+impl Response {
+    fn parse(raw: &[u8]) -> Option<Self> {
+        let split = raw.windows(4).position(|w| w == b"\r\n\r\n")?;
+        let head = std::str::from_utf8(&raw[..split]).ok()?;
+        let rest = &raw[split + 4..];
+        let mut lines = head.split("\r\n");
+        let status = lines.next()?.split(' ').nth(1)?.parse().ok()?;
+        let headers: Vec<(String, String)> = lines
+            .map(|line| {
+                let (name, value) = line.split_once(':')?;
+                Some((name.trim().to_ascii_lowercase(), value.trim().to_owned()))
+            })
+            .collect::<Option<_>>()?;
+        let mut response = Self {
+            status,
+            headers,
+            body: Vec::new(),
+        };
+        response.body = if response
+            .header("transfer-encoding")
+            .is_some_and(|te| te.eq_ignore_ascii_case("chunked"))
+        {
+            dechunk(rest)?
+        } else if let Some(len) = response.header("content-length") {
+            rest.get(..len.parse().ok()?)?.to_vec()
+        } else {
+            rest.to_vec()
+        };
+        Some(response)
+    }
+
+    /// The first value of header `name`.
+    pub(crate) fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+
+    pub(crate) fn is_replay(&self) -> bool {
+        self.header("idempotent-replayed") == Some("true")
+    }
+
+    pub(crate) fn text(&self) -> String {
+        String::from_utf8(self.body.clone()).expect("a UTF-8 body")
+    }
+
+    pub(crate) fn json(&self) -> Value {
+        serde_json::from_slice(&self.body).unwrap_or_else(|e| {
+            panic!("a JSON body ({e}): {}", String::from_utf8_lossy(&self.body))
+        })
+    }
+
+    /// Asserts a problem document with `status` and `code`; returns it.
+    #[track_caller]
+    pub(crate) fn assert_problem(&self, status: u16, code: &str) -> Value {
+        assert_eq!(
+            self.status,
+            status,
+            "{}",
+            String::from_utf8_lossy(&self.body)
+        );
+        assert_eq!(
+            self.header("content-type"),
+            Some("application/problem+json")
+        );
+        let doc = self.json();
+        assert_eq!(doc["code"], code, "{doc}");
+        assert_eq!(doc["status"], status, "{doc}");
+        doc
+    }
+
+    /// The headers a replay must reproduce: all but `date` (per response) and the replay marker.
+    pub(crate) fn replayable_headers(&self) -> Vec<(String, String)> {
+        self.headers
+            .iter()
+            .filter(|(n, _)| n != "date" && n != "idempotent-replayed")
+            .cloned()
+            .collect()
+    }
+}
+
+fn dechunk(mut rest: &[u8]) -> Option<Vec<u8>> {
+    let mut body = Vec::new();
+    loop {
+        let line_end = rest.windows(2).position(|w| w == b"\r\n")?;
+        let size_line = std::str::from_utf8(&rest[..line_end]).ok()?;
+        let size = usize::from_str_radix(size_line.split(';').next()?.trim(), 16).ok()?;
+        rest = &rest[line_end + 2..];
+        if size == 0 {
+            return Some(body);
+        }
+        body.extend_from_slice(rest.get(..size)?);
+        rest = rest.get(size + 2..)?;
+    }
+}
+
+/// Reads `idempotency_requests_total{endpoint=".*::<handler>", outcome="<outcome>"}` from
+/// Prometheus text; 0 when absent.
+pub(crate) fn counter(metrics: &str, handler: &str, outcome: &str) -> u64 {
+    let endpoint = format!("::{handler}\"");
+    let outcome = format!("outcome=\"{outcome}\"");
+    metrics
+        .lines()
+        .filter(|line| line.starts_with("idempotency_requests_total{"))
+        .filter(|line| line.contains(&endpoint) && line.contains(&outcome))
+        .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
+        .map(|v| v as u64)
+        .sum()
+}
+
+/// A charge request body.
+pub(crate) fn charge(amount: i64, source: &str) -> Value {
+    serde_json::json!({ "amount": amount, "currency": "usd", "source": source })
+}

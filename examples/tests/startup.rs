@@ -1,0 +1,141 @@
+//! The payments binary's configuration and lifecycle, end to end: store selection by
+//! `IDEM_STORE` / `DATABASE_URL`, refusal of the unavailable Redis store, graceful shutdown.
+
+mod common;
+
+use common::{Server, charge};
+
+#[test]
+fn redis_store_exits_non_zero_with_a_clear_message() {
+    let (status, output) = Server::builder().env("IDEM_STORE", "redis").run_to_exit();
+    assert!(!status.success(), "exited with {status}");
+    assert!(
+        output.contains("Redis store is not available in this version"),
+        "{output}"
+    );
+    assert_eq!(output.trim().lines().count(), 1, "one line: {output}");
+}
+
+#[test]
+fn an_unknown_database_url_exits_non_zero() {
+    let (status, output) = Server::builder()
+        .env("DATABASE_URL", "mysql://root@127.0.0.1/payments")
+        .run_to_exit();
+    assert!(!status.success());
+    assert!(output.contains("DATABASE_URL"), "{output}");
+}
+
+/// Runs a charge, its replay and the list against a started server.
+async fn charge_and_replay(server: &Server, org: &str) {
+    let request = server
+        .post("/v1/charges")
+        .org(org)
+        .key("smoke-1")
+        .json(&charge(4200, "tok_visa"));
+    let first = request.clone().send().await;
+    assert_eq!(first.status, 201, "{}", first.text());
+    let retry = request.send().await;
+    assert!(retry.is_replay());
+    assert_eq!(retry.body, first.body);
+    let list = server.get("/v1/charges").org(org).send().await.json();
+    assert_eq!(list["data"].as_array().unwrap(), &vec![first.json()]);
+    assert_eq!(server.get("/healthz").send().await.status, 200);
+}
+
+#[tokio::test]
+async fn the_default_store_is_the_sqlite_database() {
+    let server = Server::start();
+    assert!(
+        server.output().contains("idempotency store: sqlite"),
+        "{}",
+        server.output()
+    );
+    charge_and_replay(&server, "acme").await;
+}
+
+#[tokio::test]
+async fn the_memory_store_serves_the_same_contract() {
+    let server = Server::builder().env("IDEM_STORE", "memory").start();
+    assert!(
+        server.output().contains("idempotency store: memory"),
+        "{}",
+        server.output()
+    );
+    charge_and_replay(&server, "acme").await;
+}
+
+/// App data and records on the PostgreSQL server the workspace's tests use (`DATABASE_URL` if
+/// it names one, else `postgres://postgres@127.0.0.1:5432/postgres`).
+#[tokio::test]
+async fn postgres_serves_app_data_and_records() {
+    let url = std::env::var("DATABASE_URL")
+        .ok()
+        .filter(|u| u.starts_with("postgres"))
+        .unwrap_or_else(|| "postgres://postgres@127.0.0.1:5432/postgres".to_owned());
+    let server = Server::builder().env("DATABASE_URL", url).start();
+    assert!(
+        server.output().contains("idempotency store: postgres"),
+        "{}",
+        server.output()
+    );
+    // The database is shared with other runs: a fresh org keeps this run's data apart.
+    let org = format!(
+        "e2e{}",
+        std::iter::repeat_with(fastrand::alphanumeric)
+            .take(12)
+            .collect::<String>()
+    );
+    charge_and_replay(&server, &org).await;
+
+    let list = server.get("/v1/charges").org(&org).send().await.json();
+    let id = list["data"][0]["id"].as_str().unwrap().to_owned();
+    let refund = server
+        .post(&format!("/v1/charges/{id}/refunds"))
+        .org(&org)
+        .key("refund-1")
+        .send()
+        .await;
+    assert_eq!(refund.status, 201, "{}", refund.text());
+    assert_eq!(refund.json()["amount"], 4200);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_lets_requests_in_flight_finish() {
+    let mut server = Server::builder().env("SLOW_MS", "1500").start();
+    let mut attempt = 0;
+    let in_flight = loop {
+        attempt += 1;
+        assert!(attempt <= 5, "never caught a request in flight");
+        let request = server
+            .post("/v1/charges")
+            .org("acme")
+            .key(&format!("in-flight-{attempt}"))
+            .json(&charge(100, "tok_slow"));
+        let first = request.clone().start().await;
+        // A duplicate answered 409 proves the first is running: no sleeping on a guess. If the
+        // duplicate won the race instead, it ran the charge itself; try again with a new key.
+        let probe = request.send().await;
+        if probe.status == 409 {
+            break tokio::spawn(first.response());
+        }
+        assert_eq!(probe.status, 201, "{}", probe.text());
+        first.response().await;
+    };
+    let status = tokio::task::spawn_blocking(move || {
+        let status = server.terminate();
+        (status, server)
+    });
+    let response = in_flight.await.expect("request task");
+    assert_eq!(response.status, 201, "{}", response.text());
+    let (status, server) = status.await.expect("terminate task");
+    assert!(
+        status.success(),
+        "exited with {status}: {}",
+        server.output()
+    );
+    assert!(
+        server.output().contains("shutting down"),
+        "{}",
+        server.output()
+    );
+}
