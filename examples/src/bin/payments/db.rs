@@ -204,14 +204,17 @@ impl Db {
                         .journal_mode(SqliteJournalMode::Wal)
                         .synchronous(SqliteSynchronous::Normal);
                 }
-                let mut pool = SqlitePoolOptions::new().max_connections(8);
-                if memory {
-                    // An in-memory database lives as long as its last connection.
-                    pool = pool
+                let pool = if memory {
+                    // An in-memory database lives as long as its last connection: keep one
+                    // open for good (one connection also avoids shared-cache table locks).
+                    SqlitePoolOptions::new()
+                        .max_connections(1)
                         .min_connections(1)
                         .idle_timeout(None)
-                        .max_lifetime(None);
-                }
+                        .max_lifetime(None)
+                } else {
+                    SqlitePoolOptions::new().max_connections(8)
+                };
                 Self::Sqlite(pool.connect_with(options).await?)
             }
             Backend::Postgres => Self::Postgres(
