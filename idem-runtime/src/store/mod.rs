@@ -16,8 +16,20 @@ use crate::key::RecordKey;
 use crate::response::StoredResponse;
 
 mod memory;
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+mod migrate;
+#[cfg(feature = "postgres")]
+mod postgres;
+#[cfg(feature = "sqlite")]
+mod sqlite;
 
 pub use memory::MemoryStore;
+#[cfg(feature = "postgres")]
+#[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
+pub use postgres::{PostgresStore, PostgresStoreBuilder};
+#[cfg(feature = "sqlite")]
+#[cfg_attr(docsrs, doc(cfg(feature = "sqlite")))]
+pub use sqlite::SqliteStore;
 
 /// Proof of ownership of an in-flight record: a random 64-bit value chosen by each claimant and
 /// written on acquisition. [`Store::complete`], [`Store::release`] and [`Store::renew`] succeed

@@ -1,0 +1,615 @@
+//! A store in PostgreSQL: for production, with many app instances sharing one database.
+
+use std::fmt;
+use std::sync::Arc;
+
+use sha2::{Digest, Sha256};
+use sqlx::postgres::{PgPoolOptions, PgQueryResult};
+use sqlx::{AssertSqlSafe, PgPool};
+
+use crate::clock::Timestamp;
+use crate::error::StoreError;
+use crate::fingerprint::Fingerprint;
+use crate::key::RecordKey;
+use crate::response::StoredResponse;
+use crate::store::migrate::{self, Migration, failed};
+use crate::store::{Claim, ClaimRequest, Fence, LeaseToken, Store};
+
+/// Records in a PostgreSQL table, by default `idem.idempotency_records`, on sqlx.
+///
+/// The schema, the table and the store's own migrations table (`<schema>.idem_migrations`) are
+/// created on first use; instances starting at once take turns under an advisory lock. Nothing
+/// of the application's is touched, its sqlx migrations included.
+///
+/// Every operation is one statement, so one round trip: a claim is an `INSERT .. ON CONFLICT DO
+/// UPDATE` that reports the record it found when it could not take it; completion, release and
+/// lease renewal are `UPDATE`/`DELETE`s fenced on the owner's token.
+///
+/// ```no_run
+/// use idem_runtime::{Idempotency, store::PostgresStore};
+///
+/// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+/// let store = PostgresStore::connect("postgres://app@db.internal/payments").await?;
+/// let engine = Idempotency::builder().store(store).build()?;
+/// # let _ = engine;
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct PostgresStore {
+    pool: PgPool,
+    sql: Arc<Statements>,
+}
+
+impl PostgresStore {
+    /// The schema used unless [`PostgresStoreBuilder::schema`] says otherwise.
+    pub const DEFAULT_SCHEMA: &'static str = "idem";
+    /// The table used unless [`PostgresStoreBuilder::table`] says otherwise.
+    pub const DEFAULT_TABLE: &'static str = "idempotency_records";
+
+    /// Connects a pool to `url` (sqlx's defaults: up to 10 connections) and applies the store's
+    /// migrations in the default schema.
+    pub async fn connect(url: &str) -> Result<Self, StoreError> {
+        let pool = PgPoolOptions::new()
+            .connect(url)
+            .await
+            .map_err(StoreError::unavailable)?;
+        Self::from_pool(pool).await
+    }
+
+    /// Uses an application's existing pool, applying the store's migrations in the default
+    /// schema.
+    ///
+    /// ```no_run
+    /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+    /// use idem_runtime::store::PostgresStore;
+    ///
+    /// let pool = sqlx::PgPool::connect("postgres://app@db.internal/payments").await?;
+    /// let store = PostgresStore::from_pool(pool.clone()).await?;
+    /// # let _ = store;
+    /// # Ok(()) }
+    /// ```
+    pub async fn from_pool(pool: PgPool) -> Result<Self, StoreError> {
+        Self::builder(pool).build().await
+    }
+
+    /// Configures where the records live.
+    ///
+    /// ```no_run
+    /// # async fn run(pool: sqlx::PgPool) -> Result<(), idem_runtime::StoreError> {
+    /// use idem_runtime::store::PostgresStore;
+    ///
+    /// let store = PostgresStore::builder(pool)
+    ///     .schema("billing")
+    ///     .table("charge_idempotency")
+    ///     .build()
+    ///     .await?;
+    /// # let _ = store;
+    /// # Ok(()) }
+    /// ```
+    pub fn builder(pool: PgPool) -> PostgresStoreBuilder {
+        PostgresStoreBuilder {
+            pool,
+            schema: Self::DEFAULT_SCHEMA.to_owned(),
+            table: Self::DEFAULT_TABLE.to_owned(),
+        }
+    }
+
+    /// The pool the store runs on.
+    pub fn pool(&self) -> &PgPool {
+        &self.pool
+    }
+
+    /// The schema holding the records and the migrations table.
+    pub fn schema(&self) -> &str {
+        &self.sql.schema
+    }
+
+    /// The records table, within [`PostgresStore::schema`].
+    pub fn table(&self) -> &str {
+        &self.sql.table
+    }
+}
+
+impl fmt::Debug for PostgresStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PostgresStore")
+            .field("schema", &self.sql.schema)
+            .field("table", &self.sql.table)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Configures a [`PostgresStore`]; made by [`PostgresStore::builder`].
+#[derive(Debug)]
+#[must_use = "call `.build().await` to get the store"]
+pub struct PostgresStoreBuilder {
+    pool: PgPool,
+    schema: String,
+    table: String,
+}
+
+impl PostgresStoreBuilder {
+    /// The schema for the records table and the migrations table (default `idem`), created if
+    /// missing. ASCII letters, digits and `_`, not starting with a digit, at most 63 characters;
+    /// case is kept (the name is quoted).
+    pub fn schema(mut self, schema: impl Into<String>) -> Self {
+        self.schema = schema.into();
+        self
+    }
+
+    /// The records table (default `idempotency_records`). The same characters as
+    /// [`schema`](Self::schema), at most 52 so the name of its index fits PostgreSQL's limit.
+    /// Several stores may share a schema with different tables.
+    pub fn table(mut self, table: impl Into<String>) -> Self {
+        self.table = table.into();
+        self
+    }
+
+    /// Validates the names and applies the store's migrations.
+    ///
+    /// # Errors
+    /// [`StoreError::Migration`] when a migration fails, or with version 0 when a name is not
+    /// a valid identifier (checked before the database is touched) or the database cannot be
+    /// reached.
+    pub async fn build(self) -> Result<PostgresStore, StoreError> {
+        let names = Names::new(self.schema, self.table)?;
+        migrate(&self.pool, &names).await?;
+        Ok(PostgresStore {
+            pool: self.pool,
+            sql: Arc::new(Statements::new(names)),
+        })
+    }
+}
+
+/// The configured names, validated, and their quoted forms for SQL text.
+struct Names {
+    schema: String,
+    table: String,
+    quoted_schema: String,
+    /// `"schema"."table"`
+    records: String,
+    /// `"table_expires_at"`, created in the records' schema.
+    expires_at_index: String,
+    /// `"schema"."idem_migrations"`
+    migrations: String,
+}
+
+const EXPIRES_AT_SUFFIX: &str = "_expires_at";
+/// PostgreSQL silently truncates longer identifiers.
+const MAX_IDENTIFIER: usize = 63;
+
+impl Names {
+    fn new(schema: String, table: String) -> Result<Self, StoreError> {
+        let quoted_schema = quote("schema", &schema, MAX_IDENTIFIER)?;
+        let quoted_table = quote("table", &table, MAX_IDENTIFIER - EXPIRES_AT_SUFFIX.len())?;
+        Ok(Self {
+            records: format!("{quoted_schema}.{quoted_table}"),
+            expires_at_index: format!("\"{table}{EXPIRES_AT_SUFFIX}\""),
+            migrations: format!("{quoted_schema}.\"idem_migrations\""),
+            quoted_schema,
+            schema,
+            table,
+        })
+    }
+
+    /// Fills a statement template's `{records}`, `{expires_at_index}` and `{migrations}`.
+    fn render(&self, template: &str) -> String {
+        template
+            .replace("{records}", &self.records)
+            .replace("{expires_at_index}", &self.expires_at_index)
+            .replace("{migrations}", &self.migrations)
+    }
+}
+
+/// `name` double-quoted, if it is 1..=`max` ASCII letters, digits or `_` and does not start with
+/// a digit. Nothing else gets near SQL text, so quoting cannot be escaped.
+fn quote(what: &'static str, name: &str, max: usize) -> Result<String, StoreError> {
+    let valid = (1..=max).contains(&name.len())
+        && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
+        && !name.starts_with(|c: char| c.is_ascii_digit());
+    if valid {
+        Ok(format!("\"{name}\""))
+    } else {
+        Err(StoreError::Migration {
+            version: 0,
+            source: Box::new(InvalidName {
+                what,
+                name: name.to_owned(),
+                max,
+            }),
+        })
+    }
+}
+
+/// A schema or table name the builder refused.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "invalid PostgreSQL {what} name {name:?}: use 1 to {max} ASCII letters, digits or `_`, \
+     not starting with a digit"
+)]
+struct InvalidName {
+    what: &'static str,
+    name: String,
+    max: usize,
+}
+
+/// The store's statements, rendered once for its names. Shared by clones; sqlx prepares each
+/// once per connection.
+struct Statements {
+    schema: String,
+    table: String,
+    claim: Arc<str>,
+    complete: Arc<str>,
+    release: Arc<str>,
+    renew: Arc<str>,
+    purge: Arc<str>,
+}
+
+impl Statements {
+    fn new(names: Names) -> Self {
+        let render = |template| Arc::from(names.render(template));
+        Self {
+            claim: render(CLAIM),
+            complete: render(COMPLETE),
+            release: render(RELEASE),
+            renew: render(RENEW),
+            purge: render(PURGE),
+            schema: names.schema,
+            table: names.table,
+        }
+    }
+}
+
+/// Takes the record when it is absent, expired (a new life: one owner) or in flight under a
+/// lapsed lease of the same request (a takeover: one more owner), returning the new `owners`;
+/// otherwise returns the record that stopped it, in one statement.
+///
+/// `$1` key, `$2` fingerprint, `$3` token, `$4` lease_until, `$5` expires_at, `$6` now.
+///
+/// Under READ COMMITTED the second SELECT reads the statement's snapshot, which may predate the
+/// row that made `ON CONFLICT` fire (a concurrent claimer committed it after the snapshot), or
+/// hold an older version of it. It therefore reports only a row that is live and not claimable
+/// at `$6`, and returns nothing otherwise; the caller then runs the statement again with a new
+/// snapshot.
+const CLAIM: &str = "\
+WITH claimed AS (
+    INSERT INTO {records} AS r (key, fingerprint, token, state, owners, lease_until, expires_at)
+    VALUES ($1, $2, $3, 'in_flight', 1, $4, $5)
+    ON CONFLICT (key) DO UPDATE SET
+        fingerprint = excluded.fingerprint,
+        token = excluded.token,
+        state = 'in_flight',
+        owners = CASE WHEN r.expires_at <= $6 THEN 1 ELSE r.owners + 1 END,
+        lease_until = excluded.lease_until,
+        expires_at = excluded.expires_at,
+        response = NULL
+    WHERE r.expires_at <= $6
+       OR (r.state = 'in_flight' AND r.lease_until <= $6 AND r.fingerprint = excluded.fingerprint)
+    RETURNING r.owners
+)
+SELECT owners, NULL::bytea AS fingerprint, NULL::text AS state, NULL::bigint AS lease_until,
+       NULL::bytea AS response
+FROM claimed
+UNION ALL
+SELECT NULL, r.fingerprint, r.state, r.lease_until, r.response
+FROM {records} AS r
+WHERE r.key = $1
+  AND NOT EXISTS (SELECT FROM claimed)
+  AND r.expires_at > $6
+  AND NOT (r.state = 'in_flight' AND r.lease_until <= $6 AND r.fingerprint = $2)";
+
+const COMPLETE: &str = "\
+UPDATE {records} SET state = 'completed', response = $3, expires_at = $4
+WHERE key = $1 AND token = $2 AND state = 'in_flight'";
+
+const RELEASE: &str = "\
+DELETE FROM {records} WHERE key = $1 AND token = $2 AND state = 'in_flight'";
+
+const RENEW: &str = "\
+UPDATE {records} SET lease_until = $3
+WHERE key = $1 AND token = $2 AND state = 'in_flight'";
+
+/// Oldest first; rows a claimer is replacing right now are skipped, not waited for.
+const PURGE: &str = "\
+DELETE FROM {records}
+WHERE expires_at <= $1 AND key IN (
+    SELECT key FROM {records} WHERE expires_at <= $1
+    ORDER BY expires_at LIMIT $2
+    FOR UPDATE SKIP LOCKED
+)";
+
+/// What [`CLAIM`] returns: `owners` when it took the record, the other columns when not.
+type ClaimRow = (
+    Option<i32>,
+    Option<Vec<u8>>,
+    Option<String>,
+    Option<i64>,
+    Option<Vec<u8>>,
+);
+
+/// How many times a claim runs again when its snapshot could not report the record that
+/// stopped it; each retry needs yet another concurrent write to that key.
+const CLAIM_ATTEMPTS: usize = 16;
+
+impl Store for PostgresStore {
+    async fn claim(&self, req: ClaimRequest<'_>) -> Result<Claim, StoreError> {
+        for _ in 0..CLAIM_ATTEMPTS {
+            let row: Option<ClaimRow> = sqlx::query_as(AssertSqlSafe(self.sql.claim.clone()))
+                .bind(req.key.as_bytes().as_slice())
+                .bind(req.fingerprint.as_bytes().as_slice())
+                .bind(req.token.as_i64())
+                .bind(req.lease_until.as_millis())
+                .bind(req.expires_at.as_millis())
+                .bind(req.now.as_millis())
+                .fetch_optional(&self.pool)
+                .await
+                .map_err(StoreError::unavailable)?;
+            return match row {
+                // The snapshot could not report the record: run the statement again.
+                None => continue,
+                Some((Some(owners), ..)) => Ok(Claim::Acquired {
+                    took_over: owners > 1,
+                }),
+                Some((None, Some(fingerprint), Some(state), Some(lease_until), response)) => {
+                    held_by(fingerprint, state, lease_until, response)
+                }
+                Some(_) => Err(StoreError::Corrupt("record with missing columns".into())),
+            };
+        }
+        Err(StoreError::unavailable(std::io::Error::other(
+            "the record kept changing under the claim",
+        )))
+    }
+
+    async fn complete(
+        &self,
+        key: &RecordKey,
+        token: LeaseToken,
+        response: &StoredResponse,
+        expires_at: Timestamp,
+    ) -> Result<Fence, StoreError> {
+        let done = sqlx::query(AssertSqlSafe(self.sql.complete.clone()))
+            .bind(key.as_bytes().as_slice())
+            .bind(token.as_i64())
+            .bind(response.encode())
+            .bind(expires_at.as_millis())
+            .execute(&self.pool)
+            .await;
+        fence(done)
+    }
+
+    async fn release(&self, key: &RecordKey, token: LeaseToken) -> Result<Fence, StoreError> {
+        let done = sqlx::query(AssertSqlSafe(self.sql.release.clone()))
+            .bind(key.as_bytes().as_slice())
+            .bind(token.as_i64())
+            .execute(&self.pool)
+            .await;
+        fence(done)
+    }
+
+    async fn renew(
+        &self,
+        key: &RecordKey,
+        token: LeaseToken,
+        lease_until: Timestamp,
+    ) -> Result<Fence, StoreError> {
+        let done = sqlx::query(AssertSqlSafe(self.sql.renew.clone()))
+            .bind(key.as_bytes().as_slice())
+            .bind(token.as_i64())
+            .bind(lease_until.as_millis())
+            .execute(&self.pool)
+            .await;
+        fence(done)
+    }
+
+    async fn purge_expired(&self, now: Timestamp, limit: u32) -> Result<u64, StoreError> {
+        let done = sqlx::query(AssertSqlSafe(self.sql.purge.clone()))
+            .bind(now.as_millis())
+            .bind(i64::from(limit))
+            .execute(&self.pool)
+            .await
+            .map_err(StoreError::unavailable)?;
+        Ok(done.rows_affected())
+    }
+}
+
+/// A fenced write held when it changed the owner's row; zero rows means another owner or none.
+fn fence(done: Result<PgQueryResult, sqlx::Error>) -> Result<Fence, StoreError> {
+    match done.map_err(StoreError::unavailable)?.rows_affected() {
+        0 => Ok(Fence::Lost),
+        _ => Ok(Fence::Held),
+    }
+}
+
+/// A live record that a claim may not take, as the claim reports it.
+fn held_by(
+    fingerprint: Vec<u8>,
+    state: String,
+    lease_until: i64,
+    response: Option<Vec<u8>>,
+) -> Result<Claim, StoreError> {
+    let fingerprint = <[u8; 32]>::try_from(fingerprint.as_slice())
+        .map(Fingerprint::from_bytes)
+        .map_err(|_| StoreError::Corrupt("fingerprint is not 32 bytes".into()))?;
+    match (state.as_str(), response) {
+        ("completed", Some(response)) => Ok(Claim::Completed {
+            fingerprint,
+            response: StoredResponse::decode(&response)?,
+        }),
+        ("completed", None) => Err(StoreError::Corrupt(
+            "completed record without a response".into(),
+        )),
+        ("in_flight", _) => Ok(Claim::InFlight {
+            fingerprint,
+            lease_until: Timestamp::from_millis(lease_until),
+        }),
+        _ => Err(StoreError::Corrupt(
+            format!("record in unknown state {state:?}").into(),
+        )),
+    }
+}
+
+/// The schema, in order, as templates over [`Names`]. Never edit a shipped migration: add the
+/// next one.
+const MIGRATIONS: &[Migration] = &[Migration {
+    version: 1,
+    description: "create the records table",
+    // `owners` counts the requests that held the record since it was (re)created: more than
+    // one means a lapsed lease was taken over.
+    sql: "\
+CREATE TABLE {records} (
+    key         bytea   PRIMARY KEY CHECK (octet_length(key) = 32),
+    fingerprint bytea   NOT NULL CHECK (octet_length(fingerprint) = 32),
+    token       bigint  NOT NULL,
+    state       text    NOT NULL CHECK (state IN ('in_flight', 'completed')),
+    owners      integer NOT NULL,
+    lease_until bigint  NOT NULL,
+    expires_at  bigint  NOT NULL,
+    response    bytea,
+    CHECK ((state = 'completed') = (response IS NOT NULL))
+);
+CREATE INDEX {expires_at_index} ON {records} (expires_at);",
+}];
+
+/// The advisory lock serialising migrations of one schema: 64 bits of SHA-256 of its name.
+fn lock_key(schema: &str) -> i64 {
+    let digest = Sha256::digest(format!("idem.migrate\0{schema}"));
+    let mut key = [0; 8];
+    key.copy_from_slice(&digest[..8]);
+    i64::from_be_bytes(key)
+}
+
+/// Applies the missing [`MIGRATIONS`] in one transaction, under an advisory lock so instances
+/// starting at once take turns.
+async fn migrate(pool: &PgPool, names: &Names) -> Result<(), StoreError> {
+    let mut tx = pool.begin().await.map_err(failed(0))?;
+    sqlx::query("SELECT pg_advisory_xact_lock($1)")
+        .bind(lock_key(&names.schema))
+        .execute(&mut *tx)
+        .await
+        .map_err(failed(0))?;
+    // `CREATE .. IF NOT EXISTS` checks the CREATE privilege even when the object exists: look
+    // first, so a restart needs no privilege beyond using what a DBA may have set up.
+    let (has_schema, has_migrations): (bool, bool) = sqlx::query_as(
+        "SELECT EXISTS (SELECT FROM pg_namespace WHERE nspname = $1), \
+                to_regclass($2) IS NOT NULL",
+    )
+    .bind(&names.schema)
+    .bind(&names.migrations)
+    .fetch_one(&mut *tx)
+    .await
+    .map_err(failed(0))?;
+    if !has_schema {
+        sqlx::raw_sql(AssertSqlSafe(format!(
+            "CREATE SCHEMA {}",
+            names.quoted_schema
+        )))
+        .execute(&mut *tx)
+        .await
+        .map_err(failed(0))?;
+    }
+    if !has_migrations {
+        sqlx::raw_sql(AssertSqlSafe(names.render(
+            "CREATE TABLE {migrations} (
+                records_table text        NOT NULL,
+                version       bigint      NOT NULL,
+                description   text        NOT NULL,
+                checksum      bytea       NOT NULL,
+                applied_at    timestamptz NOT NULL DEFAULT now(),
+                PRIMARY KEY (records_table, version)
+            )",
+        )))
+        .execute(&mut *tx)
+        .await
+        .map_err(failed(0))?;
+    }
+    let applied: Vec<(i64, Vec<u8>)> = sqlx::query_as(AssertSqlSafe(
+        names.render("SELECT version, checksum FROM {migrations} WHERE records_table = $1"),
+    ))
+    .bind(&names.table)
+    .fetch_all(&mut *tx)
+    .await
+    .map_err(failed(0))?;
+    for migration in migrate::plan(MIGRATIONS, &applied)? {
+        let version = migration.version;
+        sqlx::raw_sql(AssertSqlSafe(names.render(migration.sql)))
+            .execute(&mut *tx)
+            .await
+            .map_err(failed(version))?;
+        sqlx::query(AssertSqlSafe(names.render(
+            "INSERT INTO {migrations} (records_table, version, description, checksum) \
+             VALUES ($1, $2, $3, $4)",
+        )))
+        .bind(&names.table)
+        .bind(version)
+        .bind(migration.description)
+        .bind(migration.checksum())
+        .execute(&mut *tx)
+        .await
+        .map_err(failed(version))?;
+        tracing::info!(
+            version,
+            migration.description,
+            schema = names.schema,
+            table = names.table,
+            "applied idempotency store migration"
+        );
+    }
+    tx.commit().await.map_err(failed(0))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_validated_and_quoted() {
+        let names = Names::new("idem".into(), "idempotency_records".into()).unwrap();
+        assert_eq!(names.records, r#""idem"."idempotency_records""#);
+        assert_eq!(names.migrations, r#""idem"."idem_migrations""#);
+        assert_eq!(
+            names.expires_at_index,
+            r#""idempotency_records_expires_at""#
+        );
+        assert!(Names::new("Billing_2".into(), "_t".into()).is_ok());
+        for (schema, table) in [
+            ("", "t"),
+            ("s", ""),
+            ("1s", "t"),
+            ("s", "t-1"),
+            ("s\"; DROP TABLE x; --", "t"),
+            ("s", "t t"),
+            ("sch\u{e9}ma", "t"),
+            (&"s".repeat(64), "t"),
+            ("s", &"t".repeat(53)),
+        ] {
+            match Names::new(schema.into(), table.into()) {
+                Err(StoreError::Migration { version: 0, .. }) => {}
+                other => panic!("{schema:?}.{table:?} accepted: {:?}", other.map(|_| ())),
+            }
+        }
+        assert!(Names::new("s".repeat(63), "t".repeat(52)).is_ok());
+    }
+
+    #[test]
+    fn statements_name_only_the_configured_table() {
+        let names = Names::new("a".into(), "b".into()).unwrap();
+        let sql = Statements::new(names);
+        for statement in [
+            &sql.claim,
+            &sql.complete,
+            &sql.release,
+            &sql.renew,
+            &sql.purge,
+        ] {
+            assert!(statement.contains(r#""a"."b""#), "{statement}");
+            assert!(!statement.contains('{'), "{statement}");
+        }
+    }
+
+    #[test]
+    fn each_schema_has_its_own_migration_lock() {
+        assert_eq!(lock_key("idem"), lock_key("idem"));
+        assert_ne!(lock_key("idem"), lock_key("idem2"));
+    }
+}
