@@ -1,0 +1,84 @@
+//! The store conformance suite: every case in [`lifecycle`] and [`bulk`] runs against every
+//! backend, each test on a store of its own (a PostgreSQL schema, a SQLite file), so they run in
+//! parallel. `MemoryStore` is the reference; the others must behave exactly like it. Times are
+//! explicit `Timestamp`s: no sleeps, no timing assertions.
+//!
+//! A new backend is one `impl TestStore` in `tests/src/db.rs` and one `backend!` line below.
+//! [`sql`] holds what only the SQL stores have: migrations, connection settings.
+//!
+//! ```text
+//! cargo test -p idem-tests --test conformance
+//! ```
+
+#[path = "conformance/bulk.rs"]
+mod bulk;
+#[path = "conformance/lifecycle.rs"]
+mod lifecycle;
+#[path = "conformance/sql.rs"]
+mod sql;
+#[path = "conformance/support.rs"]
+mod support;
+
+use std::future::Future;
+
+use idem_tests::TestStore;
+
+/// Runs `case` on a fresh store of `S` and discards the store afterwards, even if the case
+/// panicked (the panic is then resumed).
+async fn run<S, F>(case: impl FnOnce(S) -> F)
+where
+    S: TestStore,
+    F: Future<Output = ()> + Send + 'static,
+{
+    let store = S::fresh().await;
+    let outcome = tokio::spawn(case(store.clone())).await;
+    store.discard().await;
+    if let Err(failure) = outcome {
+        std::panic::resume_unwind(failure.into_panic());
+    }
+}
+
+/// One `#[tokio::test]` per case for the store type `$store`.
+macro_rules! tests {
+    ($store:ty; $($module:ident::$case:ident),+ $(,)?) => {
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $case() {
+                crate::run(crate::$module::$case::<$store>).await;
+            }
+        )+
+    };
+}
+
+/// Every case, against one backend: `backend!(module: StoreType);`.
+macro_rules! backend {
+    ($backend:ident: $store:ty) => {
+        mod $backend {
+            tests! { $store;
+                lifecycle::claim_complete_replay,
+                lifecycle::completed_records_are_never_taken_over,
+                lifecycle::in_flight_duplicates_are_reported,
+                lifecycle::fingerprint_mismatch_while_in_flight,
+                lifecycle::fingerprint_mismatch_once_completed,
+                lifecycle::lapsed_lease_is_taken_over_by_the_same_request,
+                lifecycle::renew_extends_the_lease,
+                lifecycle::displaced_owner_is_fenced_out,
+                lifecycle::fenced_writes_need_the_token_and_a_record,
+                lifecycle::expired_records_are_invisible,
+                lifecycle::completion_sets_the_expiry,
+                lifecycle::released_record_is_claimable_again,
+                lifecycle::keys_are_independent,
+                bulk::purge_is_bounded_and_takes_only_expired_records,
+                bulk::concurrent_claimers_one_acquires,
+                bulk::concurrent_takeover_one_wins,
+                bulk::large_bodies_round_trip_exactly,
+                bulk::binary_bodies_and_header_values_round_trip,
+                bulk::repeated_headers_keep_their_order,
+            }
+        }
+    };
+}
+
+backend!(memory: idem_runtime::store::MemoryStore);
+backend!(sqlite: idem_runtime::store::SqliteStore);
+backend!(postgres: idem_runtime::store::PostgresStore);

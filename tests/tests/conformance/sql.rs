@@ -1,0 +1,400 @@
+//! What only the SQL stores have: embedded migrations in their own table, connection settings,
+//! configurable names, and backend errors reported as `StoreError::Unavailable`.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::StatusCode;
+use idem_runtime::StoreError;
+use idem_runtime::clock::Timestamp;
+use idem_runtime::store::{
+    Claim, ClaimRequest, Fence, LeaseToken, PostgresStore, SqliteStore, Store,
+};
+use idem_runtime::{Fingerprint, RecordKey, StoredResponse};
+use idem_tests::db::{self, TestDatabase};
+use idem_tests::{TestStore, postgres_store};
+use sqlx::{AssertSqlSafe, PgPool, SqlitePool};
+
+const NOW: Timestamp = Timestamp::from_millis(1_750_000_000_000);
+const KEY: RecordKey = RecordKey::from_bytes([7; 32]);
+const FINGERPRINT: Fingerprint = Fingerprint::from_bytes([9; 32]);
+
+fn request(token: i64) -> ClaimRequest<'static> {
+    ClaimRequest {
+        key: &KEY,
+        fingerprint: &FINGERPRINT,
+        token: LeaseToken::from_i64(token),
+        now: NOW,
+        lease_until: NOW.after(Duration::from_secs(30)),
+        expires_at: NOW.after(Duration::from_secs(3600)),
+    }
+}
+
+fn response() -> StoredResponse {
+    StoredResponse::new(StatusCode::CREATED, [], Bytes::from_static(b"stored"))
+}
+
+/// Leaves a completed record for [`KEY`].
+async fn store_one(store: &impl Store) {
+    assert_eq!(
+        store.claim(request(1)).await.unwrap(),
+        Claim::Acquired { took_over: false }
+    );
+    let (token, expires_at) = (
+        LeaseToken::from_i64(1),
+        NOW.after(Duration::from_secs(3600)),
+    );
+    let done = store.complete(&KEY, token, &response(), expires_at).await;
+    assert_eq!(done.unwrap(), Fence::Held);
+}
+
+/// Asserts the record [`store_one`] left is still replayed.
+async fn replays_one(store: &impl Store) {
+    assert_eq!(
+        store.claim(request(2)).await.unwrap(),
+        Claim::Completed {
+            fingerprint: FINGERPRINT,
+            response: response()
+        }
+    );
+}
+
+fn is_migration_error(result: Result<impl std::fmt::Debug, StoreError>, version: i64) -> bool {
+    matches!(result, Err(StoreError::Migration { version: v, .. }) if v == version)
+}
+
+// ---------------------------------------------------------------------------------------------
+// SQLite
+
+async fn sqlite_scalar(pool: &SqlitePool, sql: &'static str) -> String {
+    sqlx::query_scalar::<_, String>(sql)
+        .fetch_one(pool)
+        .await
+        .unwrap()
+}
+
+async fn sqlite_tables(pool: &SqlitePool) -> Vec<String> {
+    sqlx::query_scalar("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")
+        .fetch_all(pool)
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn sqlite_creates_the_file_in_wal_mode_and_reopens_it_without_migrating_again() {
+    let path = db::sqlite_path();
+    assert!(!path.exists());
+    let store = SqliteStore::connect(&db::sqlite_url(&path)).await.unwrap();
+    assert!(path.exists(), "the database file is created");
+    let pool = store.pool();
+    assert_eq!(sqlite_scalar(pool, "PRAGMA journal_mode").await, "wal");
+    let synchronous: i64 = sqlx::query_scalar("PRAGMA synchronous")
+        .fetch_one(pool)
+        .await
+        .unwrap();
+    assert_eq!(synchronous, 1, "synchronous = NORMAL");
+    let busy: i64 = sqlx::query_scalar("PRAGMA busy_timeout")
+        .fetch_one(pool)
+        .await
+        .unwrap();
+    assert_eq!(busy, SqliteStore::BUSY_TIMEOUT.as_millis() as i64);
+    store_one(&store).await;
+    pool.close().await;
+
+    let reopened = SqliteStore::connect(&db::sqlite_url(&path)).await.unwrap();
+    replays_one(&reopened).await;
+    let applied: Vec<i64> = sqlx::query_scalar("SELECT version FROM idem_migrations")
+        .fetch_all(reopened.pool())
+        .await
+        .unwrap();
+    assert_eq!(applied, [1]);
+    assert_eq!(
+        sqlite_tables(reopened.pool()).await,
+        ["idem_migrations", "idem_records"]
+    );
+    reopened.discard().await;
+}
+
+#[tokio::test]
+async fn sqlite_in_memory_database_works_across_calls() {
+    let store = SqliteStore::connect("sqlite::memory:").await.unwrap();
+    store_one(&store).await;
+    replays_one(&store).await;
+    // Each in-memory store is its own database.
+    let other = SqliteStore::connect("sqlite::memory:").await.unwrap();
+    assert_eq!(
+        other.claim(request(3)).await.unwrap(),
+        Claim::Acquired { took_over: false }
+    );
+}
+
+#[tokio::test]
+async fn sqlite_shares_an_app_database_without_touching_its_tables() {
+    let path = db::sqlite_path();
+    let options = db::sqlite_url(&path)
+        .parse::<sqlx::sqlite::SqliteConnectOptions>()
+        .unwrap();
+    let app = SqlitePool::connect_with(options.create_if_missing(true))
+        .await
+        .unwrap();
+    sqlx::raw_sql(
+        "CREATE TABLE charges (id TEXT PRIMARY KEY); INSERT INTO charges VALUES ('ch_1')",
+    )
+    .execute(&app)
+    .await
+    .unwrap();
+    let store = SqliteStore::from_pool(app.clone()).await.unwrap();
+    // Twice, as on a restart: nothing to apply the second time.
+    SqliteStore::from_pool(app.clone()).await.unwrap();
+    store_one(&store).await;
+    assert_eq!(
+        sqlite_tables(&app).await,
+        ["charges", "idem_migrations", "idem_records"],
+        "no `_sqlx_migrations`, the app's table untouched"
+    );
+    assert_eq!(sqlite_scalar(&app, "SELECT id FROM charges").await, "ch_1");
+    store.discard().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_processes_opening_one_new_file_at_once_all_start() {
+    let url = db::sqlite_url(&db::sqlite_path());
+    let openers: Vec<_> = (0..4)
+        .map(|_| {
+            let url = url.clone();
+            tokio::spawn(async move { SqliteStore::connect(&url).await })
+        })
+        .collect();
+    let mut stores = Vec::new();
+    for opener in openers {
+        stores.push(opener.await.unwrap().expect("every opener starts"));
+    }
+    let applied: i64 = sqlx::query_scalar("SELECT count(*) FROM idem_migrations")
+        .fetch_one(stores[0].pool())
+        .await
+        .unwrap();
+    assert_eq!(applied, 1);
+    stores.swap_remove(0).discard().await;
+}
+
+#[tokio::test]
+async fn sqlite_refuses_an_edited_migration() {
+    let store = db::sqlite_store().await;
+    sqlx::query("UPDATE idem_migrations SET checksum = x'00' WHERE version = 1")
+        .execute(store.pool())
+        .await
+        .unwrap();
+    let restarted = SqliteStore::from_pool(store.pool().clone()).await;
+    assert!(is_migration_error(restarted, 1));
+    store.discard().await;
+}
+
+#[tokio::test]
+async fn sqlite_errors_are_unavailable() {
+    let store = db::sqlite_store().await;
+    store.clone().discard().await;
+    assert!(matches!(
+        store.claim(request(1)).await,
+        Err(StoreError::Unavailable(_))
+    ));
+    let done = store.release(&KEY, LeaseToken::from_i64(1)).await;
+    assert!(matches!(done, Err(StoreError::Unavailable(_))));
+}
+
+// ---------------------------------------------------------------------------------------------
+// PostgreSQL
+
+async fn count(pool: &PgPool, sql: String) -> i64 {
+    sqlx::query_scalar(AssertSqlSafe(sql))
+        .fetch_one(pool)
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn postgres_connect_uses_the_idem_schema_and_its_own_migrations_table() {
+    let database = TestDatabase::create().await;
+    let store = PostgresStore::connect(&database.url).await.unwrap();
+    assert_eq!(store.schema(), "idem");
+    assert_eq!(store.table(), "idempotency_records");
+    store_one(&store).await;
+    let pool = store.pool();
+    let present =
+        |name: &str| format!("SELECT count(*) FROM pg_class WHERE oid = to_regclass('{name}')");
+    assert_eq!(count(pool, present("idem.idempotency_records")).await, 1);
+    assert_eq!(
+        count(pool, present("idem.idempotency_records_expires_at")).await,
+        1
+    );
+    assert_eq!(count(pool, present("idem.idem_migrations")).await, 1);
+    assert_eq!(
+        count(
+            pool,
+            "SELECT count(*) FROM pg_class WHERE relname = '_sqlx_migrations'".into()
+        )
+        .await,
+        0
+    );
+    assert_eq!(
+        count(
+            pool,
+            "SELECT count(*) FROM pg_tables WHERE schemaname = 'public'".into()
+        )
+        .await,
+        0,
+        "nothing in the app's schema"
+    );
+    assert_eq!(
+        count(
+            pool,
+            "SELECT count(*) FROM idem.idem_migrations WHERE records_table = 'idempotency_records'"
+                .into()
+        )
+        .await,
+        1
+    );
+    pool.close().await;
+    database.drop().await;
+}
+
+#[tokio::test]
+async fn postgres_restart_applies_nothing_and_keeps_records() {
+    let store = postgres_store().await;
+    store_one(&store).await;
+    let restarted = PostgresStore::builder(db::postgres_pool().await)
+        .schema(store.schema())
+        .build()
+        .await
+        .unwrap();
+    replays_one(&restarted).await;
+    let migrations = format!(
+        "SELECT count(*) FROM \"{}\".idem_migrations",
+        store.schema()
+    );
+    assert_eq!(count(store.pool(), migrations).await, 1);
+    restarted.pool().close().await;
+    store.discard().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_instances_starting_at_once_migrate_once() {
+    let schema = db::unique_name();
+    let starters: Vec<_> = (0..8)
+        .map(|_| {
+            let schema = schema.clone();
+            tokio::spawn(async move {
+                let pool = db::postgres_pool().await;
+                PostgresStore::builder(pool).schema(schema).build().await
+            })
+        })
+        .collect();
+    let mut stores = Vec::new();
+    for starter in starters {
+        stores.push(starter.await.unwrap().expect("every instance starts"));
+    }
+    let migrations = format!("SELECT count(*) FROM \"{schema}\".idem_migrations");
+    assert_eq!(count(stores[0].pool(), migrations).await, 1);
+    store_one(&stores[0]).await;
+    replays_one(&stores[7]).await;
+    for store in &stores[1..] {
+        store.pool().close().await;
+    }
+    stores.swap_remove(0).discard().await;
+}
+
+#[tokio::test]
+async fn postgres_stores_can_share_a_schema_with_their_own_tables() {
+    let first = postgres_store().await;
+    let second = PostgresStore::builder(first.pool().clone())
+        .schema(first.schema())
+        .table("Other_Records")
+        .build()
+        .await
+        .unwrap();
+    assert_eq!(second.table(), "Other_Records");
+    store_one(&first).await;
+    assert_eq!(
+        second.claim(request(2)).await.unwrap(),
+        Claim::Acquired { took_over: false },
+        "records are per table"
+    );
+    let migrations = format!(
+        "SELECT count(*) FROM \"{}\".idem_migrations",
+        first.schema()
+    );
+    assert_eq!(
+        count(first.pool(), migrations).await,
+        2,
+        "one migration per table"
+    );
+    first.discard().await;
+}
+
+#[tokio::test]
+async fn postgres_rejects_invalid_names_before_touching_the_database() {
+    let pool = db::postgres_pool().await;
+    for (schema, table) in [
+        ("idem\"; DROP SCHEMA public; --", "t"),
+        ("idem-test", "t"),
+        ("idem", "records.v2"),
+        ("idem", ""),
+        ("9lives", "t"),
+    ] {
+        let built = PostgresStore::builder(pool.clone())
+            .schema(schema)
+            .table(table)
+            .build()
+            .await;
+        assert!(is_migration_error(built, 0), "{schema:?}.{table:?}");
+    }
+    let schemas =
+        "SELECT count(*) FROM pg_namespace WHERE nspname LIKE 'idem-%' OR nspname LIKE '9%'";
+    assert_eq!(count(&pool, schemas.into()).await, 0);
+}
+
+#[tokio::test]
+async fn postgres_refuses_an_edited_migration() {
+    let store = postgres_store().await;
+    let edit = format!(
+        "UPDATE \"{}\".idem_migrations SET checksum = '\\x00'",
+        store.schema()
+    );
+    sqlx::raw_sql(AssertSqlSafe(edit))
+        .execute(store.pool())
+        .await
+        .unwrap();
+    let restarted = PostgresStore::builder(store.pool().clone())
+        .schema(store.schema())
+        .build()
+        .await;
+    assert!(is_migration_error(restarted, 1));
+    store.discard().await;
+}
+
+#[tokio::test]
+async fn postgres_errors_are_unavailable() {
+    let store = postgres_store().await;
+    store.clone().discard().await;
+    assert!(matches!(
+        store.claim(request(1)).await,
+        Err(StoreError::Unavailable(_))
+    ));
+    let done = store.renew(&KEY, LeaseToken::from_i64(1), NOW).await;
+    assert!(matches!(done, Err(StoreError::Unavailable(_))));
+    // And a missing table (dropped under a running store) is a backend error too.
+    let store = postgres_store().await;
+    let drop = format!("DROP TABLE \"{}\".idempotency_records", store.schema());
+    sqlx::raw_sql(AssertSqlSafe(drop))
+        .execute(store.pool())
+        .await
+        .unwrap();
+    assert!(matches!(
+        store.claim(request(1)).await,
+        Err(StoreError::Unavailable(_))
+    ));
+    assert!(matches!(
+        store.purge_expired(NOW, 10).await,
+        Err(StoreError::Unavailable(_))
+    ));
+    store.discard().await;
+}
