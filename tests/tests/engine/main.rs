@@ -1,0 +1,72 @@
+//! Every rule of SPEC section 3, through `Router` + `oneshot`, on the memory, SQLite and
+//! PostgreSQL stores.
+//!
+//! Each case is an `async fn(Backend)`; `cases!` instantiates it once per backend.
+
+mod cases;
+mod lifecycle;
+mod support;
+
+macro_rules! cases {
+    ($($case:ident),* $(,)?) => {
+        mod memory {
+            $(
+                #[tokio::test]
+                async fn $case() {
+                    crate::$case(crate::support::Backend::Memory).await;
+                }
+            )*
+        }
+        mod sqlite {
+            $(
+                #[tokio::test]
+                async fn $case() {
+                    crate::$case(crate::support::Backend::Sqlite).await;
+                }
+            )*
+        }
+        mod postgres {
+            $(
+                #[tokio::test]
+                async fn $case() {
+                    crate::$case(crate::support::Backend::Postgres).await;
+                }
+            )*
+        }
+    };
+}
+
+use cases::*;
+use lifecycle::*;
+
+cases!(
+    requests_without_a_key_run_every_time,
+    safe_methods_never_touch_the_store,
+    required_key_missing_is_400,
+    invalid_keys_are_400_and_do_not_run,
+    quoted_and_bare_keys_are_one_key,
+    replay_is_byte_identical_and_marked,
+    json_bodies_are_canonicalised,
+    reused_key_with_another_body_is_422,
+    reused_key_on_another_query_is_422,
+    extractor_rejections_are_not_stored,
+    client_errors_are_stored_and_replayed,
+    server_errors_release_the_key,
+    set_cookie_and_hop_by_hop_headers_are_not_replayed,
+    oversized_body_is_413_and_runs_nothing,
+    unresolved_scope_is_401,
+    scopes_isolate_tenants,
+    endpoints_do_not_share_keys,
+    custom_header_name,
+    every_extractor_kind_works,
+    in_flight_duplicate_is_409_with_retry_after,
+    in_flight_duplicate_with_other_body_is_422,
+    wait_mode_replays_the_first_response,
+    wait_mode_gives_up_with_409,
+    panics_release_the_key,
+    dropped_requests_release_the_key,
+    lapsed_lease_is_taken_over_and_the_old_owner_is_fenced,
+    completed_records_expire_after_their_ttl,
+    oversized_responses_are_sent_but_never_rerun,
+    store_failure_fails_closed_with_503,
+);
