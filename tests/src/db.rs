@@ -2,7 +2,7 @@
 //! run in parallel without seeing each other's records. Real databases, never mocks.
 //!
 //! PostgreSQL is the server at [`postgres_url`]. Schemas and databases made here are named
-//! `idem_test_<unix seconds>_<random>`; [`discard`](TestStore::discard) drops them, and
+//! `idem_test_<unix seconds>_..`; [`discard`](TestStore::discard) drops them, and
 //! whatever a failed or careless test left behind is dropped by the first helper call of a
 //! later test process once it is an hour old. Temporary SQLite files get the same treatment.
 
@@ -38,11 +38,13 @@ pub fn postgres_url() -> String {
 /// # Panics
 /// When the server cannot be reached, with a hint on how to start it.
 pub async fn postgres_pool() -> PgPool {
-    postgres_pool_at(&postgres_url()).await
+    let pool = postgres_pool_at(&postgres_url()).await;
+    sweep_postgres(&pool).await;
+    pool
 }
 
 async fn postgres_pool_at(url: &str) -> PgPool {
-    let pool = PgPoolOptions::new()
+    PgPoolOptions::new()
         .max_connections(8)
         .connect(url)
         .await
@@ -52,12 +54,11 @@ async fn postgres_pool_at(url: &str) -> PgPool {
                  `pg_ctlcluster --skip-systemctl-redirect $(ls /etc/postgresql) main start` \
                  or set DATABASE_URL"
             )
-        });
-    sweep_postgres(&pool).await;
-    pool
+        })
 }
 
-/// A fresh, unused name: `idem_test_<unix seconds>_<random>`; a valid unquoted identifier.
+/// A fresh, unused name: `idem_test_<unix seconds>_<pid>_<sequence>_<random>`, a valid unquoted
+/// identifier.
 pub fn unique_name() -> String {
     static SEQ: AtomicU64 = AtomicU64::new(0);
     let seq = SEQ.fetch_add(1, Ordering::Relaxed);

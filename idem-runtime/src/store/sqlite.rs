@@ -25,8 +25,9 @@ use crate::store::{Claim, ClaimRequest, Fence, LeaseToken, Store};
 ///
 /// SQLite lets one writer in at a time; a claim is a single `INSERT .. ON CONFLICT DO UPDATE ..
 /// RETURNING`, so concurrent claimers of one key are serialised by the database and exactly one
-/// acquires it. Writers waiting for the lock wait up to [`SqliteStore::BUSY_TIMEOUT`] instead of
-/// failing with `SQLITE_BUSY`.
+/// acquires it; a claim that finds a live record reads it with one more statement (a replay).
+/// Writers waiting for the lock wait up to [`SqliteStore::BUSY_TIMEOUT`] instead of failing with
+/// `SQLITE_BUSY`.
 ///
 /// ```no_run
 /// use idem_runtime::{Idempotency, store::SqliteStore};
