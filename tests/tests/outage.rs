@@ -1,0 +1,186 @@
+//! PostgreSQL outages: while the database is unreachable every idempotent request is refused
+//! with 503 and the handler does not run (fail closed); when it comes back, service resumes
+//! without a restart.
+//!
+//! The outage is real: the store connects through a TCP proxy on loopback that the test cuts
+//! (dropping live connections and refusing new ones) and restores.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::extract::{FromRef, State};
+use axum::http::{Request, StatusCode};
+use axum::routing::post;
+use axum::{Json, Router};
+use http_body_util::BodyExt;
+use idem_runtime::store::PostgresStore;
+use idem_runtime::{Idempotency, idempotent};
+use serde_json::Value;
+use sqlx::postgres::PgPoolOptions;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::watch;
+use tower::ServiceExt;
+
+#[derive(Clone, FromRef)]
+struct App {
+    idem: Idempotency,
+    calls: Arc<AtomicUsize>,
+}
+
+#[idempotent(scope = "global")]
+async fn create(
+    State(calls): State<Arc<AtomicUsize>>,
+    Json(body): Json<Value>,
+) -> (StatusCode, Json<Value>) {
+    calls.fetch_add(1, Ordering::SeqCst);
+    (StatusCode::CREATED, Json(body))
+}
+
+/// A loopback TCP proxy to PostgreSQL that can be cut and restored.
+struct Proxy {
+    addr: SocketAddr,
+    up: watch::Sender<bool>,
+}
+
+impl Proxy {
+    async fn start(target: SocketAddr) -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (up, _) = watch::channel(true);
+        let state = up.clone();
+        tokio::spawn(async move {
+            loop {
+                let Ok((mut client, _)) = listener.accept().await else {
+                    return;
+                };
+                let mut down = state.subscribe();
+                if !*down.borrow_and_update() {
+                    drop(client); // refused: the server is "unreachable"
+                    continue;
+                }
+                tokio::spawn(async move {
+                    let Ok(mut server) = TcpStream::connect(target).await else {
+                        return;
+                    };
+                    tokio::select! {
+                        _ = tokio::io::copy_bidirectional(&mut client, &mut server) => {}
+                        _ = down.wait_for(|up| !*up) => {} // cut: both ends are dropped
+                    }
+                });
+            }
+        });
+        Self { addr, up }
+    }
+
+    fn set_up(&self, up: bool) {
+        self.up.send_replace(up);
+    }
+}
+
+fn postgres_target() -> (SocketAddr, String) {
+    let url = idem_tests::postgres_url();
+    let rest = url.split_once("://").map_or(url.as_str(), |(_, r)| r);
+    let host_port = rest.split_once('@').map_or(rest, |(_, r)| r);
+    let host_port = host_port.split(['/', '?']).next().unwrap();
+    let addr: SocketAddr = host_port
+        .replace("localhost", "127.0.0.1")
+        .parse()
+        .expect("this test needs DATABASE_URL with a numeric host:port");
+    (addr, url.replacen(host_port, "{proxy}", 1))
+}
+
+async fn send(app: &Router, key: &str) -> (StatusCode, Option<String>, Value) {
+    let request = Request::post("/create")
+        .header("idempotency-key", key)
+        .header("content-type", "application/json")
+        .body(Body::from(format!(r#"{{"key":"{key}"}}"#)))
+        .unwrap();
+    let response = tokio::time::timeout(Duration::from_secs(20), app.clone().oneshot(request))
+        .await
+        .expect("a request must not hang during an outage")
+        .unwrap();
+    let status = response.status();
+    let retry_after = response
+        .headers()
+        .get("retry-after")
+        .map(|v| v.to_str().unwrap().to_owned());
+    let body = response.into_body().collect().await.unwrap().to_bytes();
+    (
+        status,
+        retry_after,
+        serde_json::from_slice(&body).unwrap_or(Value::Null),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn outage_fails_closed_and_service_resumes_without_restart() {
+    let (target, template) = postgres_target();
+    // Migrate a fresh schema directly, then serve through the proxy.
+    let direct = idem_tests::postgres_store().await;
+    let proxy = Proxy::start(target).await;
+    let proxied_url = template.replace("{proxy}", &proxy.addr.to_string());
+    let pool = PgPoolOptions::new()
+        .max_connections(4)
+        .acquire_timeout(Duration::from_secs(2))
+        .connect_lazy(&proxied_url)
+        .unwrap();
+    let store = PostgresStore::builder(pool)
+        .schema(direct.schema())
+        .build()
+        .await
+        .unwrap();
+    let calls = Arc::new(AtomicUsize::new(0));
+    let idem = Idempotency::builder().store(store).build().unwrap();
+    let app = Router::new()
+        .route("/create", post(create))
+        .with_state(App {
+            idem,
+            calls: calls.clone(),
+        });
+
+    let (status, _, _) = send(&app, "before").await;
+    assert_eq!(status, StatusCode::CREATED);
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
+
+    proxy.set_up(false);
+    for key in ["during-1", "during-2", "before"] {
+        let (status, retry_after, body) = send(&app, key).await;
+        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{key}: {body}");
+        assert_eq!(body["code"], "idempotency_store_unavailable");
+        assert_eq!(retry_after.as_deref(), Some("1"));
+    }
+    assert_eq!(
+        calls.load(Ordering::SeqCst),
+        1,
+        "the handler never runs while the store is down"
+    );
+
+    proxy.set_up(true);
+    // The pool reconnects on its own; allow it a few attempts, bounded.
+    let mut recovered = None;
+    for _ in 0..20 {
+        let (status, _, body) = send(&app, "after").await;
+        if status != StatusCode::SERVICE_UNAVAILABLE {
+            recovered = Some((status, body));
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    let (status, body) = recovered.expect("service should resume once the database is back");
+    assert_eq!(status, StatusCode::CREATED);
+    assert_eq!(body["key"], "after");
+    // A request refused during the outage was never recorded: retrying it now runs it once.
+    assert_eq!(send(&app, "during-1").await.0, StatusCode::CREATED);
+    assert_eq!(send(&app, "during-1").await.0, StatusCode::CREATED);
+    // And what completed before the outage is still replayed, not run again.
+    assert_eq!(send(&app, "before").await.0, StatusCode::CREATED);
+    assert_eq!(
+        calls.load(Ordering::SeqCst),
+        3,
+        "before, after, during-1: once each"
+    );
+    idem_tests::db::drop_postgres_store(&direct).await;
+}
