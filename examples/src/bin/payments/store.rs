@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use idem_runtime::Idempotency;
-use idem_runtime::store::MemoryStore;
+use idem_runtime::store::{MemoryStore, PostgresStore, SqliteStore};
 
 use crate::auth;
 use crate::config::StoreKind;
@@ -26,8 +26,20 @@ pub(crate) async fn engine(
         .wait_timeout(Duration::from_secs(10).max(slow + Duration::from_secs(5)));
     let builder = match (kind, db) {
         (StoreKind::Memory, _) => builder.store(MemoryStore::new()),
-        // Until the SQL stores land, records stay in memory.
-        (StoreKind::Sqlite | StoreKind::Postgres, _) => builder.store(MemoryStore::new()),
+        (StoreKind::Sqlite, Db::Sqlite(pool)) => {
+            builder.store(SqliteStore::from_pool(pool.clone()).await?)
+        }
+        (StoreKind::Postgres, Db::Postgres(pool)) => {
+            builder.store(PostgresStore::from_pool(pool.clone()).await?)
+        }
+        // `Config` only pairs a SQL store with a database of the same kind.
+        (StoreKind::Sqlite | StoreKind::Postgres, _) => {
+            return Err(format!(
+                "IDEM_STORE={} needs a DATABASE_URL of the same kind",
+                kind.name()
+            )
+            .into());
+        }
     };
     Ok(builder.build()?)
 }
