@@ -33,6 +33,7 @@ pub struct Endpoint {
     ttl: Duration,
     key: KeyMode,
     in_flight: InFlightMode,
+    atomic: Option<&'static str>,
 }
 
 impl Endpoint {
@@ -50,7 +51,20 @@ impl Endpoint {
             ttl: Duration::from_secs(ttl_secs),
             key,
             in_flight,
+            atomic: None,
         }
+    }
+
+    #[doc(hidden)]
+    pub const fn with_atomic(mut self, database: &'static str) -> Self {
+        self.atomic = Some(database);
+        self
+    }
+
+    /// The database of the handler's [`Tx`](crate::Tx) parameter (`"sqlite"`, `"postgres"`) when
+    /// it runs in atomic mode.
+    pub const fn atomic(&self) -> Option<&'static str> {
+        self.atomic
     }
 
     /// The endpoint's identity: module path and function name, e.g. `payments::create_charge`.

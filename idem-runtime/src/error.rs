@@ -88,6 +88,18 @@ pub enum BuildError {
         /// The scope it names.
         scope: &'static str,
     },
+    /// An endpoint takes a `Tx` for a database the engine's store does not live in.
+    #[error(
+        "endpoint `{endpoint}` runs in atomic mode on {database}, but the engine's store is not \
+         the {database} store: build the engine with that store, on the database holding the \
+         endpoint's tables"
+    )]
+    AtomicStoreMismatch {
+        /// The endpoint (module path and function name).
+        endpoint: &'static str,
+        /// The database of its `Tx` (`"sqlite"`, `"postgres"`).
+        database: &'static str,
+    },
     /// `"global"` is built in and cannot be given a resolver.
     #[error("scope \"global\" is built in and takes no resolver")]
     ReservedScope,

@@ -37,6 +37,8 @@
 //! [axum]: https://docs.rs/axum
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+mod atomic;
 pub mod clock;
 mod endpoint;
 mod engine;
@@ -46,6 +48,9 @@ mod key;
 mod response;
 pub mod store;
 
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+#[cfg_attr(docsrs, doc(cfg(any(feature = "sqlite", feature = "postgres"))))]
+pub use atomic::{AtomicDatabase, Tx};
 pub use endpoint::{Endpoint, GLOBAL_SCOPE, InFlightMode, KeyMode};
 pub use engine::{Builder, Idempotency};
 pub use error::{BuildError, KeyError, Rejection, StoreError};

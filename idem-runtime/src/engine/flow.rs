@@ -32,7 +32,7 @@ use crate::store::{Claim, ClaimRequest, Fence, LeaseToken};
 
 /// The outcome label of `idempotency_requests_total`.
 #[derive(Debug, Clone, Copy)]
-enum Outcome {
+pub(crate) enum Outcome {
     Executed,
     Replayed,
     InProgress,
@@ -56,7 +56,7 @@ impl Outcome {
     }
 }
 
-fn record(endpoint: &'static Endpoint, outcome: Outcome) {
+pub(crate) fn record(endpoint: &'static Endpoint, outcome: Outcome) {
     metrics::counter!(
         "idempotency_requests_total",
         "endpoint" => endpoint.name(),
@@ -203,26 +203,60 @@ impl Ready {
         let Some(prepared) = self.0 else {
             return handler.await;
         };
-        let span = tracing::info_span!(
-            "idempotency",
-            endpoint = endpoint.name(),
-            key = %prepared.record_key.short(),
-            outcome = field::Empty,
-        );
-        claim_and_run(engine, endpoint, prepared, handler)
+        let span = request_span(endpoint, &prepared.record_key);
+        let execute = |key, token| execute(engine, endpoint, key, token, handler);
+        claim_and_run(engine, endpoint, &prepared, execute)
             .instrument(span)
             .await
     }
+
+    /// The record key of an idempotent request (`None` without a key).
+    pub(crate) fn record_key(&self) -> Option<&RecordKey> {
+        self.0.as_ref().map(|p| &p.record_key)
+    }
+
+    /// Like [`Ready::run`] for an idempotent request, with `execute` deciding how an acquired
+    /// record is run. `None` (and `execute` unused) when the request carries no key.
+    pub(crate) async fn claim_then<E, Fut>(
+        self,
+        engine: &Idempotency,
+        endpoint: &'static Endpoint,
+        execute: E,
+    ) -> Option<Response>
+    where
+        E: FnOnce(RecordKey, LeaseToken) -> Fut,
+        Fut: Future<Output = Response>,
+    {
+        let prepared = self.0?;
+        let span = request_span(endpoint, &prepared.record_key);
+        Some(
+            claim_and_run(engine, endpoint, &prepared, execute)
+                .instrument(span)
+                .await,
+        )
+    }
 }
 
-async fn claim_and_run<F>(
+fn request_span(endpoint: &'static Endpoint, key: &RecordKey) -> tracing::Span {
+    tracing::info_span!(
+        "idempotency",
+        endpoint = endpoint.name(),
+        key = %key.short(),
+        outcome = field::Empty,
+    )
+}
+
+/// Claims the record until the claim settles: runs `execute` when acquired, replays, refuses,
+/// or (wait mode) polls a running duplicate.
+async fn claim_and_run<E, Fut>(
     engine: &Idempotency,
     endpoint: &'static Endpoint,
-    prepared: Prepared,
-    handler: F,
+    prepared: &Prepared,
+    execute: E,
 ) -> Response
 where
-    F: Future<Output = Response> + Send,
+    E: FnOnce(RecordKey, LeaseToken) -> Fut,
+    Fut: Future<Output = Response>,
 {
     let policy = engine.policy();
     let waiting_since = Instant::now();
@@ -257,7 +291,7 @@ where
                 if took_over {
                     tracing::warn!("took over a record whose owner's lease lapsed");
                 }
-                return execute(engine, endpoint, prepared.record_key, token, handler).await;
+                return execute(prepared.record_key, token).await;
             }
             Ok(Claim::Completed { fingerprint, .. } | Claim::InFlight { fingerprint, .. })
                 if fingerprint != prepared.fingerprint =>
@@ -314,27 +348,9 @@ where
             };
         }
     };
-    let (parts, body) = response.into_parts();
-    let bytes = match body.collect().await {
-        Ok(collected) => collected.to_bytes(),
-        Err(error) => {
-            tracing::error!(
-                error = &error as &dyn std::error::Error,
-                "handler response body failed; releasing the record"
-            );
-            let _ = guard.release().await;
-            record(endpoint, Outcome::Released);
-            return StatusCode::INTERNAL_SERVER_ERROR.into_response();
-        }
-    };
-    let stored = if bytes.len() <= engine.policy().max_response_bytes {
-        StoredResponse::capture(parts.status, &parts.headers, bytes.clone())
-    } else {
-        too_large(
-            parts.status,
-            bytes.len(),
-            engine.policy().max_response_bytes,
-        )
+    let Some((parts, bytes, stored)) = capture(engine, endpoint, response).await else {
+        let _ = guard.release().await;
+        return StatusCode::INTERNAL_SERVER_ERROR.into_response();
     };
     let expires_at = engine.now().after(endpoint.ttl());
     match guard.complete(stored, expires_at).await {
@@ -356,6 +372,34 @@ where
     Response::from_parts(parts, Body::from(bytes))
 }
 
+/// Buffers a handler's response and builds what to store: the response itself, or the
+/// too-large marker. `None` (after recording `released`) when the body stream failed.
+pub(crate) async fn capture(
+    engine: &Idempotency,
+    endpoint: &'static Endpoint,
+    response: Response,
+) -> Option<(http::response::Parts, bytes::Bytes, StoredResponse)> {
+    let (parts, body) = response.into_parts();
+    let bytes = match body.collect().await {
+        Ok(collected) => collected.to_bytes(),
+        Err(error) => {
+            tracing::error!(
+                error = &error as &dyn std::error::Error,
+                "handler response body failed; releasing the record"
+            );
+            record(endpoint, Outcome::Released);
+            return None;
+        }
+    };
+    let limit = engine.policy().max_response_bytes;
+    let stored = if bytes.len() <= limit {
+        StoredResponse::capture(parts.status, &parts.headers, bytes.clone())
+    } else {
+        too_large(parts.status, bytes.len(), limit)
+    };
+    Some((parts, bytes, stored))
+}
+
 /// What retries of a request whose response was too large to keep receive instead.
 fn too_large(status: StatusCode, len: usize, limit: usize) -> StoredResponse {
     let detail = format!(
@@ -374,7 +418,7 @@ fn too_large(status: StatusCode, len: usize, limit: usize) -> StoredResponse {
 }
 
 /// Runs `fut`, renewing the lease every third of its length until `fut` finishes.
-async fn with_renewal<F: Future + Unpin>(
+pub(crate) async fn with_renewal<F: Future + Unpin>(
     engine: &Idempotency,
     key: &RecordKey,
     token: LeaseToken,
@@ -409,7 +453,7 @@ async fn with_renewal<F: Future + Unpin>(
 
 /// Turns a panic while polling the handler into a value, so the record is released before the
 /// panic continues.
-struct CatchUnwind<F>(Pin<Box<F>>);
+pub(crate) struct CatchUnwind<F>(pub(crate) Pin<Box<F>>);
 
 impl<F: Future<Output = Response>> Future for CatchUnwind<F> {
     type Output = Result<Response, Box<dyn Any + Send>>;

@@ -44,6 +44,12 @@ impl OwnerGuard {
         result
     }
 
+    /// Gives up ownership without touching the record: it was settled some other way (atomic
+    /// mode committed it with the handler's transaction, or another owner holds it now).
+    pub(crate) fn disarm(mut self) {
+        self.state = State::Done;
+    }
+
     pub(crate) async fn complete(
         mut self,
         response: StoredResponse,

@@ -13,7 +13,16 @@ use crate::endpoint::{self, Endpoint, GLOBAL_SCOPE};
 use crate::error::{BuildError, StoreError};
 use crate::store::{DynStore, Store};
 
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+pub(crate) mod atomic;
 pub(crate) mod flow;
+
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+use crate::atomic::store_matches as atomic_store_matches;
+#[cfg(not(any(feature = "sqlite", feature = "postgres")))]
+fn atomic_store_matches(_: &dyn std::any::Any, _: &str) -> bool {
+    false
+}
 mod guard;
 
 type Resolver = Arc<dyn Fn(&Parts) -> Option<String> + Send + Sync>;
@@ -268,6 +277,15 @@ impl Builder {
             return Err(BuildError::UnresolvedScope {
                 endpoint: ep.name(),
                 scope: ep.scope(),
+            });
+        }
+        if let Some(ep) = endpoint::registered().find(|ep| {
+            ep.atomic()
+                .is_some_and(|db| !atomic_store_matches(store.as_any(), db))
+        }) {
+            return Err(BuildError::AtomicStoreMismatch {
+                endpoint: ep.name(),
+                database: ep.atomic().unwrap_or_default(),
             });
         }
         Ok(Idempotency {

@@ -21,7 +21,7 @@ mod migrate;
 #[cfg(feature = "postgres")]
 mod postgres;
 #[cfg(feature = "sqlite")]
-mod sqlite;
+pub(crate) mod sqlite;
 
 pub use memory::MemoryStore;
 #[cfg(feature = "postgres")]
@@ -160,6 +160,8 @@ pub(crate) type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
 /// Object-safe mirror of [`Store`], so the engine can hold any store behind one pointer.
 pub(crate) trait DynStore: Send + Sync + 'static {
+    /// The concrete store, for atomic mode's transactions on SQL stores.
+    fn as_any(&self) -> &dyn std::any::Any;
     fn claim<'a>(&'a self, request: ClaimRequest<'a>) -> BoxFuture<'a, Result<Claim, StoreError>>;
     fn complete<'a>(
         &'a self,
@@ -183,6 +185,9 @@ pub(crate) trait DynStore: Send + Sync + 'static {
 }
 
 impl<T: Store> DynStore for T {
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
     fn claim<'a>(&'a self, request: ClaimRequest<'a>) -> BoxFuture<'a, Result<Claim, StoreError>> {
         Box::pin(Store::claim(self, request))
     }

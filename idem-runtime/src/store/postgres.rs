@@ -41,6 +41,25 @@ pub struct PostgresStore {
 }
 
 impl PostgresStore {
+    /// The fenced completion, on the pool or inside a handler's transaction (atomic mode).
+    pub(crate) async fn complete_with<'e>(
+        &self,
+        executor: impl sqlx::Executor<'e, Database = sqlx::Postgres>,
+        key: &RecordKey,
+        token: LeaseToken,
+        response: &StoredResponse,
+        expires_at: Timestamp,
+    ) -> Result<Fence, StoreError> {
+        let done = sqlx::query(AssertSqlSafe(self.sql.complete.clone()))
+            .bind(key.as_bytes().as_slice())
+            .bind(token.as_i64())
+            .bind(response.encode())
+            .bind(expires_at.as_millis())
+            .execute(executor)
+            .await;
+        fence(done)
+    }
+
     /// The schema used unless [`PostgresStoreBuilder::schema`] says otherwise.
     pub const DEFAULT_SCHEMA: &'static str = "idem";
     /// The table used unless [`PostgresStoreBuilder::table`] says otherwise.
@@ -368,14 +387,8 @@ impl Store for PostgresStore {
         response: &StoredResponse,
         expires_at: Timestamp,
     ) -> Result<Fence, StoreError> {
-        let done = sqlx::query(AssertSqlSafe(self.sql.complete.clone()))
-            .bind(key.as_bytes().as_slice())
-            .bind(token.as_i64())
-            .bind(response.encode())
-            .bind(expires_at.as_millis())
-            .execute(&self.pool)
-            .await;
-        fence(done)
+        self.complete_with(&self.pool, key, token, response, expires_at)
+            .await
     }
 
     async fn release(&self, key: &RecordKey, token: LeaseToken) -> Result<Fence, StoreError> {

@@ -196,17 +196,7 @@ impl Store for SqliteStore {
         response: &StoredResponse,
         expires_at: Timestamp,
     ) -> Result<Fence, StoreError> {
-        let done = sqlx::query(
-            "UPDATE idem_records SET state = 'completed', response = ?3, expires_at = ?4 \
-             WHERE key = ?1 AND token = ?2 AND state = 'in_flight'",
-        )
-        .bind(key.as_bytes().as_slice())
-        .bind(token.as_i64())
-        .bind(response.encode())
-        .bind(expires_at.as_millis())
-        .execute(&self.pool)
-        .await;
-        fence(done)
+        complete_with(&self.pool, key, token, response, expires_at).await
     }
 
     async fn release(&self, key: &RecordKey, token: LeaseToken) -> Result<Fence, StoreError> {
@@ -251,6 +241,27 @@ impl Store for SqliteStore {
         .map_err(StoreError::unavailable)?;
         Ok(done.rows_affected())
     }
+}
+
+/// The fenced completion, on the pool or inside a handler's transaction (atomic mode).
+pub(crate) async fn complete_with<'e>(
+    executor: impl sqlx::Executor<'e, Database = sqlx::Sqlite>,
+    key: &RecordKey,
+    token: LeaseToken,
+    response: &StoredResponse,
+    expires_at: Timestamp,
+) -> Result<Fence, StoreError> {
+    let done = sqlx::query(
+        "UPDATE idem_records SET state = 'completed', response = ?3, expires_at = ?4 \
+         WHERE key = ?1 AND token = ?2 AND state = 'in_flight'",
+    )
+    .bind(key.as_bytes().as_slice())
+    .bind(token.as_i64())
+    .bind(response.encode())
+    .bind(expires_at.as_millis())
+    .execute(executor)
+    .await;
+    fence(done)
 }
 
 /// A fenced write held when it changed the owner's row; zero rows means another owner or none.
