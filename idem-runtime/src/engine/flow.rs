@@ -73,6 +73,8 @@ pub(crate) fn record(endpoint: &'static Endpoint, outcome: Outcome) {
 
 /// Step 1: decide whether this request is idempotent and validate its key.
 #[doc(hidden)]
+// The error is the response to send back as it is; boxing it would only add an allocation.
+#[allow(clippy::result_large_err)]
 pub fn begin(
     engine: &Idempotency,
     endpoint: &'static Endpoint,
