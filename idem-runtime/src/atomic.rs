@@ -262,9 +262,122 @@ mod postgres_impl {
     }
 }
 
+/// A transaction on whichever SQL store the engine was built with, for applications that choose
+/// SQLite or PostgreSQL at start-up (as the `payments` example does from `DATABASE_URL`).
+///
+/// Take it as a handler parameter instead of [`Tx`]; match on it to reach the typed
+/// transaction. It behaves exactly as the [`Tx`] it holds.
+///
+/// ```
+/// use axum::http::StatusCode;
+/// use idem_runtime::{AnyTx, idempotent};
+///
+/// #[idempotent(scope = "global")]
+/// async fn create_order(mut tx: AnyTx) -> Result<StatusCode, StatusCode> {
+///     let insert = "INSERT INTO orders (item) VALUES ('book')";
+///     let done = match &mut tx {
+///         AnyTx::Sqlite(tx) => sqlx::query(insert).execute(tx.conn().await.map_err(internal)?).await.map(drop),
+///         AnyTx::Postgres(tx) => sqlx::query(insert).execute(tx.conn().await.map_err(internal)?).await.map(drop),
+///     };
+///     done.map_err(internal)?;
+///     Ok(StatusCode::CREATED)
+/// }
+/// # fn internal(_: sqlx::Error) -> StatusCode { StatusCode::INTERNAL_SERVER_ERROR }
+/// ```
+#[cfg(all(feature = "sqlite", feature = "postgres"))]
+#[cfg_attr(docsrs, doc(cfg(all(feature = "sqlite", feature = "postgres"))))]
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum AnyTx {
+    /// The engine's store is a `SqliteStore`.
+    Sqlite(Tx<sqlx::Sqlite>),
+    /// The engine's store is a `PostgresStore`.
+    Postgres(Tx<sqlx::Postgres>),
+}
+
+#[cfg(all(feature = "sqlite", feature = "postgres"))]
+impl AnyTx {
+    /// [`Tx::downstream_key`] of the transaction held.
+    pub fn downstream_key(&self, purpose: &str) -> String {
+        match self {
+            Self::Sqlite(tx) => tx.downstream_key(purpose),
+            Self::Postgres(tx) => tx.downstream_key(purpose),
+        }
+    }
+}
+
+/// A handler parameter that puts the handler in atomic mode: [`Tx`] or [`AnyTx`]. The
+/// `#[idempotent]` attribute recognises parameters whose type is named `Tx` or `AnyTx` and hands
+/// them over through this trait.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not a transaction `#[idempotent]` can provide",
+    note = "a parameter named `Tx<..>` or `AnyTx` must be `idem_runtime::Tx<sqlx::Sqlite>`, \
+            `idem_runtime::Tx<sqlx::Postgres>` or `idem_runtime::AnyTx`"
+)]
+pub trait AtomicParam: Sized + Send + 'static {
+    /// The store the endpoint needs (`"sqlite"`, `"postgres"`, or `"sql"` for either).
+    #[doc(hidden)]
+    const STORE: &'static str;
+
+    /// Runs `handler` in atomic mode with a fresh transaction parameter.
+    #[doc(hidden)]
+    fn run<H, Fut>(
+        ready: crate::engine::flow::Ready,
+        engine: &Idempotency,
+        endpoint: &'static crate::endpoint::Endpoint,
+        handler: H,
+    ) -> impl std::future::Future<Output = axum::response::Response> + Send
+    where
+        H: FnOnce(Self) -> Fut + Send,
+        Fut: std::future::Future<Output = axum::response::Response> + Send;
+}
+
+impl<DB: AtomicDatabase> AtomicParam for Tx<DB> {
+    const STORE: &'static str = DB::STORE;
+
+    fn run<H, Fut>(
+        ready: crate::engine::flow::Ready,
+        engine: &Idempotency,
+        endpoint: &'static crate::endpoint::Endpoint,
+        handler: H,
+    ) -> impl std::future::Future<Output = axum::response::Response> + Send
+    where
+        H: FnOnce(Self) -> Fut + Send,
+        Fut: std::future::Future<Output = axum::response::Response> + Send,
+    {
+        ready.run_atomic::<DB, H, Fut>(engine, endpoint, handler)
+    }
+}
+
+#[cfg(all(feature = "sqlite", feature = "postgres"))]
+impl AtomicParam for AnyTx {
+    const STORE: &'static str = "sql";
+
+    async fn run<H, Fut>(
+        ready: crate::engine::flow::Ready,
+        engine: &Idempotency,
+        endpoint: &'static crate::endpoint::Endpoint,
+        handler: H,
+    ) -> axum::response::Response
+    where
+        H: FnOnce(Self) -> Fut + Send,
+        Fut: std::future::Future<Output = axum::response::Response> + Send,
+    {
+        if engine.store().as_any().is::<crate::store::PostgresStore>() {
+            let handler = move |tx| handler(AnyTx::Postgres(tx));
+            ready.run_atomic::<sqlx::Postgres, _, _>(engine, endpoint, handler).await
+        } else {
+            let handler = move |tx| handler(AnyTx::Sqlite(tx));
+            ready.run_atomic::<sqlx::Sqlite, _, _>(engine, endpoint, handler).await
+        }
+    }
+}
+
 /// The store an atomic endpoint's database needs, checked by the builder.
 pub(crate) fn store_matches(store: &dyn std::any::Any, database: &str) -> bool {
     match database {
+        #[cfg(all(feature = "sqlite", feature = "postgres"))]
+        "sql" => store_matches(store, "sqlite") || store_matches(store, "postgres"),
         #[cfg(feature = "sqlite")]
         "sqlite" => store.is::<crate::store::SqliteStore>(),
         #[cfg(feature = "postgres")]
