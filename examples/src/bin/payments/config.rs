@@ -1,5 +1,5 @@
 //! Configuration from the environment: `BIND`, `DATABASE_URL`, `IDEM_STORE`, `REDIS_URL`,
-//! `SLOW_MS`. Everything has a default, so `cargo run` needs no set-up.
+//! `SLOW_MS`, `IDEM_LEASE_MS`. Everything has a default, so `cargo run` needs no set-up.
 
 use std::fmt;
 use std::time::Duration;
@@ -10,6 +10,7 @@ const DEFAULT_BIND: &str = "127.0.0.1:3000";
 const DEFAULT_DATABASE_URL: &str = "sqlite://payments.db";
 const DEFAULT_REDIS_URL: &str = "redis://127.0.0.1:6379";
 const DEFAULT_SLOW_MS: u64 = 2000;
+const DEFAULT_LEASE_MS: u64 = 30_000;
 
 /// The service's settings, read once at start-up.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -24,6 +25,9 @@ pub(crate) struct Config {
     pub(crate) store: StoreKind,
     /// `SLOW_MS`: how long the `tok_slow` test source takes.
     pub(crate) slow: Duration,
+    /// `IDEM_LEASE_MS`: how long an in-flight record stays owned without a renewal, i.e. how
+    /// soon after a crash a retry may take the request over.
+    pub(crate) lease: Duration,
 }
 
 /// The SQL databases app data can live in.
@@ -67,6 +71,8 @@ pub(crate) enum ConfigError {
     StoreNeedsDatabase { store: StoreKind },
     /// `SLOW_MS` is not a whole number of milliseconds.
     SlowMs(String),
+    /// `IDEM_LEASE_MS` is not a positive whole number of milliseconds.
+    LeaseMs(String),
 }
 
 impl fmt::Display for ConfigError {
@@ -96,6 +102,10 @@ impl fmt::Display for ConfigError {
             Self::SlowMs(value) => write!(
                 f,
                 "SLOW_MS must be a whole number of milliseconds, got `{value}`"
+            ),
+            Self::LeaseMs(value) => write!(
+                f,
+                "IDEM_LEASE_MS must be a positive whole number of milliseconds, got `{value}`"
             ),
         }
     }
@@ -148,12 +158,20 @@ impl Config {
                     .map_err(|_| ConfigError::SlowMs(ms.clone()))?,
             ),
         };
+        let lease = match var("IDEM_LEASE_MS") {
+            None => Duration::from_millis(DEFAULT_LEASE_MS),
+            Some(ms) => match ms.trim().parse() {
+                Ok(ms) if ms > 0 => Duration::from_millis(ms),
+                _ => return Err(ConfigError::LeaseMs(ms)),
+            },
+        };
         Ok(Self {
             bind,
             database_url,
             database,
             store,
             slow,
+            lease,
         })
     }
 }
@@ -194,6 +212,13 @@ mod tests {
         assert_eq!(c.database, Backend::Sqlite);
         assert_eq!(c.store, StoreKind::Sqlite);
         assert_eq!(c.slow, Duration::from_millis(2000));
+        assert_eq!(c.lease, Duration::from_secs(30));
+    }
+
+    #[test]
+    fn the_lease_is_configurable() {
+        let c = config(&[("IDEM_LEASE_MS", "1500")]).unwrap();
+        assert_eq!(c.lease, Duration::from_millis(1500));
     }
 
     #[test]
@@ -225,6 +250,8 @@ mod tests {
             (&[("DATABASE_URL", "mysql://x")][..], "DATABASE_URL"),
             (&[("IDEM_STORE", "dynamo")][..], "IDEM_STORE"),
             (&[("SLOW_MS", "fast")][..], "SLOW_MS"),
+            (&[("IDEM_LEASE_MS", "0")][..], "IDEM_LEASE_MS"),
+            (&[("IDEM_LEASE_MS", "1.5s")][..], "IDEM_LEASE_MS"),
             (
                 &[
                     ("IDEM_STORE", "postgres"),

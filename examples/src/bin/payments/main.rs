@@ -20,6 +20,7 @@
 //! | `DATABASE_URL` | `sqlite://payments.db` | app data, and the idempotency store unless `IDEM_STORE` says otherwise |
 //! | `IDEM_STORE` | from `DATABASE_URL` | `memory`, `sqlite`, `postgres` (`redis` is not available yet) |
 //! | `SLOW_MS` | `2000` | how long the `tok_slow` source takes |
+//! | `IDEM_LEASE_MS` | `30000` | lease of an in-flight request, renewed while it runs: how soon a retry may take over after a crash |
 //! | `RUST_LOG` | `info,sqlx=warn` | log filter |
 //!
 //! # Try it
@@ -121,7 +122,7 @@ async fn run(config: Config) -> Result<(), BoxError> {
                 redact(&config.database_url)
             )
         })?;
-    let idempotency = store::engine(config.store, &db, config.slow)
+    let idempotency = store::engine(config.store, &db, config.slow, config.lease)
         .await
         .map_err(|e| format!("cannot start the {} store: {e}", config.store.name()))?;
     for endpoint in idempotency.endpoints() {

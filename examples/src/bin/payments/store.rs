@@ -14,14 +14,17 @@ const SWEEP_PERIOD: Duration = Duration::from_secs(60);
 const SWEEP_BATCH: u32 = 1000;
 
 /// Builds the engine on the store `kind`; SQL stores share the app's pool, so records live in
-/// the app's database (in their own tables, created by the store's own migrations).
+/// the app's database (in their own tables, created by the store's own migrations). `lease` is
+/// how soon after a crash a retry may take over the crashed request.
 pub(crate) async fn engine(
     kind: StoreKind,
     db: &Db,
     slow: Duration,
+    lease: Duration,
 ) -> Result<Idempotency, Box<dyn std::error::Error + Send + Sync>> {
     let builder = Idempotency::builder()
         .scope("org", auth::org_scope)
+        .lease(lease)
         // A refund duplicate waits for the first one, which may take `SLOW_MS`.
         .wait_timeout(Duration::from_secs(10).max(slow + Duration::from_secs(5)));
     let builder = match (kind, db) {
