@@ -1,11 +1,11 @@
 //! Harness for end-to-end tests: runs the real `payments` binary on a free port with its own
-//! SQLite file, and talks HTTP/1.1 to it over TCP. Every wait is bounded, so a hung server fails
-//! the test instead of hanging CI.
+//! SQLite file (or a PostgreSQL database of the test's own), and talks HTTP/1.1 to it over TCP.
+//! Every wait is bounded, so a hung server fails the test instead of hanging CI.
 #![allow(dead_code)]
 
 use std::io::{BufRead, BufReader, Read};
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, mpsc};
@@ -15,16 +15,22 @@ use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
+mod postgres;
+
+#[allow(unused_imports)] // Not every test binary uses PostgreSQL.
+pub(crate) use postgres::PgDatabase;
+
 /// The longest any single step (start-up, one request, shutdown) may take.
 pub(crate) const STEP_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// Variables the binary reads; cleared so the developer's or CI's environment cannot leak in.
-const SERVICE_VARS: [&str; 6] = [
+const SERVICE_VARS: [&str; 7] = [
     "BIND",
     "DATABASE_URL",
     "IDEM_STORE",
     "REDIS_URL",
     "SLOW_MS",
+    "IDEM_LEASE_MS",
     "RUST_LOG",
 ];
 
@@ -34,8 +40,40 @@ static NEXT_DIR: AtomicUsize = AtomicUsize::new(0);
 pub(crate) struct Server {
     child: Child,
     addr: SocketAddr,
-    dir: PathBuf,
+    dir: ScratchDir,
     log: Arc<Mutex<String>>,
+}
+
+/// A directory of the test's own under the target directory, removed on drop. Outlives the
+/// servers that use it when a test owns it: a restarted server finds the same SQLite file.
+pub(crate) struct ScratchDir(PathBuf);
+
+impl ScratchDir {
+    pub(crate) fn new() -> Self {
+        let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!(
+            "payments-e2e-{}-{}",
+            std::process::id(),
+            NEXT_DIR.fetch_add(1, Ordering::Relaxed)
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("create the test's directory");
+        Self(dir)
+    }
+
+    pub(crate) fn path(&self) -> &Path {
+        &self.0
+    }
+
+    /// A `DATABASE_URL` for a SQLite file in this directory (created by the server).
+    pub(crate) fn sqlite_url(&self) -> String {
+        format!("sqlite://{}", self.0.join("payments.db").display())
+    }
+}
+
+impl Drop for ScratchDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
 }
 
 /// Configures a [`Server`] before start.
@@ -53,7 +91,7 @@ impl ServerBuilder {
 
     /// Starts the binary and waits until it listens.
     pub(crate) fn start(self) -> Server {
-        let dir = scratch_dir();
+        let dir = ScratchDir::new();
         let mut command = self.command(&dir);
         command.stdout(Stdio::piped()).stderr(Stdio::piped());
         let mut child = command.spawn().expect("spawn the payments binary");
@@ -61,14 +99,13 @@ impl ServerBuilder {
         let (addr_tx, addr_rx) = mpsc::channel();
         drain(child.stdout.take().unwrap(), log.clone(), Some(addr_tx));
         drain(child.stderr.take().unwrap(), log.clone(), None);
-        let server = |child, addr| Server {
-            child,
-            addr,
-            dir: dir.clone(),
-            log: log.clone(),
-        };
         match addr_rx.recv_timeout(STEP_TIMEOUT) {
-            Ok(addr) => server(child, addr),
+            Ok(addr) => Server {
+                child,
+                addr,
+                dir,
+                log,
+            },
             Err(error) => {
                 let _ = child.kill();
                 let status = child.wait();
@@ -84,7 +121,7 @@ impl ServerBuilder {
 
     /// Runs the binary expecting it to exit by itself; returns its status and output.
     pub(crate) fn run_to_exit(self) -> (ExitStatus, String) {
-        let dir = scratch_dir();
+        let dir = ScratchDir::new();
         let mut child = self
             .command(&dir)
             .stdout(Stdio::piped())
@@ -95,7 +132,7 @@ impl ServerBuilder {
         let out = drain(child.stdout.take().unwrap(), log.clone(), None);
         let err = drain(child.stderr.take().unwrap(), log.clone(), None);
         let status = wait_timeout(&mut child, STEP_TIMEOUT);
-        let _ = std::fs::remove_dir_all(&dir);
+        drop(dir);
         let status = status.unwrap_or_else(|| {
             let _ = child.kill();
             let _ = child.wait();
@@ -109,20 +146,17 @@ impl ServerBuilder {
         (status, output)
     }
 
-    fn command(&self, dir: &std::path::Path) -> Command {
+    fn command(&self, dir: &ScratchDir) -> Command {
         let mut command = Command::new(env!("CARGO_BIN_EXE_payments"));
         for var in SERVICE_VARS {
             command.env_remove(var);
         }
         command
             .env("BIND", "127.0.0.1:0")
-            .env(
-                "DATABASE_URL",
-                format!("sqlite://{}", dir.join("payments.db").display()),
-            )
+            .env("DATABASE_URL", dir.sqlite_url())
             .env("RUST_LOG", "info,sqlx=warn")
             .env("NO_COLOR", "1")
-            .current_dir(dir)
+            .current_dir(dir.path())
             .stdin(Stdio::null());
         for (name, value) in &self.env {
             command.env(name, value);
@@ -161,6 +195,18 @@ impl Server {
         })
     }
 
+    /// Sends SIGKILL and waits for the process to die: no graceful shutdown, no cleanup, as in
+    /// a crash or an OOM kill.
+    pub(crate) fn kill(&mut self) -> ExitStatus {
+        self.child.kill().expect("send SIGKILL");
+        wait_timeout(&mut self.child, STEP_TIMEOUT).unwrap_or_else(|| {
+            panic!(
+                "the server did not die after SIGKILL; its output:\n{}",
+                self.output()
+            )
+        })
+    }
+
     pub(crate) fn get(&self, path: &str) -> Call {
         Call::new(self.addr, "GET", path)
     }
@@ -182,21 +228,9 @@ impl Drop for Server {
         let _ = self.child.kill();
         let _ = self.child.wait();
         if std::thread::panicking() {
-            eprintln!("--- payments output ---\n{}", self.output());
+            eprintln!("--- payments output ({}) ---\n{}", self.addr, self.output());
         }
-        let _ = std::fs::remove_dir_all(&self.dir);
     }
-}
-
-fn scratch_dir() -> PathBuf {
-    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!(
-        "payments-e2e-{}-{}",
-        std::process::id(),
-        NEXT_DIR.fetch_add(1, Ordering::Relaxed)
-    ));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("create the test's directory");
-    dir
 }
 
 /// Copies a pipe into `log` on a thread; reports the listen address when it is printed.
@@ -253,6 +287,12 @@ impl Call {
             headers: Vec::new(),
             body: Vec::new(),
         }
+    }
+
+    /// The same request, sent to `server` instead.
+    pub(crate) fn to(mut self, server: &Server) -> Self {
+        self.addr = server.addr;
+        self
     }
 
     pub(crate) fn header(mut self, name: &str, value: &str) -> Self {
@@ -324,20 +364,31 @@ pub(crate) struct Sent {
 
 impl Sent {
     /// Reads the whole response.
-    pub(crate) async fn response(mut self) -> Response {
+    pub(crate) async fn response(self) -> Response {
+        let what = self.what.clone();
+        match self.read().await {
+            Ok(raw) => Response::parse(&raw).unwrap_or_else(|| {
+                panic!(
+                    "{what}: malformed response: {}",
+                    String::from_utf8_lossy(&raw)
+                )
+            }),
+            Err(error) => panic!("{what}: {error}"),
+        }
+    }
+
+    /// Reads the response, or `None` when the connection ended without a whole one (the server
+    /// died mid-request).
+    pub(crate) async fn try_response(self) -> Option<Response> {
+        Response::parse(&self.read().await.ok()?)
+    }
+
+    async fn read(mut self) -> std::io::Result<Vec<u8>> {
         let mut raw = Vec::new();
         match tokio::time::timeout(STEP_TIMEOUT, self.stream.read_to_end(&mut raw)).await {
-            Ok(Ok(_)) => {}
-            Ok(Err(error)) => panic!("{}: {error}", self.what),
+            Ok(result) => result.map(|_| raw),
             Err(_) => panic!("{}: no response within {STEP_TIMEOUT:?}", self.what),
         }
-        Response::parse(&raw).unwrap_or_else(|| {
-            panic!(
-                "{}: malformed response: {}",
-                self.what,
-                String::from_utf8_lossy(&raw)
-            )
-        })
     }
 }
 
