@@ -1,0 +1,125 @@
+//! A crash mid-request (SPEC section 3, rule 4: "in flight but the lease expired (the owner
+//! crashed) -> take it over"), over real processes: `payments` is SIGKILLed while a charge runs,
+//! a new process starts on the same database, and the client's retry with the same key is
+//! answered 409 until the dead owner's lease lapses, then runs the charge once.
+
+mod common;
+
+use std::os::unix::process::ExitStatusExt;
+use std::time::{Duration, Instant};
+
+use common::{PgDatabase, ScratchDir, Server, charge};
+
+/// How long the charge runs: long enough to be killed mid-way.
+const SLOW_MS: &str = "3000";
+/// How soon a dead owner's record may be taken over.
+const LEASE_MS: &str = "1500";
+/// How long the retries may keep getting 409 after the restart.
+const TAKEOVER_DEADLINE: Duration = Duration::from_secs(20);
+const POLL: Duration = Duration::from_millis(250);
+const SIGKILL: i32 = 9;
+
+fn server(database_url: &str) -> Server {
+    Server::builder()
+        .env("DATABASE_URL", database_url)
+        .env("SLOW_MS", SLOW_MS)
+        .env("IDEM_LEASE_MS", LEASE_MS)
+        .start()
+}
+
+/// Kills the server running a charge, restarts it on the same database and retries the charge
+/// until the new process takes it over.
+async fn a_retry_after_a_crash_charges_once(database_url: &str) {
+    let mut first = server(database_url);
+    let request = first
+        .post("/v1/charges")
+        .org("acme")
+        .key("crash-1")
+        .json(&charge(4200, "tok_slow"));
+
+    // Two copies at once: one claims the key and runs for SLOW_MS; the other is answered 409
+    // at once, which proves the first is in flight. Its connection stays open until the kill.
+    let mut a = tokio::spawn(request.clone().start().await.try_response());
+    let mut b = tokio::spawn(request.clone().start().await.try_response());
+    let (answered, in_flight) = tokio::select! {
+        answered = &mut a => (answered, b),
+        answered = &mut b => (answered, a),
+    };
+    let answered = answered
+        .expect("request task")
+        .expect("the duplicate is answered");
+    answered.assert_problem(409, "idempotency_key_in_progress");
+
+    let status = first.kill();
+    assert_eq!(status.signal(), Some(SIGKILL), "{status}");
+    let lost = in_flight.await.expect("request task");
+    assert!(
+        lost.is_none(),
+        "the charge answered before the kill: {lost:?}"
+    );
+    drop(first);
+
+    // A new process on the same database: the dead owner's record is still there, in flight.
+    let second = server(database_url);
+    let request = request.to(&second);
+    let deadline = Instant::now() + TAKEOVER_DEADLINE;
+    let mut conflicts = 0;
+    let created = loop {
+        let response = request.clone().send().await;
+        if response.status != 409 {
+            break response;
+        }
+        response.assert_problem(409, "idempotency_key_in_progress");
+        assert!(response.header("retry-after").is_some());
+        conflicts += 1;
+        assert!(
+            Instant::now() < deadline,
+            "still 409 after {TAKEOVER_DEADLINE:?}: the crashed owner's record was never taken over"
+        );
+        tokio::time::sleep(POLL).await;
+    };
+    eprintln!("409 answers before the takeover: {conflicts}");
+    assert_eq!(created.status, 201, "{}", created.text());
+    assert!(
+        !created.is_replay(),
+        "the charge ran in the new process, not replayed from the dead one"
+    );
+    assert!(
+        second
+            .output()
+            .contains("took over a record whose owner's lease lapsed"),
+        "{}",
+        second.output()
+    );
+
+    let list = second.get("/v1/charges").org("acme").send().await;
+    assert_eq!(list.status, 200);
+    assert_eq!(
+        list.json()["data"],
+        serde_json::json!([created.json()]),
+        "exactly one charge"
+    );
+
+    let replay = request.send().await;
+    assert_eq!(replay.status, 201);
+    assert!(replay.is_replay(), "Idempotent-Replayed: true");
+    assert_eq!(replay.body, created.body, "the same body, byte for byte");
+    assert_eq!(replay.replayable_headers(), created.replayable_headers());
+    assert_eq!(second.counter("create_charge", "executed").await, 1);
+    assert_eq!(
+        second.counter("create_charge", "in_progress").await,
+        conflicts
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_a_retry_after_a_crash_charges_once() {
+    let dir = ScratchDir::new();
+    a_retry_after_a_crash_charges_once(&dir.sqlite_url()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_a_retry_after_a_crash_charges_once() {
+    let database = PgDatabase::create().await;
+    a_retry_after_a_crash_charges_once(&database.url).await;
+}
