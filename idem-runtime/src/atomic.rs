@@ -365,10 +365,14 @@ impl AtomicParam for AnyTx {
     {
         if engine.store().as_any().is::<crate::store::PostgresStore>() {
             let handler = move |tx| handler(AnyTx::Postgres(tx));
-            ready.run_atomic::<sqlx::Postgres, _, _>(engine, endpoint, handler).await
+            ready
+                .run_atomic::<sqlx::Postgres, _, _>(engine, endpoint, handler)
+                .await
         } else {
             let handler = move |tx| handler(AnyTx::Sqlite(tx));
-            ready.run_atomic::<sqlx::Sqlite, _, _>(engine, endpoint, handler).await
+            ready
+                .run_atomic::<sqlx::Sqlite, _, _>(engine, endpoint, handler)
+                .await
         }
     }
 }
