@@ -262,11 +262,13 @@ mod postgres_impl {
     }
 }
 
-/// A transaction on whichever SQL store the engine was built with, for applications that choose
-/// SQLite or PostgreSQL at start-up (as the `payments` example does from `DATABASE_URL`).
+/// A transaction on whichever store the engine was built with, for applications that choose the
+/// store at start-up (as the `payments` example does from `DATABASE_URL` and `IDEM_STORE`).
 ///
 /// Take it as a handler parameter instead of [`Tx`]; match on it to reach the typed
-/// transaction. It behaves exactly as the [`Tx`] it holds.
+/// transaction, which behaves exactly as a [`Tx`] parameter would. When the engine's store is not
+/// a SQL store (`MemoryStore`), there is no transaction to share: the handler gets
+/// [`AnyTx::None`], writes on its own connections and runs as without atomic mode.
 ///
 /// ```
 /// use axum::http::StatusCode;
@@ -278,6 +280,7 @@ mod postgres_impl {
 ///     let done = match &mut tx {
 ///         AnyTx::Sqlite(tx) => sqlx::query(insert).execute(tx.conn().await.map_err(internal)?).await.map(drop),
 ///         AnyTx::Postgres(tx) => sqlx::query(insert).execute(tx.conn().await.map_err(internal)?).await.map(drop),
+///         _ => Ok(()), // a memory store: write through the app's own pool here
 ///     };
 ///     done.map_err(internal)?;
 ///     Ok(StatusCode::CREATED)
@@ -293,15 +296,19 @@ pub enum AnyTx {
     Sqlite(Tx<sqlx::Sqlite>),
     /// The engine's store is a `PostgresStore`.
     Postgres(Tx<sqlx::Postgres>),
+    /// The engine's store has no transactions to share (`MemoryStore`): write as without atomic
+    /// mode.
+    None,
 }
 
 #[cfg(all(feature = "sqlite", feature = "postgres"))]
 impl AnyTx {
-    /// [`Tx::downstream_key`] of the transaction held.
-    pub fn downstream_key(&self, purpose: &str) -> String {
+    /// [`Tx::downstream_key`] of the transaction held; `None` without one.
+    pub fn downstream_key(&self, purpose: &str) -> Option<String> {
         match self {
-            Self::Sqlite(tx) => tx.downstream_key(purpose),
-            Self::Postgres(tx) => tx.downstream_key(purpose),
+            Self::Sqlite(tx) => Some(tx.downstream_key(purpose)),
+            Self::Postgres(tx) => Some(tx.downstream_key(purpose)),
+            Self::None => None,
         }
     }
 }
@@ -315,7 +322,7 @@ impl AnyTx {
             `idem_runtime::Tx<sqlx::Postgres>` or `idem_runtime::AnyTx`"
 )]
 pub trait AtomicParam: Sized + Send + 'static {
-    /// The store the endpoint needs (`"sqlite"`, `"postgres"`, or `"sql"` for either).
+    /// The store the endpoint needs (`"sqlite"`, `"postgres"`, or `"any"`).
     #[doc(hidden)]
     const STORE: &'static str;
 
@@ -351,7 +358,7 @@ impl<DB: AtomicDatabase> AtomicParam for Tx<DB> {
 
 #[cfg(all(feature = "sqlite", feature = "postgres"))]
 impl AtomicParam for AnyTx {
-    const STORE: &'static str = "sql";
+    const STORE: &'static str = "any";
 
     async fn run<H, Fut>(
         ready: crate::engine::flow::Ready,
@@ -363,16 +370,19 @@ impl AtomicParam for AnyTx {
         H: FnOnce(Self) -> Fut + Send,
         Fut: std::future::Future<Output = axum::response::Response> + Send,
     {
-        if engine.store().as_any().is::<crate::store::PostgresStore>() {
+        let store = engine.store().as_any();
+        if store.is::<crate::store::PostgresStore>() {
             let handler = move |tx| handler(AnyTx::Postgres(tx));
             ready
                 .run_atomic::<sqlx::Postgres, _, _>(engine, endpoint, handler)
                 .await
-        } else {
+        } else if store.is::<crate::store::SqliteStore>() {
             let handler = move |tx| handler(AnyTx::Sqlite(tx));
             ready
                 .run_atomic::<sqlx::Sqlite, _, _>(engine, endpoint, handler)
                 .await
+        } else {
+            ready.run(engine, endpoint, handler(AnyTx::None)).await
         }
     }
 }
@@ -381,7 +391,7 @@ impl AtomicParam for AnyTx {
 pub(crate) fn store_matches(store: &dyn std::any::Any, database: &str) -> bool {
     match database {
         #[cfg(all(feature = "sqlite", feature = "postgres"))]
-        "sql" => store_matches(store, "sqlite") || store_matches(store, "postgres"),
+        "any" => true,
         #[cfg(feature = "sqlite")]
         "sqlite" => store.is::<crate::store::SqliteStore>(),
         #[cfg(feature = "postgres")]
