@@ -1,0 +1,213 @@
+//! What `#[idempotent]` costs per request, in process: the same handler bare and idempotent on
+//! the `MemoryStore`, through `tower::ServiceExt::oneshot` on a `Router`, for JSON bodies of
+//! 100 B, 1 KB, 10 KB and 1 MB.
+//!
+//! Per body size (group `overhead-<size>`):
+//! - `bare`: the handler alone.
+//! - `idem_fresh`: a new key every request (claim, run, store the response).
+//! - `idem_replay`: the same key every request (claim finds the completed record, replays it).
+//! - `idem_in_flight`: duplicates of a request held open in its handler (409 in progress).
+//! - `peer_fresh`, `peer_replay`: the same handler behind axum-idempotent (moka sessions).
+//!
+//! Every request carries an `Idempotency-Key` and a session cookie, bare ones included, so the
+//! requests differ only in their route. Every sample builds a new store, so records from other
+//! samples neither fill it nor speed it up. Run: `cargo bench -p idem-bench --bench overhead`.
+
+use std::hint::black_box;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::body::Body;
+use axum::http::{Request, StatusCode, header};
+use bytes::Bytes;
+use criterion::{Criterion, criterion_group, criterion_main};
+use http_body_util::BodyExt;
+use idem_bench::app::{self, Gate};
+use idem_bench::{body, peer};
+use idem_runtime::Idempotency;
+use idem_runtime::store::MemoryStore;
+use tokio::runtime::Runtime;
+use tower::ServiceExt;
+
+fn runtime() -> Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a tokio runtime")
+}
+
+fn engine(capacity: u64) -> Idempotency {
+    let capacity = usize::try_from(capacity).unwrap_or(usize::MAX / 4);
+    Idempotency::builder()
+        .store(MemoryStore::with_capacity(
+            capacity.saturating_mul(2) + 4096,
+        ))
+        .build()
+        .expect("an engine")
+}
+
+fn idem_router(capacity: u64) -> (Router, Arc<Gate>) {
+    let gate = Arc::new(Gate::default());
+    (app::router(engine(capacity), gate.clone()), gate)
+}
+
+fn request(path: &str, key: u64, body: &Bytes) -> Request<Body> {
+    Request::post(path)
+        .header(header::CONTENT_TYPE, "application/json")
+        .header("idempotency-key", format!("bench-key-{key:016x}"))
+        .header(header::COOKIE, peer::session_cookie(key))
+        .body(Body::from(body.clone()))
+        .expect("a valid request")
+}
+
+/// Sends one request and reads the whole response.
+async fn call(router: &Router, request: Request<Body>) -> StatusCode {
+    let response = router
+        .clone()
+        .oneshot(request)
+        .await
+        .unwrap_or_else(|e| match e {});
+    let status = response.status();
+    let body = response.into_body().collect().await.expect("a body");
+    black_box(body);
+    status
+}
+
+/// Times `iters` requests to `path`, the key of request `i` given by `key(i)`.
+async fn timed(
+    router: &Router,
+    path: &str,
+    body: &Bytes,
+    iters: u64,
+    key: impl Fn(u64) -> u64,
+    expect: StatusCode,
+) -> Duration {
+    let start = Instant::now();
+    for i in 0..iters {
+        let status = call(router, request(path, key(i), body)).await;
+        assert_eq!(status, expect, "{path}");
+    }
+    start.elapsed()
+}
+
+fn overhead(c: &mut Criterion) {
+    let rt = runtime();
+    for (label, size) in body::SIZES {
+        let body = body::json(size);
+        let mut group = c.benchmark_group(format!("overhead-{label}"));
+        if size >= 1024 * 1024 {
+            group.sample_size(20);
+        }
+        let body = &body;
+        let rt = &rt;
+
+        group.bench_function("bare", |b| {
+            b.iter_custom(|iters| {
+                let (router, _) = idem_router(0);
+                rt.block_on(timed(
+                    &router,
+                    app::BARE,
+                    body,
+                    iters,
+                    |i| i,
+                    StatusCode::CREATED,
+                ))
+            });
+        });
+
+        group.bench_function("idem_fresh", |b| {
+            b.iter_custom(|iters| {
+                let (router, _) = idem_router(iters);
+                rt.block_on(timed(
+                    &router,
+                    app::IDEM,
+                    body,
+                    iters,
+                    |i| i,
+                    StatusCode::CREATED,
+                ))
+            });
+        });
+
+        group.bench_function("idem_replay", |b| {
+            b.iter_custom(|iters| {
+                let (router, _) = idem_router(1);
+                rt.block_on(async {
+                    let first = call(&router, request(app::IDEM, u64::MAX, body)).await;
+                    assert_eq!(first, StatusCode::CREATED);
+                    timed(
+                        &router,
+                        app::IDEM,
+                        body,
+                        iters,
+                        |_| u64::MAX,
+                        StatusCode::CREATED,
+                    )
+                    .await
+                })
+            });
+        });
+
+        group.bench_function("idem_in_flight", |b| {
+            b.iter_custom(|iters| {
+                let (router, gate) = idem_router(1);
+                rt.block_on(async {
+                    let first = request(app::HELD, u64::MAX, body);
+                    let owner = router.clone();
+                    let held = tokio::spawn(async move { call(&owner, first).await });
+                    gate.entered.notified().await;
+                    let elapsed = timed(
+                        &router,
+                        app::HELD,
+                        body,
+                        iters,
+                        |_| u64::MAX,
+                        StatusCode::CONFLICT,
+                    )
+                    .await;
+                    gate.open.notify_one();
+                    assert_eq!(held.await.expect("held request"), StatusCode::CREATED);
+                    elapsed
+                })
+            });
+        });
+
+        group.bench_function("peer_fresh", |b| {
+            b.iter_custom(|iters| {
+                let router = peer::router();
+                rt.block_on(timed(
+                    &router,
+                    peer::PEER,
+                    body,
+                    iters,
+                    |i| i,
+                    StatusCode::CREATED,
+                ))
+            });
+        });
+
+        group.bench_function("peer_replay", |b| {
+            b.iter_custom(|iters| {
+                let router = peer::router();
+                rt.block_on(async {
+                    let first = call(&router, request(peer::PEER, u64::MAX, body)).await;
+                    assert_eq!(first, StatusCode::CREATED);
+                    timed(
+                        &router,
+                        peer::PEER,
+                        body,
+                        iters,
+                        |_| u64::MAX,
+                        StatusCode::CREATED,
+                    )
+                    .await
+                })
+            });
+        });
+        group.finish();
+    }
+}
+
+criterion_group!(benches, overhead);
+criterion_main!(benches);

@@ -1,0 +1,304 @@
+//! Turns one run's results into the Markdown tables of `BENCHMARKS.md`.
+//!
+//! ```text
+//! idem-bench-report --criterion target/criterion --load bench/results/load.jsonl
+//!                   [--env bench/results/env.txt]
+//! ```
+//!
+//! Criterion numbers are medians of the `overhead-<size>` and `fingerprint-<size>` groups. Load
+//! results are the JSON lines of `idem-bench-load`, labelled `group/scenario` (or
+//! `group/cN/scenario` in a concurrency sweep); each is compared with the `bare` scenario of
+//! the same group (and concurrency), measured in the same run.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use idem_bench::body::SIZES;
+use serde::Deserialize;
+
+#[derive(Debug, Deserialize)]
+struct Load {
+    label: String,
+    connections: usize,
+    rps: f64,
+    p50_us: u64,
+    p99_us: u64,
+    requests: u64,
+    statuses: BTreeMap<String, u64>,
+    replayed: u64,
+    #[serde(default)]
+    pg: Option<Pg>,
+}
+
+#[derive(Debug, Clone, Copy, Deserialize)]
+struct Pg {
+    round_trips: u64,
+    statements: u64,
+    connections: u64,
+}
+
+/// The median of a criterion benchmark, in microseconds.
+fn median_us(dir: &Path, group: &str, function: &str) -> Option<f64> {
+    let path = dir
+        .join(group)
+        .join(function)
+        .join("new")
+        .join("estimates.json");
+    let text = std::fs::read_to_string(path).ok()?;
+    let value: serde_json::Value = serde_json::from_str(&text).ok()?;
+    value["median"]["point_estimate"]
+        .as_f64()
+        .map(|ns| ns / 1e3)
+}
+
+fn us(v: Option<f64>) -> String {
+    match v {
+        Some(v) if v >= 1000.0 => format!("{v:.0}"),
+        Some(v) if v >= 10.0 => format!("{v:.1}"),
+        Some(v) => format!("{v:.2}"),
+        None => "–".into(),
+    }
+}
+
+fn ratio(a: Option<f64>, b: Option<f64>) -> String {
+    match (a, b) {
+        (Some(a), Some(b)) if b > 0.0 => format!("{:.2}×", a / b),
+        _ => "–".into(),
+    }
+}
+
+fn diff(a: Option<f64>, b: Option<f64>) -> Option<f64> {
+    Some(a? - b?)
+}
+
+fn in_process(out: &mut String, dir: &Path) {
+    let m = |size: &str, f: &str| median_us(dir, &format!("overhead-{size}"), f);
+    let f = |size: &str, f: &str| median_us(dir, &format!("fingerprint-{size}"), f);
+    out.push_str("### In process: µs per request (criterion median), memory store\n\n");
+    out.push_str(
+        "| body | bare | idem fresh | overhead | × bare | idem replay | overhead | 409 in flight | overhead | peer fresh | × bare | peer replay | × bare |\n\
+         |---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n",
+    );
+    for (size, _) in SIZES {
+        let bare = m(size, "bare");
+        let fresh = m(size, "idem_fresh");
+        let replay = m(size, "idem_replay");
+        let held = m(size, "idem_in_flight");
+        let pf = m(size, "peer_fresh");
+        let pr = m(size, "peer_replay");
+        let _ = writeln!(
+            out,
+            "| {size} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            us(bare),
+            us(fresh),
+            us(diff(fresh, bare)),
+            ratio(fresh, bare),
+            us(replay),
+            us(diff(replay, bare)),
+            us(held),
+            us(diff(held, bare)),
+            us(pf),
+            ratio(pf, bare),
+            us(pr),
+            ratio(pr, bare),
+        );
+    }
+    out.push_str(
+        "\n### In process: the overhead beyond hashing the body\n\n\
+         | body | fingerprint (canonical JSON + SHA-256) | SHA-256 alone | fingerprint × SHA-256 | idem fresh − bare | minus fingerprint (target ≤ 2 µs) | minus SHA-256 alone |\n\
+         |---|--:|--:|--:|--:|--:|--:|\n",
+    );
+    for (size, _) in SIZES {
+        let fp = f(size, "of_request");
+        let sha = f(size, "sha256");
+        let overhead = diff(m(size, "idem_fresh"), m(size, "bare"));
+        let beyond = diff(overhead, fp);
+        let verdict = match beyond {
+            Some(v) if v <= 2.0 => " ✅",
+            Some(_) => " ❌",
+            None => "",
+        };
+        let _ = writeln!(
+            out,
+            "| {size} | {} | {} | {} | {} | {}{verdict} | {} |",
+            us(fp),
+            us(sha),
+            ratio(fp, sha),
+            us(overhead),
+            us(beyond),
+            us(diff(overhead, sha)),
+        );
+    }
+    out.push('\n');
+}
+
+/// `group/scenario` -> (`group`, `scenario`); `group/cN/scenario` -> (`group/cN`, `scenario`).
+fn split(label: &str) -> (&str, &str) {
+    label.rsplit_once('/').unwrap_or(("", label))
+}
+
+fn statuses(load: &Load) -> String {
+    let mut s: Vec<String> = load
+        .statuses
+        .iter()
+        .map(|(k, v)| format!("{k}×{v}"))
+        .collect();
+    if load.replayed > 0 {
+        s.push(format!("replayed {}", load.replayed));
+    }
+    s.join(", ")
+}
+
+fn http(out: &mut String, loads: &[Load]) {
+    let by_label: BTreeMap<&str, &Load> = loads.iter().map(|l| (l.label.as_str(), l)).collect();
+    let mut groups: Vec<&str> = Vec::new();
+    for l in loads {
+        let (group, _) = split(&l.label);
+        if !groups.contains(&group) && !group.starts_with("sweep-") && l.pg.is_none() {
+            groups.push(group);
+        }
+    }
+    out.push_str(
+        "### HTTP over loopback: throughput and latency, ratios to `bare` of the same run\n\n",
+    );
+    out.push_str(
+        "| group | scenario | conns | req/s | × bare | p50 µs | × bare | p99 µs | × bare | answers |\n\
+         |---|---|--:|--:|--:|--:|--:|--:|--:|---|\n",
+    );
+    for group in groups {
+        let bare = by_label.get(format!("{group}/bare").as_str()).copied();
+        for l in loads.iter().filter(|l| split(&l.label).0 == group) {
+            let (_, scenario) = split(&l.label);
+            let r = |a: f64, b: Option<f64>| ratio(Some(a), b);
+            let _ = writeln!(
+                out,
+                "| {group} | {scenario} | {} | {:.0} | {} | {} | {} | {} | {} | {} |",
+                l.connections,
+                l.rps,
+                r(l.rps, bare.map(|b| b.rps)),
+                l.p50_us,
+                r(l.p50_us as f64, bare.map(|b| b.p50_us as f64)),
+                l.p99_us,
+                r(l.p99_us as f64, bare.map(|b| b.p99_us as f64)),
+                statuses(l),
+            );
+        }
+    }
+    out.push('\n');
+}
+
+fn sweeps(out: &mut String, loads: &[Load]) {
+    let mut sweeps: Vec<&str> = Vec::new();
+    for l in loads {
+        if let Some(sweep) = l
+            .label
+            .split('/')
+            .next()
+            .filter(|g| g.starts_with("sweep-"))
+            && !sweeps.contains(&sweep)
+        {
+            sweeps.push(sweep);
+        }
+    }
+    for sweep in sweeps {
+        let store = sweep.trim_start_matches("sweep-");
+        let _ = writeln!(
+            out,
+            "### Distinct keys in parallel, {store} store: throughput by concurrency\n\n\
+             | connections | bare req/s | idem fresh req/s | × bare | idem × its c=1 | idem p50 µs | idem p99 µs |\n\
+             |--:|--:|--:|--:|--:|--:|--:|"
+        );
+        let rows: Vec<(&Load, Option<&Load>)> = loads
+            .iter()
+            .filter(|l| {
+                l.label.starts_with(&format!("{sweep}/")) && l.label.ends_with("/idem-fresh")
+            })
+            .map(|idem| {
+                let bare_label = format!("{}/bare", split(&idem.label).0);
+                (idem, loads.iter().find(|l| l.label == bare_label))
+            })
+            .collect();
+        let first = rows.first().map(|(idem, _)| idem.rps);
+        for (idem, bare) in &rows {
+            let _ = writeln!(
+                out,
+                "| {} | {} | {:.0} | {} | {} | {} | {} |",
+                idem.connections,
+                bare.map_or("–".into(), |b| format!("{:.0}", b.rps)),
+                idem.rps,
+                ratio(Some(idem.rps), bare.map(|b| b.rps)),
+                ratio(Some(idem.rps), first),
+                idem.p50_us,
+                idem.p99_us,
+            );
+        }
+        out.push('\n');
+    }
+}
+
+fn round_trips(out: &mut String, loads: &[Load]) {
+    let counted: Vec<&Load> = loads.iter().filter(|l| l.pg.is_some()).collect();
+    if counted.is_empty() {
+        return;
+    }
+    out.push_str(
+        "### PostgreSQL round trips per request (counted on the wire)\n\n\
+         | pool | scenario | requests | round trips / request | statements / request | connections opened |\n\
+         |---|---|--:|--:|--:|--:|\n",
+    );
+    for l in counted {
+        let Some(pg) = l.pg else { continue };
+        let (group, scenario) = split(&l.label);
+        let n = l.requests.max(1) as f64;
+        // Each new connection costs one ReadyForQuery at start-up: not a request's round trip.
+        let trips = pg.round_trips.saturating_sub(pg.connections) as f64 / n;
+        let _ = writeln!(
+            out,
+            "| {group} | {scenario} | {} | {trips:.2} | {:.2} | {} |",
+            l.requests,
+            pg.statements as f64 / n,
+            pg.connections,
+        );
+    }
+    out.push('\n');
+}
+
+fn main() -> ExitCode {
+    let mut criterion = PathBuf::from("target/criterion");
+    let mut load = PathBuf::from("bench/results/load.jsonl");
+    let mut env = None;
+    let mut it = std::env::args().skip(1);
+    while let Some(flag) = it.next() {
+        let Some(value) = it.next() else {
+            eprintln!("idem-bench-report: {flag} needs a value");
+            return ExitCode::from(2);
+        };
+        match flag.as_str() {
+            "--criterion" => criterion = value.into(),
+            "--load" => load = value.into(),
+            "--env" => env = Some(PathBuf::from(value)),
+            other => {
+                eprintln!("idem-bench-report: unknown argument {other}");
+                return ExitCode::from(2);
+            }
+        }
+    }
+    let loads: Vec<Load> = std::fs::read_to_string(&load)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|line| serde_json::from_str(line).ok())
+        .collect();
+    let mut out = String::new();
+    if let Some(text) = env.and_then(|p| std::fs::read_to_string(p).ok()) {
+        out.push_str(&text);
+        out.push('\n');
+    }
+    in_process(&mut out, &criterion);
+    http(&mut out, &loads);
+    sweeps(&mut out, &loads);
+    round_trips(&mut out, &loads);
+    print!("{out}");
+    ExitCode::SUCCESS
+}

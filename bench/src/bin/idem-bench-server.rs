@@ -1,0 +1,219 @@
+//! The HTTP benchmark server: one handler served bare, with `#[idempotent]`, and behind
+//! axum-idempotent, on 127.0.0.1.
+//!
+//! ```text
+//! idem-bench-server [--bind 127.0.0.1:18080] [--store memory|sqlite|postgres]
+//!                   [--database-url URL] [--pg-no-ping] [--pg-pool N] [--count-round-trips]
+//!                   [--memory-capacity N] [--workers N] [--max-seconds S]
+//! ```
+//!
+//! Routes: `POST /bare`, `POST /idem` (on the chosen store), `POST /peer` (axum-idempotent on
+//! moka), `GET /healthz`, and with `--count-round-trips` `GET /stats/pg`, the
+//! [`idem_bench::pgcount`] totals of the PostgreSQL connections (the store then connects through
+//! a counting proxy). `--pg-no-ping` builds the pool with `test_before_acquire(false)`.
+//!
+//! The server stops by itself after `--max-seconds` (default 900), or on Ctrl-C.
+
+use std::net::SocketAddr;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Json;
+use axum::routing::get;
+use idem_bench::{app, peer, pgcount};
+use idem_runtime::Idempotency;
+use idem_runtime::store::{MemoryStore, PostgresStore, SqliteStore};
+use sqlx::postgres::PgPoolOptions;
+
+#[derive(Debug)]
+struct Args {
+    bind: SocketAddr,
+    store: String,
+    database_url: Option<String>,
+    pg_no_ping: bool,
+    pg_pool: Option<u32>,
+    count_round_trips: bool,
+    memory_capacity: usize,
+    workers: usize,
+    max_seconds: u64,
+}
+
+fn parse_args() -> Result<Args, String> {
+    let mut args = Args {
+        bind: "127.0.0.1:18080".parse().map_err(|e| format!("{e}"))?,
+        store: "memory".into(),
+        database_url: None,
+        pg_no_ping: false,
+        pg_pool: None,
+        count_round_trips: false,
+        memory_capacity: 8_000_000,
+        workers: 2,
+        max_seconds: 900,
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(flag) = it.next() {
+        let mut value = || it.next().ok_or_else(|| format!("{flag} needs a value"));
+        match flag.as_str() {
+            "--bind" => args.bind = value()?.parse().map_err(|e| format!("--bind: {e}"))?,
+            "--store" => args.store = value()?,
+            "--database-url" => args.database_url = Some(value()?),
+            "--pg-no-ping" => args.pg_no_ping = true,
+            "--pg-pool" => {
+                args.pg_pool = Some(value()?.parse().map_err(|e| format!("--pg-pool: {e}"))?);
+            }
+            "--count-round-trips" => args.count_round_trips = true,
+            "--memory-capacity" => {
+                args.memory_capacity = value()?
+                    .parse()
+                    .map_err(|e| format!("--memory-capacity: {e}"))?;
+            }
+            "--workers" => {
+                args.workers = value()?.parse().map_err(|e| format!("--workers: {e}"))?;
+            }
+            "--max-seconds" => {
+                args.max_seconds = value()?
+                    .parse()
+                    .map_err(|e| format!("--max-seconds: {e}"))?;
+            }
+            other => return Err(format!("unknown argument {other}")),
+        }
+    }
+    if !args.bind.ip().is_loopback() {
+        return Err("--bind must be a loopback address".into());
+    }
+    Ok(args)
+}
+
+fn main() -> ExitCode {
+    let args = match parse_args() {
+        Ok(args) => args,
+        Err(e) => {
+            eprintln!("idem-bench-server: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(args.workers.max(1))
+        .enable_all()
+        .build();
+    let result = match runtime {
+        Ok(rt) => rt.block_on(serve(args)),
+        Err(e) => Err(e.to_string()),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("idem-bench-server: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn serve(args: Args) -> Result<(), String> {
+    let mut stats = None;
+    let builder = Idempotency::builder();
+    let builder = match args.store.as_str() {
+        "memory" => builder.store(MemoryStore::with_capacity(args.memory_capacity)),
+        "sqlite" => {
+            let url = args.database_url.clone().unwrap_or_else(|| {
+                let path = std::env::temp_dir().join("idem-bench.db");
+                format!("sqlite://{}", path.display())
+            });
+            builder.store(
+                SqliteStore::connect(&url)
+                    .await
+                    .map_err(|e| e.to_string())?,
+            )
+        }
+        "postgres" => {
+            let mut url = args
+                .database_url
+                .clone()
+                .unwrap_or_else(|| "postgres://postgres@127.0.0.1:5432/idem_bench".to_string());
+            if args.count_round_trips {
+                let (proxied, counters) = via_proxy(&url).await?;
+                url = proxied;
+                stats = Some(counters);
+            }
+            let mut pool = PgPoolOptions::new();
+            if let Some(n) = args.pg_pool {
+                pool = pool.max_connections(n);
+            }
+            if args.pg_no_ping {
+                pool = pool.test_before_acquire(false);
+            }
+            let store = if args.pg_no_ping || args.pg_pool.is_some() {
+                let pool = pool.connect(&url).await.map_err(|e| e.to_string())?;
+                PostgresStore::from_pool(pool).await
+            } else {
+                // Exactly what users get.
+                PostgresStore::connect(&url).await
+            };
+            builder.store(store.map_err(|e| e.to_string())?)
+        }
+        other => return Err(format!("unknown store {other}")),
+    };
+    let engine = builder.build().map_err(|e| e.to_string())?;
+    let mut router = app::router(engine, Arc::default()).merge(peer::router());
+    if let Some(counters) = stats {
+        router = router.route(
+            "/stats/pg",
+            get(move || {
+                let counters = counters.clone();
+                async move { Json(counters.snapshot()) }
+            }),
+        );
+    }
+    let listener = tokio::net::TcpListener::bind(args.bind)
+        .await
+        .map_err(|e| format!("bind {}: {e}", args.bind))?;
+    println!(
+        "idem-bench-server: {} store, listening on http://{}",
+        args.store, args.bind
+    );
+    let max = Duration::from_secs(args.max_seconds);
+    axum::serve(listener, router)
+        .with_graceful_shutdown(async move {
+            tokio::select! {
+                _ = tokio::time::sleep(max) => eprintln!("idem-bench-server: --max-seconds reached"),
+                _ = tokio::signal::ctrl_c() => {}
+            }
+        })
+        .await
+        .map_err(|e| e.to_string())
+}
+
+/// Points `url` at a counting proxy in front of its host, with SSL off so the stream is framed.
+async fn via_proxy(url: &str) -> Result<(String, Arc<pgcount::Counters>), String> {
+    let (scheme, rest) = url
+        .split_once("://")
+        .ok_or("--database-url: expected postgres://user@host:port/db")?;
+    let (authority, path) = rest.split_once('/').unwrap_or((rest, ""));
+    let (user, host) = authority
+        .rsplit_once('@')
+        .map_or(("", authority), |(u, h)| (u, h));
+    let upstream = tokio::net::lookup_host(if host.contains(':') {
+        host.to_string()
+    } else {
+        format!("{host}:5432")
+    })
+    .await
+    .map_err(|e| e.to_string())?
+    .next()
+    .ok_or("no address for the database host")?;
+    if !upstream.ip().is_loopback() {
+        return Err("--count-round-trips needs a database on loopback".into());
+    }
+    let (addr, counters) = pgcount::start(upstream).await.map_err(|e| e.to_string())?;
+    let user = if user.is_empty() {
+        String::new()
+    } else {
+        format!("{user}@")
+    };
+    let sep = if path.contains('?') { '&' } else { '?' };
+    Ok((
+        format!("{scheme}://{user}{addr}/{path}{sep}sslmode=disable"),
+        counters,
+    ))
+}

@@ -1,0 +1,15 @@
+//! Shared pieces of the idem benchmarks: the handler under test in its three forms (bare,
+//! `#[idempotent]`, behind axum-idempotent), the routers that serve them, the request bodies,
+//! and a PostgreSQL round-trip counter.
+//!
+//! - `benches/overhead.rs`: in process, through `tower::ServiceExt::oneshot`.
+//! - `benches/fingerprint.rs`: `Fingerprint::of_request` against raw SHA-256.
+//! - `src/bin/idem-bench-server.rs` and `src/bin/idem-bench-load.rs`: HTTP over loopback.
+//! - `src/bin/idem-bench-report.rs`: turns the results into the tables of `BENCHMARKS.md`.
+//!
+//! `bench/run.sh` runs everything.
+
+pub mod app;
+pub mod body;
+pub mod peer;
+pub mod pgcount;
