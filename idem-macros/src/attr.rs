@@ -1,6 +1,7 @@
 //! Parsing `#[idempotent(...)]` arguments into a typed [`Args`], keeping each keyword's span.
 
-use proc_macro2::Span;
+use quote::{ToTokens, quote};
+use syn::ext::IdentExt;
 use syn::parse::{Parse, ParseStream};
 use syn::{Expr, ExprLit, Ident, Lit, LitStr, Token};
 
@@ -11,8 +12,13 @@ mod kw {
     syn::custom_keyword!(in_flight);
 }
 
-/// The argument names, in the order the docs list them.
-pub(crate) const NAMES: [&str; 4] = ["scope", "ttl", "key", "in_flight"];
+/// The argument names, in the order the docs list them, each with an example value.
+pub(crate) const NAMES: [(&str, &str); 4] = [
+    ("scope", "org"),
+    ("ttl", "24h"),
+    ("key", "required"),
+    ("in_flight", "wait"),
+];
 
 /// One `name = "value"` argument.
 pub(crate) struct Arg {
@@ -33,40 +39,34 @@ impl Parse for Args {
         let mut args = Args::default();
         while !input.is_empty() {
             let lookahead = input.lookahead1();
-            if lookahead.peek(kw::scope) {
-                set(
-                    &mut args.scope,
-                    input.parse::<kw::scope>()?.span,
-                    "scope",
-                    "org",
-                    input,
-                )?;
+            let (slot, keyword) = if lookahead.peek(kw::scope) {
+                let span = input.parse::<kw::scope>()?.span;
+                (&mut args.scope, Ident::new("scope", span))
             } else if lookahead.peek(kw::ttl) {
-                set(
-                    &mut args.ttl,
-                    input.parse::<kw::ttl>()?.span,
-                    "ttl",
-                    "24h",
-                    input,
-                )?;
+                let span = input.parse::<kw::ttl>()?.span;
+                (&mut args.ttl, Ident::new("ttl", span))
             } else if lookahead.peek(kw::key) {
-                set(
-                    &mut args.key,
-                    input.parse::<kw::key>()?.span,
-                    "key",
-                    "required",
-                    input,
-                )?;
+                let span = input.parse::<kw::key>()?.span;
+                (&mut args.key, Ident::new("key", span))
             } else if lookahead.peek(kw::in_flight) {
                 let span = input.parse::<kw::in_flight>()?.span;
-                set(&mut args.in_flight, span, "in_flight", "wait", input)?;
-            } else if input.peek(Ident) {
-                return Err(unknown(&input.parse::<Ident>()?));
+                (&mut args.in_flight, Ident::new("in_flight", span))
+            } else if input.peek(Ident::peek_any) {
+                return Err(unknown(&input.call(Ident::parse_any)?));
             } else {
-                return Err(lookahead.error());
-            }
+                return Err(not_an_argument(input));
+            };
+            // The keyword is consumed: errors about it use its own span, never `input.error()`,
+            // which would point at the next token.
+            set(slot, &keyword, input)?;
             if input.is_empty() {
                 break;
+            }
+            if !input.peek(Token![,]) {
+                return Err(syn::Error::new(
+                    input.span(),
+                    "expected `,` between `#[idempotent]` arguments",
+                ));
             }
             input.parse::<Token![,]>()?;
         }
@@ -74,57 +74,127 @@ impl Parse for Args {
     }
 }
 
-/// Parses `= "value"` after `name` and stores it, refusing a second occurrence. One helper for
-/// every argument, so the checks cannot drift apart.
-fn set(
-    slot: &mut Option<Arg>,
-    name_span: Span,
-    name: &str,
-    example: &str,
-    input: ParseStream<'_>,
-) -> syn::Result<()> {
-    if !input.peek(Token![=]) {
-        return Err(syn::Error::new(
-            name_span,
-            format!("expected `=` after `{name}`: write `{name} = \"{example}\"`"),
+/// The example value of argument `name`.
+fn example(name: &str) -> &'static str {
+    NAMES
+        .iter()
+        .find(|(n, _)| *n == name)
+        .map_or("...", |(_, e)| e)
+}
+
+/// Parses `= "value"` after the keyword `name` (already consumed) and stores it, refusing a
+/// second occurrence. One helper for every argument, so the checks cannot drift apart.
+fn set(slot: &mut Option<Arg>, keyword: &Ident, input: ParseStream<'_>) -> syn::Result<()> {
+    let name = keyword.to_string();
+    let name = name.as_str();
+    let example = example(name);
+    if slot.is_some() {
+        return Err(syn::Error::new_spanned(
+            keyword,
+            format!("`{name}` is specified more than once in `#[idempotent]`: remove one of them"),
         ));
     }
-    input.parse::<Token![=]>()?;
+    if !input.peek(Token![=]) {
+        // `scope "org"`: span the name and the value, and suggest the user's own value.
+        let (tokens, value) = match input.fork().parse::<LitStr>() {
+            Ok(lit) => (quote!(#keyword #lit), lit.value()),
+            Err(_) => (keyword.to_token_stream(), example.to_owned()),
+        };
+        return Err(syn::Error::new_spanned(
+            tokens,
+            format!("expected `=` after `{name}` in `#[idempotent]`: write `{name} = \"{value}\"`"),
+        ));
+    }
+    let eq = input.parse::<Token![=]>()?;
+    if input.is_empty() || input.peek(Token![,]) {
+        return Err(syn::Error::new_spanned(
+            quote!(#keyword #eq),
+            format!("`{name}` in `#[idempotent]` needs a value: write `{name} = \"{example}\"`"),
+        ));
+    }
     let value = match input.parse::<Expr>()? {
         Expr::Lit(ExprLit {
             lit: Lit::Str(s), ..
         }) => s,
-        other => {
-            return Err(syn::Error::new_spanned(
-                other,
-                format!("`{name}` takes a string literal: write `{name} = \"{example}\"`"),
-            ));
-        }
+        other => return Err(not_a_string(name, &other)),
     };
-    if slot.is_some() {
-        return Err(syn::Error::new(
-            name_span,
-            format!("`{name}` specified more than once in `#[idempotent]`"),
-        ));
-    }
     *slot = Some(Arg { value });
     Ok(())
 }
 
-fn unknown(ident: &Ident) -> syn::Error {
-    let given = ident.to_string();
-    let expected = "expected one of `scope`, `ttl`, `key`, `in_flight`";
-    let message = match NAMES.iter().find(|name| edit_distance(name, &given) <= 2) {
-        Some(close) => {
-            format!("unknown argument `{given}` in `#[idempotent]`; did you mean `{close}`?")
+/// `ttl = 24h`, `scope = org`: suggest the quoted form of what was written.
+fn not_a_string(name: &str, value: &Expr) -> syn::Error {
+    let written = value.to_token_stream().to_string();
+    let suggestion = match value {
+        Expr::Lit(ExprLit {
+            lit: Lit::Int(int), ..
+        }) if name == "ttl" && int.suffix().is_empty() => {
+            let n = int.base10_digits();
+            format!(
+                "`ttl` in `#[idempotent]` takes a string with a unit: write `ttl = \"{n}s\"`, \
+                 `\"{n}m\"`, `\"{n}h\"` or `\"{n}d\"`"
+            )
         }
-        None => format!("unknown argument `{given}` in `#[idempotent]`; {expected}"),
+        Expr::Lit(_) | Expr::Path(_) if !written.contains(char::is_whitespace) => {
+            let written = written.trim_matches('"');
+            format!(
+                "`{name}` in `#[idempotent]` takes a string literal: write `{name} = \"{written}\"`"
+            )
+        }
+        _ => format!(
+            "`{name}` in `#[idempotent]` takes a string literal, such as `{name} = \"{}\"`",
+            example(name)
+        ),
+    };
+    syn::Error::new_spanned(value, suggestion)
+}
+
+/// `#[idempotent("org")]`, `#[idempotent(= "org")]`: anything but a name where one is expected.
+fn not_an_argument(input: ParseStream<'_>) -> syn::Error {
+    if let Ok(lit) = input.fork().parse::<LitStr>() {
+        // Guess which argument the value belongs to.
+        let name = match lit.value().as_str() {
+            "optional" | "required" => "key",
+            "reject" | "wait" => "in_flight",
+            _ if crate::validate::ttl(&lit).is_ok() => "ttl",
+            _ => "scope",
+        };
+        return syn::Error::new_spanned(
+            &lit,
+            format!(
+                "`#[idempotent]` arguments are named: write `{name} = {}`",
+                lit.to_token_stream()
+            ),
+        );
+    }
+    syn::Error::new(
+        input.span(),
+        "expected an argument of `#[idempotent]`: `scope`, `ttl`, `key` or `in_flight`, \
+         as in `#[idempotent(scope = \"org\", ttl = \"24h\")]`",
+    )
+}
+
+fn unknown(ident: &Ident) -> syn::Error {
+    let given = ident.unraw().to_string();
+    let close = NAMES
+        .iter()
+        .map(|(name, _)| (edit_distance(name, &given), name))
+        .filter(|(distance, name)| *distance <= 2.max(name.len() / 3))
+        .min_by_key(|(distance, _)| *distance);
+    let message = match close {
+        Some((_, name)) => {
+            format!("unknown argument `{given}` in `#[idempotent]`: did you mean `{name}`?")
+        }
+        None => format!(
+            "unknown argument `{given}` in `#[idempotent]`: expected `scope`, `ttl`, `key` \
+             or `in_flight`"
+        ),
     };
     syn::Error::new_spanned(ident, message)
 }
 
 /// Levenshtein distance, for "did you mean" suggestions.
-fn edit_distance(a: &str, b: &str) -> usize {
+pub(crate) fn edit_distance(a: &str, b: &str) -> usize {
     let b: Vec<char> = b.chars().collect();
     let mut row: Vec<usize> = (0..=b.len()).collect();
     for (i, ca) in a.chars().enumerate() {
@@ -147,6 +217,10 @@ mod tests {
         syn::parse_str::<Args>(tokens)
     }
 
+    fn err(tokens: &str) -> String {
+        parse(tokens).err().unwrap().to_string()
+    }
+
     #[test]
     fn parses_every_argument() {
         let args =
@@ -155,19 +229,35 @@ mod tests {
         assert_eq!(args.ttl.unwrap().value.value(), "15m");
         assert_eq!(args.key.unwrap().value.value(), "required");
         assert_eq!(args.in_flight.unwrap().value.value(), "wait");
+        assert!(parse("").unwrap().scope.is_none());
     }
 
     #[test]
-    fn rejects_duplicates_unknowns_and_non_strings() {
-        let err = |s| parse(s).err().unwrap().to_string();
+    fn rejects_duplicates_and_unknowns() {
         assert_eq!(
             err(r#"ttl = "1h", ttl = "2h""#),
-            "`ttl` specified more than once in `#[idempotent]`"
+            "`ttl` is specified more than once in `#[idempotent]`: remove one of them"
         );
         assert!(err(r#"scpoe = "org""#).contains("did you mean `scope`?"));
-        assert!(err(r#"colour = "red""#).contains("expected one of"));
-        assert!(err("ttl = 24").contains("`ttl` takes a string literal"));
+        assert!(err(r#"inflight = "wait""#).contains("did you mean `in_flight`?"));
+        assert!(err(r#"colour = "red""#).contains("expected `scope`, `ttl`, `key` or"));
+        assert!(err(r#"type = "x""#).starts_with("unknown argument `type`"));
+        assert!(err(r#""org""#).contains("are named: write `scope = \"org\"`"));
+        assert!(err(r#"scope = "org", "7d""#).ends_with("write `ttl = \"7d\"`"));
+        assert!(err(r#"scope = "org", "wait""#).ends_with("write `in_flight = \"wait\"`"));
+        assert!(err(r#"= "org""#).starts_with("expected an argument of `#[idempotent]`"));
+    }
+
+    #[test]
+    fn rejects_malformed_values_with_a_suggestion() {
+        assert!(err("ttl = 24h").ends_with("write `ttl = \"24h\"`"));
+        assert!(err("ttl = 30").contains("write `ttl = \"30s\"`"));
+        assert!(err("scope = org").ends_with("write `scope = \"org\"`"));
+        assert!(err("ttl = Duration::from_secs(1)").ends_with("such as `ttl = \"24h\"`"));
+        assert!(err(r#"scope "team""#).ends_with("write `scope = \"team\"`"));
         assert!(err("scope").contains("expected `=` after `scope`"));
+        assert!(err("ttl =").contains("`ttl` in `#[idempotent]` needs a value"));
+        assert!(err(r#"scope = "org" ttl = "1h""#).starts_with("expected `,` between"));
     }
 
     #[test]

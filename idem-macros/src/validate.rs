@@ -1,17 +1,19 @@
 //! Checking parsed arguments and the annotated function; every error points at the offending
 //! token and says how to fix it.
 
-use proc_macro2::Span;
-use syn::spanned::Spanned;
-use syn::{FnArg, ItemFn, LitStr};
+use proc_macro2::{Span, TokenStream, TokenTree};
+use quote::{ToTokens, quote};
+use syn::{FnArg, GenericParam, Item, ItemFn, Type};
 
-use crate::attr::{Arg, Args};
+use crate::attr::{Arg, Args, edit_distance};
+
+mod ttl;
+
+pub(crate) use ttl::ttl;
 
 /// axum implements `Handler` for up to 16 extractors; so do we.
 pub(crate) const MAX_EXTRACTORS: usize = 16;
-const MIN_TTL_SECS: u64 = 1;
-const MAX_TTL_SECS: u64 = 30 * 24 * 60 * 60;
-const DEFAULT_TTL_SECS: u64 = 24 * 60 * 60;
+const MAX_SCOPE_LEN: usize = 64;
 
 /// The validated configuration of one endpoint.
 pub(crate) struct Config {
@@ -34,7 +36,7 @@ pub(crate) fn config(args: Args) -> syn::Result<Config> {
         ttl_secs: args
             .ttl
             .as_ref()
-            .map_or(Ok(DEFAULT_TTL_SECS), |arg| ttl(&arg.value))?,
+            .map_or(Ok(ttl::DEFAULT_SECS), |arg| ttl(&arg.value))?,
         key_required: choice(args.key.as_ref(), "key", ["optional", "required"])? == 1,
         wait: choice(args.in_flight.as_ref(), "in_flight", ["reject", "wait"])? == 1,
     })
@@ -42,124 +44,200 @@ pub(crate) fn config(args: Args) -> syn::Result<Config> {
 
 fn scope_name(arg: &Arg) -> syn::Result<String> {
     let name = arg.value.value();
-    let valid = !name.is_empty()
-        && name.len() <= 64
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'));
-    if valid {
-        Ok(name)
+    let allowed = |c: char| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.');
+    if !name.is_empty() && name.len() <= MAX_SCOPE_LEN && name.chars().all(allowed) {
+        return Ok(name);
+    }
+    let message = if name.is_empty() {
+        "empty scope in `#[idempotent]`: write `scope = \"global\"`, or the name of a scope \
+         registered on the engine such as `scope = \"org\"`"
+            .to_owned()
     } else {
-        Err(syn::Error::new_spanned(
-            &arg.value,
-            "invalid scope name: use 1 to 64 ASCII letters, digits, `_`, `-` or `.`, \
-             e.g. `scope = \"org\"` or `scope = \"global\"`",
-        ))
-    }
-}
-
-/// Parses `"30s"`, `"15m"`, `"24h"`, `"7d"` into seconds within 1 s ..= 30 d.
-pub(crate) fn ttl(lit: &LitStr) -> syn::Result<u64> {
-    let text = lit.value();
-    let split = text
-        .find(|c: char| !c.is_ascii_digit())
-        .unwrap_or(text.len());
-    let (digits, unit) = text.split_at(split);
-    let unit_secs = match unit {
-        "s" => Some(1),
-        "m" => Some(60),
-        "h" => Some(60 * 60),
-        "d" => Some(24 * 60 * 60),
-        _ => None,
+        let suggestion: String = name
+            .trim()
+            .chars()
+            .map(|c| if allowed(c) { c } else { '_' })
+            .take(MAX_SCOPE_LEN)
+            .collect();
+        format!(
+            "invalid scope name \"{}\" in `#[idempotent]`: use 1 to {MAX_SCOPE_LEN} ASCII \
+             letters, digits, `_`, `-` or `.`, such as `scope = \"{suggestion}\"`",
+            name.escape_debug()
+        )
     };
-    let secs = match unit_secs {
-        Some(unit) if !digits.is_empty() => digits
-            .parse::<u64>()
-            .ok()
-            .and_then(|n| n.checked_mul(unit))
-            .unwrap_or(u64::MAX),
-        _ => {
-            return Err(syn::Error::new_spanned(
-                lit,
-                format!(
-                    "invalid ttl \"{text}\": write a whole number and a unit s, m, h or d, \
-                     e.g. \"30s\", \"15m\", \"24h\" or \"7d\""
-                ),
-            ));
-        }
-    };
-    if !(MIN_TTL_SECS..=MAX_TTL_SECS).contains(&secs) {
-        return Err(syn::Error::new_spanned(
-            lit,
-            format!("ttl \"{text}\" is out of range: it must be between \"1s\" and \"30d\""),
-        ));
-    }
-    Ok(secs)
+    Err(syn::Error::new_spanned(&arg.value, message))
 }
 
 /// The index of `arg`'s value among `options` (0, the default, when absent).
 fn choice(arg: Option<&Arg>, name: &str, options: [&str; 2]) -> syn::Result<usize> {
     let Some(arg) = arg else { return Ok(0) };
     let value = arg.value.value();
-    options.iter().position(|o| *o == value).ok_or_else(|| {
-        syn::Error::new_spanned(
-            &arg.value,
-            format!(
-                "invalid `{name}` value \"{value}\": expected \"{}\" (the default) or \"{}\"",
-                options[0], options[1]
-            ),
-        )
-    })
+    if let Some(index) = options.iter().position(|o| *o == value) {
+        return Ok(index);
+    }
+    let [default, other] = options;
+    let shown = value.escape_debug();
+    let lower = value.to_ascii_lowercase();
+    let close = options
+        .iter()
+        .find(|o| **o == lower || edit_distance(o, &lower) <= 2);
+    let message = match close {
+        Some(close) => format!(
+            "invalid `{name}` value \"{shown}\" in `#[idempotent]`: did you mean \"{close}\"? \
+             (the values are \"{default}\", the default, and \"{other}\")"
+        ),
+        None => format!(
+            "invalid `{name}` value \"{shown}\" in `#[idempotent]`: expected \"{default}\" \
+             (the default) or \"{other}\""
+        ),
+    };
+    Err(syn::Error::new_spanned(&arg.value, message))
+}
+
+/// Parses the annotated item, which must be a function.
+pub(crate) fn item(tokens: TokenStream) -> syn::Result<ItemFn> {
+    let item = match syn::parse2::<Item>(tokens.clone()) {
+        Ok(Item::Fn(function)) => return Ok(function),
+        Ok(item) => item,
+        Err(_) => Item::Verbatim(tokens),
+    };
+    let (what, at) = match &item {
+        Item::Struct(i) => ("a struct", pair(&i.struct_token, &i.ident)),
+        Item::Enum(i) => ("an enum", pair(&i.enum_token, &i.ident)),
+        Item::Union(i) => ("a union", pair(&i.union_token, &i.ident)),
+        Item::Trait(i) => ("a trait", pair(&i.trait_token, &i.ident)),
+        Item::Impl(i) => ("an `impl` block", i.impl_token.to_token_stream()),
+        Item::Mod(i) => ("a module", pair(&i.mod_token, &i.ident)),
+        Item::Const(i) => ("a constant", pair(&i.const_token, &i.ident)),
+        Item::Static(i) => ("a static", pair(&i.static_token, &i.ident)),
+        Item::Type(i) => ("a type alias", pair(&i.type_token, &i.ident)),
+        Item::Use(i) => ("a `use` declaration", i.use_token.to_token_stream()),
+        Item::Verbatim(tokens) if has_fn_token(tokens) => {
+            return Err(syn::Error::new_spanned(
+                tokens,
+                "`#[idempotent]` needs the handler's body: write `async fn name(..) { .. }`",
+            ));
+        }
+        _ => ("this item", first_token(&item.to_token_stream())),
+    };
+    Err(syn::Error::new_spanned(
+        at,
+        format!("`#[idempotent]` goes on an `async fn` axum handler, not on {what}"),
+    ))
+}
+
+/// Tokens as a user writes them: `Tx<sqlx::Sqlite>`, not `Tx < sqlx :: Sqlite >`.
+fn compact(tokens: &dyn ToTokens) -> String {
+    let text = tokens.to_token_stream().to_string();
+    [
+        (" :: ", "::"),
+        (":: ", "::"),
+        (" < ", "<"),
+        ("< ", "<"),
+        (" <", "<"),
+        (" >", ">"),
+    ]
+    .iter()
+    .fold(text, |text, (from, to)| text.replace(from, to))
+    .replace(" ,", ",")
+}
+
+fn pair(a: &dyn ToTokens, b: &dyn ToTokens) -> TokenStream {
+    let mut tokens = a.to_token_stream();
+    b.to_tokens(&mut tokens);
+    tokens
+}
+
+fn has_fn_token(tokens: &TokenStream) -> bool {
+    tokens
+        .clone()
+        .into_iter()
+        .any(|t| matches!(&t, TokenTree::Ident(i) if i == "fn"))
+}
+
+fn first_token(tokens: &TokenStream) -> TokenStream {
+    tokens.clone().into_iter().take(1).collect()
+}
+
+/// Whether `ty` names the transaction of atomic mode, `Tx<..>` or `AnyTx` (by its last path
+/// segment, as `idem_runtime::AtomicParam` documents).
+pub(crate) fn is_atomic(ty: &Type) -> bool {
+    match ty {
+        Type::Group(group) => is_atomic(&group.elem),
+        Type::Paren(paren) => is_atomic(&paren.elem),
+        Type::Path(path) if path.qself.is_none() => path
+            .path
+            .segments
+            .last()
+            .is_some_and(|last| last.ident == "Tx" || last.ident == "AnyTx"),
+        _ => false,
+    }
 }
 
 /// Checks that `item` can be an axum handler under `#[idempotent]`.
 pub(crate) fn function(item: &ItemFn) -> syn::Result<()> {
     let sig = &item.sig;
+    let name = &sig.ident;
     if let Some(constness) = &sig.constness {
         return Err(syn::Error::new_spanned(
             constness,
-            "`#[idempotent]` handlers cannot be `const`",
+            "`#[idempotent]` handlers cannot be `const`: write `async fn`",
         ));
     }
     if let Some(unsafety) = &sig.unsafety {
         return Err(syn::Error::new_spanned(
             unsafety,
-            "`#[idempotent]` handlers cannot be `unsafe`",
+            "`#[idempotent]` handlers cannot be `unsafe`: axum calls them without a safety \
+             contract; remove `unsafe` and use an `unsafe` block inside",
         ));
     }
     if sig.asyncness.is_none() {
+        let fn_token = sig.fn_token;
         return Err(syn::Error::new_spanned(
-            sig.fn_token,
-            "`#[idempotent]` requires an `async fn`: axum handlers are async, write `async fn`",
+            quote!(#fn_token #name),
+            format!("`#[idempotent]` handlers must be `async`: write `async fn {name}`"),
         ));
     }
     if let Some(abi) = &sig.abi {
         return Err(syn::Error::new_spanned(
             abi,
-            "`#[idempotent]` handlers cannot have an `extern` ABI",
+            "`#[idempotent]` handlers cannot have an `extern` ABI: remove it",
         ));
     }
-    if !sig.generics.params.is_empty() || sig.generics.where_clause.is_some() {
-        return Err(syn::Error::new(
-            sig.generics.span(),
-            "`#[idempotent]` handlers cannot be generic: the endpoint's identity and extractors \
-             are fixed at compile time; write one handler per concrete type",
-        ));
-    }
+    generics(&sig.generics)?;
     if let Some(variadic) = &sig.variadic {
         return Err(syn::Error::new_spanned(
             variadic,
-            "`#[idempotent]` handlers cannot be variadic",
+            "`#[idempotent]` handlers cannot be variadic: take at most 16 extractors",
         ));
     }
     for input in &sig.inputs {
-        if let FnArg::Receiver(receiver) = input {
-            return Err(syn::Error::new_spanned(
-                receiver,
-                "`#[idempotent]` handlers cannot take `self`: make it a free function and pass \
-                 shared data through `State`",
-            ));
+        match input {
+            FnArg::Receiver(receiver) => {
+                return Err(syn::Error::new_spanned(
+                    receiver,
+                    format!(
+                        "`#[idempotent]` handlers cannot take `self`: move `{name}` out of the \
+                         `impl` block and pass shared data through `State`"
+                    ),
+                ));
+            }
+            FnArg::Typed(arg) => extractor_type(&arg.ty)?,
         }
+    }
+    let mut transactions = sig.inputs.iter().filter_map(|input| match input {
+        FnArg::Typed(arg) if is_atomic(&arg.ty) => Some(arg),
+        _ => None,
+    });
+    if let (Some(first), Some(second)) = (transactions.next(), transactions.next()) {
+        return Err(syn::Error::new_spanned(
+            &second.ty,
+            format!(
+                "`#[idempotent]` handlers take at most one transaction: `{name}` already takes \
+                 `{}`; send every write through it",
+                compact(&first.ty)
+            ),
+        ));
     }
     if let Some(extra) = sig.inputs.iter().nth(MAX_EXTRACTORS) {
         return Err(syn::Error::new_spanned(
@@ -173,32 +251,187 @@ pub(crate) fn function(item: &ItemFn) -> syn::Result<()> {
     Ok(())
 }
 
+fn generics(generics: &syn::Generics) -> syn::Result<()> {
+    let fixed = "the endpoint and its extractors are fixed at compile time";
+    if let Some(param) = generics.params.first() {
+        let message = match param {
+            GenericParam::Type(t) => format!(
+                "`#[idempotent]` handlers cannot be generic over `{}`: {fixed}; write one \
+                 handler per concrete type",
+                t.ident
+            ),
+            GenericParam::Lifetime(l) => format!(
+                "`#[idempotent]` handlers cannot have lifetime parameters: extractors are owned \
+                 values (`String`, not `&{} str`); remove `{}`",
+                l.lifetime, l.lifetime
+            ),
+            GenericParam::Const(c) => format!(
+                "`#[idempotent]` handlers cannot have const parameters: {fixed}; write one \
+                 handler per value of `{}`",
+                c.ident
+            ),
+        };
+        return Err(syn::Error::new_spanned(param, message));
+    }
+    if let Some(clause) = &generics.where_clause {
+        return Err(syn::Error::new_spanned(
+            clause,
+            format!("`#[idempotent]` handlers cannot have a `where` clause: {fixed}"),
+        ));
+    }
+    Ok(())
+}
+
+/// Rejects argument types that cannot name an extractor outside the function: `impl Trait`,
+/// references and borrowed lifetimes (axum extractors are owned, `'static` values).
+fn extractor_type(ty: &Type) -> syn::Result<()> {
+    let error = |at: &dyn ToTokens, message: &str| Err(syn::Error::new_spanned(at, message));
+    match ty {
+        Type::ImplTrait(_) => error(
+            ty,
+            "`#[idempotent]` handler arguments cannot be `impl Trait`: name the extractor type",
+        ),
+        Type::Reference(_) => error(
+            ty,
+            "`#[idempotent]` handler arguments cannot be references: extractors are owned \
+             values, such as `String` rather than `&str`",
+        ),
+        _ => {
+            let mut found = Ok(());
+            visit_tokens(ty.to_token_stream(), &mut |tree, next| {
+                if found.is_err() {
+                    return;
+                }
+                match (tree, next) {
+                    (TokenTree::Ident(i), _) if i == "impl" => {
+                        found = error(
+                            ty,
+                            "`#[idempotent]` handler arguments cannot contain `impl Trait`: \
+                             name the type",
+                        );
+                    }
+                    (TokenTree::Punct(p), Some(TokenTree::Ident(i)))
+                        if p.as_char() == '\'' && i != "static" =>
+                    {
+                        found = error(
+                            &quote!(#p #i),
+                            "`#[idempotent]` handler arguments cannot borrow: extractors are \
+                             owned values; use an owned type or `'static`",
+                        );
+                    }
+                    (TokenTree::Punct(p), _) if p.as_char() == '&' => {
+                        found = error(
+                            ty,
+                            "`#[idempotent]` handler arguments cannot contain references: \
+                             extractors are owned values, such as `String` rather than `&str`",
+                        );
+                    }
+                    _ => {}
+                }
+            });
+            found
+        }
+    }
+}
+
+/// Calls `f` on every token tree (recursing into groups) with the token that follows it.
+fn visit_tokens(tokens: TokenStream, f: &mut dyn FnMut(&TokenTree, Option<&TokenTree>)) {
+    let trees: Vec<TokenTree> = tokens.into_iter().collect();
+    for (i, tree) in trees.iter().enumerate() {
+        f(tree, trees.get(i + 1));
+        if let TokenTree::Group(group) = tree {
+            visit_tokens(group.stream(), f);
+        }
+    }
+}
+
+/// A string literal, for the argument checks' tests.
+#[cfg(test)]
+pub(crate) fn lit(value: &str) -> syn::LitStr {
+    syn::LitStr::new(value, Span::call_site())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn ttl_of(s: &str) -> Result<u64, String> {
-        ttl(&LitStr::new(s, Span::call_site())).map_err(|e| e.to_string())
+    fn arg(value: &str) -> Arg {
+        Arg { value: lit(value) }
+    }
+
+    fn fn_err(item: &str) -> String {
+        let item: ItemFn = syn::parse_str(item).unwrap();
+        function(&item).unwrap_err().to_string()
     }
 
     #[test]
-    fn ttl_units() {
-        assert_eq!(ttl_of("30s"), Ok(30));
-        assert_eq!(ttl_of("15m"), Ok(900));
-        assert_eq!(ttl_of("24h"), Ok(86_400));
-        assert_eq!(ttl_of("7d"), Ok(604_800));
-        assert_eq!(ttl_of("1s"), Ok(1));
-        assert_eq!(ttl_of("30d"), Ok(MAX_TTL_SECS));
-        assert_eq!(ttl_of("720h"), Ok(MAX_TTL_SECS));
+    fn scope_names() {
+        assert_eq!(scope_name(&arg("org")).unwrap(), "org");
+        assert_eq!(scope_name(&arg("api_key.v2-x")).unwrap(), "api_key.v2-x");
+        let err = scope_name(&arg("my org")).unwrap_err().to_string();
+        assert!(err.ends_with("such as `scope = \"my_org\"`"), "{err}");
+        let err = scope_name(&arg("")).unwrap_err().to_string();
+        assert!(err.starts_with("empty scope"), "{err}");
+        assert!(scope_name(&arg(&"a".repeat(65))).is_err());
     }
 
     #[test]
-    fn ttl_errors() {
-        for bad in ["", "h", "24", "24 h", "1.5h", "24hours", "-1h", "1w"] {
-            assert!(ttl_of(bad).unwrap_err().starts_with("invalid ttl"), "{bad}");
-        }
-        for out in ["0s", "31d", "721h", "99999999999999999999d"] {
-            assert!(ttl_of(out).unwrap_err().contains("out of range"), "{out}");
-        }
+    fn choices() {
+        let options = ["reject", "wait"];
+        assert_eq!(choice(None, "in_flight", options).unwrap(), 0);
+        assert_eq!(choice(Some(&arg("wait")), "in_flight", options).unwrap(), 1);
+        let err = |v| {
+            choice(Some(&arg(v)), "in_flight", options)
+                .unwrap_err()
+                .to_string()
+        };
+        assert!(err("Wait").contains("did you mean \"wait\"?"));
+        assert!(err("rejcet").contains("did you mean \"reject\"?"));
+        assert!(err("queue").ends_with("expected \"reject\" (the default) or \"wait\""));
+    }
+
+    #[test]
+    fn atomic_parameters() {
+        let atomic = |s: &str| is_atomic(&syn::parse_str(s).unwrap());
+        assert!(atomic("Tx<Sqlite>"));
+        assert!(atomic("idem_runtime::Tx<sqlx::Postgres>"));
+        assert!(atomic("AnyTx"));
+        assert!(!atomic("State<Tx>"));
+        assert!(!atomic("Json<Tx>"));
+        assert!(!atomic("&Tx"));
+    }
+
+    #[test]
+    fn items_that_are_not_functions() {
+        let err = |s: &str| item(s.parse().unwrap()).err().unwrap().to_string();
+        assert!(err("struct A { x: u8 }").ends_with("not on a struct"));
+        assert!(err("impl A {}").ends_with("not on an `impl` block"));
+        assert!(err("async fn f();").contains("needs the handler's body"));
+        assert!(item("async fn f() {}".parse().unwrap()).is_ok());
+    }
+
+    #[test]
+    fn functions() {
+        assert!(function(&syn::parse_str("async fn f(a: A, b: Json<B>) {}").unwrap()).is_ok());
+        assert!(fn_err("fn f() {}").ends_with("write `async fn f`"));
+        assert!(fn_err("const async fn f() {}").contains("cannot be `const`"));
+        assert!(fn_err("async unsafe fn f() {}").contains("cannot be `unsafe`"));
+        assert!(fn_err("async fn f(&self) {}").contains("cannot take `self`"));
+        assert!(fn_err("async fn f<T>() {}").contains("generic over `T`"));
+        assert!(fn_err("async fn f<'a>() {}").contains("lifetime parameters"));
+        assert!(fn_err("async fn f<const N: u8>() {}").contains("per value of `N`"));
+        assert!(fn_err("async fn f() where u8: Copy {}").contains("`where` clause"));
+        assert!(fn_err("async fn f(a: impl X) {}").contains("cannot be `impl Trait`"));
+        assert!(fn_err("async fn f(a: Option<impl X>) {}").contains("contain `impl Trait`"));
+        assert!(fn_err("async fn f(a: &str) {}").contains("cannot be references"));
+        assert!(fn_err("async fn f(a: Option<&str>) {}").contains("contain references"));
+        assert!(fn_err("async fn f(a: Cow<'_, str>) {}").contains("cannot borrow"));
+        assert!(function(&syn::parse_str("async fn f(a: Cow<'static, str>) {}").unwrap()).is_ok());
+        assert!(
+            fn_err("async fn f(a: Tx<Sqlite>, b: AnyTx) {}").contains("at most one transaction")
+        );
+        let many = (0..17).map(|i| format!("a{i}: A")).collect::<Vec<_>>();
+        let many = format!("async fn f({}) {{}}", many.join(", "));
+        assert!(fn_err(&many).contains("at most 16 extractors"));
     }
 }
