@@ -1,0 +1,8 @@
+use idem_runtime::idempotent;
+
+#[idempotent(scope = "org")]
+struct CreateCharge {
+    amount: u64,
+}
+
+fn main() {}

@@ -1,0 +1,59 @@
+#![deny(warnings)]
+
+use std::collections::HashMap;
+
+use axum::extract::{FromRef, FromRequestParts, Path, Query, State};
+use axum::http::{HeaderMap, StatusCode, request::Parts};
+use axum::{Json, Router, routing::post};
+use idem_runtime::{Idempotency, idempotent, store::MemoryStore};
+
+#[derive(Clone, FromRef)]
+struct AppState {
+    idempotency: Idempotency,
+    db: Db,
+}
+
+#[derive(Clone)]
+struct Db(&'static str);
+
+/// A custom extractor, as an auth layer would provide.
+struct OrgId(String);
+
+impl<S: Send + Sync> FromRequestParts<S> for OrgId {
+    type Rejection = StatusCode;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, StatusCode> {
+        let org = parts.headers.get("x-org").ok_or(StatusCode::UNAUTHORIZED)?;
+        Ok(OrgId(org.to_str().map_err(|_| StatusCode::UNAUTHORIZED)?.to_owned()))
+    }
+}
+
+#[idempotent(scope = "org")]
+async fn everything(
+    State(state): State<AppState>,
+    State(db): State<Db>,
+    Path(id): Path<u64>,
+    Query(query): Query<HashMap<String, String>>,
+    headers: HeaderMap,
+    org: OrgId,
+    Json(body): Json<serde_json::Value>,
+) -> String {
+    let _ = (state.db.0, headers.len());
+    format!("{} {id} {} {} {body}", db.0, query.len(), org.0)
+}
+
+#[idempotent(scope = "org")]
+async fn parts_only(org: OrgId, Path(id): Path<u64>) -> String {
+    format!("{} {id}", org.0)
+}
+
+fn main() {
+    let idempotency = Idempotency::builder()
+        .store(MemoryStore::new())
+        .scope("org", |parts| parts.headers.get("x-org")?.to_str().ok().map(str::to_owned))
+        .build()
+        .unwrap();
+    let _app: Router = Router::new()
+        .route("/charges/{id}", post(everything).put(parts_only))
+        .with_state(AppState { idempotency, db: Db("db") });
+}
