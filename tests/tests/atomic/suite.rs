@@ -1,0 +1,434 @@
+// The atomic-mode suite, included by `atomic_sqlite.rs` and `atomic_postgres.rs`: one test
+// binary per database, because an engine refuses to build while an endpoint in its binary takes a
+// `Tx` for another database than its store's.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::Body;
+use axum::http::{Request, StatusCode};
+use axum::response::{IntoResponse, Response};
+use http_body_util::BodyExt;
+use serde_json::Value;
+use tokio::sync::Semaphore;
+use tower::ServiceExt;
+
+/// What the handler does wrong after its write, once.
+#[derive(Clone, Default)]
+struct Faults(Arc<AtomicU8>);
+
+const NONE: u8 = 0;
+const PANIC: u8 = 1;
+const SERVER_ERROR: u8 = 2;
+/// Writes a row violating a deferred foreign key: the failure surfaces at COMMIT.
+const COMMIT_FAILS: u8 = 3;
+
+impl Faults {
+    fn set(&self, fault: u8) {
+        self.0.store(fault, Ordering::SeqCst);
+    }
+    fn take(&self) -> u8 {
+        self.0.swap(NONE, Ordering::SeqCst)
+    }
+}
+
+#[derive(Clone, Default)]
+struct Calls(Arc<AtomicUsize>);
+
+/// Holds a handler (at a point its body names) until the test lets it go.
+#[derive(Clone)]
+struct Gate {
+    entered: Arc<Semaphore>,
+    release: Arc<Semaphore>,
+}
+
+impl Default for Gate {
+    fn default() -> Self {
+        Self {
+            entered: Arc::new(Semaphore::new(0)),
+            release: Arc::new(Semaphore::new(0)),
+        }
+    }
+}
+
+impl Gate {
+    async fn entered(&self) {
+        tokio::time::timeout(Duration::from_secs(10), self.entered.acquire())
+            .await
+            .expect("a gated handler should have started")
+            .unwrap()
+            .forget();
+    }
+    fn open(&self) {
+        self.release.add_permits(1);
+    }
+    async fn pass(&self) {
+        self.entered.add_permits(1);
+        self.release.acquire().await.unwrap().forget();
+    }
+}
+
+struct Reply {
+    status: StatusCode,
+    body: Value,
+}
+
+async fn send(router: &Router, key: Option<&str>, body: &str) -> Reply {
+    let mut request = Request::post("/items").header("content-type", "application/json");
+    if let Some(key) = key {
+        request = request.header("idempotency-key", key);
+    }
+    let request = request.body(Body::from(body.to_owned())).unwrap();
+    let response = tokio::time::timeout(Duration::from_secs(30), router.clone().oneshot(request))
+        .await
+        .expect("request timed out")
+        .unwrap();
+    let status = response.status();
+    let bytes = response.into_body().collect().await.unwrap().to_bytes();
+    Reply {
+        status,
+        body: serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+    }
+}
+
+fn respond(status: StatusCode, body: Value) -> Response {
+    (status, axum::Json(body)).into_response()
+}
+
+macro_rules! atomic_suite {
+    ($backend:ident, $db:ty, $is_sqlite:expr) => {
+        mod $backend {
+            use super::*;
+            use axum::Json;
+            use axum::extract::{FromRef, State};
+            use axum::routing::post;
+            use idem_runtime::clock::ManualClock;
+            use idem_runtime::{Idempotency, Tx, idempotent};
+
+            const SQLITE: bool = $is_sqlite;
+
+            #[derive(Clone, FromRef)]
+            struct App {
+                idem: Idempotency,
+                calls: Calls,
+                faults: Faults,
+                gate: Gate,
+            }
+
+            /// Inserts one item; `{"gate": "before"|"after"}` waits before or after the write.
+            #[idempotent(scope = "global")]
+            async fn create_item(
+                State(calls): State<Calls>,
+                State(faults): State<Faults>,
+                State(gate): State<Gate>,
+                mut tx: Tx<$db>,
+                Json(body): Json<Value>,
+            ) -> Response {
+                let call = calls.0.fetch_add(1, Ordering::SeqCst) + 1;
+                if body["gate"] == "before" {
+                    gate.pass().await;
+                }
+                let name = body["name"].as_str().unwrap_or("item").to_owned();
+                let conn = tx.conn().await.expect("begin");
+                sqlx::query("INSERT INTO items (name) VALUES ($1)")
+                    .bind(&name)
+                    .execute(&mut *conn)
+                    .await
+                    .expect("insert");
+                match faults.take() {
+                    PANIC => panic!("fault injected after the write"),
+                    SERVER_ERROR => {
+                        return respond(StatusCode::INTERNAL_SERVER_ERROR, Value::Null);
+                    }
+                    COMMIT_FAILS => {
+                        sqlx::query("INSERT INTO children (parent_id) VALUES (424242)")
+                            .execute(&mut *conn)
+                            .await
+                            .expect("a deferred constraint accepts the row until COMMIT");
+                    }
+                    _ => {}
+                }
+                if body["gate"] == "after" {
+                    gate.pass().await;
+                }
+                let downstream = tx.downstream_key("processor");
+                respond(
+                    StatusCode::CREATED,
+                    serde_json::json!({ "call": call, "name": name, "downstream": downstream }),
+                )
+            }
+
+            struct Harness {
+                router: Router,
+                app: App,
+                clock: ManualClock,
+                pool: sqlx::Pool<$db>,
+                cleanup: crate::stores::Cleanup,
+            }
+
+            impl Harness {
+                async fn rows(&self) -> i64 {
+                    sqlx::query_scalar::<_, i64>("SELECT COUNT(*) FROM items")
+                        .fetch_one(&self.pool)
+                        .await
+                        .unwrap()
+                }
+
+                async fn finish(self) {
+                    (self.cleanup)().await;
+                }
+            }
+
+            async fn harness() -> Harness {
+                let clock = ManualClock::new();
+                let (store, pool, cleanup) = crate::stores::$backend().await;
+                for ddl in crate::stores::ddl(SQLITE) {
+                    sqlx::raw_sql(sqlx::AssertSqlSafe(ddl.to_owned())).execute(&pool).await.unwrap();
+                }
+                let idem = Idempotency::builder()
+                    .store(store)
+                    .lease(Duration::from_secs(30))
+                    .clock(clock.clone())
+                    .build()
+                    .unwrap();
+                let app = App {
+                    idem,
+                    calls: Calls::default(),
+                    faults: Faults::default(),
+                    gate: Gate::default(),
+                };
+                let router =
+                    Router::new().route("/items", post(create_item)).with_state(app.clone());
+                Harness { router, app, clock, pool, cleanup }
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn writes_and_the_response_commit_together() {
+                let h = harness().await;
+                let first = send(&h.router, Some("k"), r#"{"name":"a"}"#).await;
+                assert_eq!(first.status, StatusCode::CREATED);
+                assert_eq!(h.rows().await, 1);
+                let replay = send(&h.router, Some("k"), r#"{"name":"a"}"#).await;
+                assert_eq!(replay.status, StatusCode::CREATED);
+                assert_eq!(replay.body, first.body);
+                assert_eq!(h.rows().await, 1, "a replay writes nothing");
+                assert_eq!(h.app.calls.0.load(Ordering::SeqCst), 1);
+                h.finish().await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn a_panic_after_the_write_leaves_neither_write_nor_record() {
+                let h = harness().await;
+                h.app.faults.set(PANIC);
+                let router = h.router.clone();
+                let crashed = tokio::spawn(async move {
+                    send(&router, Some("k"), r#"{"name":"a"}"#).await
+                })
+                .await;
+                assert!(crashed.is_err_and(|e| e.is_panic()));
+                assert_eq!(h.rows().await, 0, "the write rolled back");
+                let retry = send(&h.router, Some("k"), r#"{"name":"a"}"#).await;
+                assert_eq!(retry.status, StatusCode::CREATED, "the record was released");
+                assert_eq!(h.rows().await, 1, "the retry executed once");
+                h.finish().await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn a_server_error_after_the_write_rolls_it_back() {
+                let h = harness().await;
+                h.app.faults.set(SERVER_ERROR);
+                let failed = send(&h.router, Some("k"), r#"{"name":"a"}"#).await;
+                assert_eq!(failed.status, StatusCode::INTERNAL_SERVER_ERROR);
+                assert_eq!(h.rows().await, 0);
+                let retry = send(&h.router, Some("k"), r#"{"name":"a"}"#).await;
+                assert_eq!(retry.status, StatusCode::CREATED);
+                assert_eq!(h.rows().await, 1);
+                h.finish().await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn a_failed_commit_leaves_neither_write_nor_record() {
+                let h = harness().await;
+                h.app.faults.set(COMMIT_FAILS);
+                let failed = send(&h.router, Some("k"), r#"{"name":"a"}"#).await;
+                assert_eq!(failed.status, StatusCode::SERVICE_UNAVAILABLE, "{:?}", failed.body);
+                assert_eq!(failed.body["code"], "idempotency_store_unavailable");
+                assert_eq!(h.rows().await, 0, "nothing of the attempt committed");
+                let retry = send(&h.router, Some("k"), r#"{"name":"a"}"#).await;
+                assert_eq!(retry.status, StatusCode::CREATED, "the key is free again");
+                assert_eq!(h.rows().await, 1);
+                let replay = send(&h.router, Some("k"), r#"{"name":"a"}"#).await;
+                assert_eq!(replay.body, retry.body);
+                assert_eq!(h.rows().await, 1);
+                h.finish().await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn a_lapsed_owner_never_commits_beside_the_one_that_took_over() {
+                let h = harness().await;
+                let body = r#"{"name":"a","gate":"after"}"#;
+                let router = h.router.clone();
+                let stale = tokio::spawn(async move { send(&router, Some("k"), body).await });
+                h.app.gate.entered().await; // wrote, not committed, looks crashed
+                h.clock.advance(Duration::from_secs(31));
+                let router = h.router.clone();
+                let taker = tokio::spawn(async move { send(&router, Some("k"), body).await });
+                if SQLITE {
+                    // SQLite has one writer: the stale owner's open transaction holds it, so the
+                    // taker's claim waits; the owner commits first and the taker replays.
+                    h.app.gate.open();
+                } else {
+                    h.app.gate.entered().await; // the taker took over and wrote too
+                    h.app.gate.open();
+                    h.app.gate.open();
+                }
+                let (stale, taker) = (stale.await.unwrap(), taker.await.unwrap());
+                assert_eq!(h.rows().await, 1, "exactly one write committed");
+                let replay = send(&h.router, Some("k"), body).await;
+                assert_eq!(replay.status, StatusCode::CREATED);
+                if SQLITE {
+                    assert_eq!(stale.status, StatusCode::CREATED);
+                    assert_eq!(taker.body, stale.body);
+                    assert_eq!(replay.body, stale.body);
+                } else {
+                    assert_eq!(stale.status, StatusCode::CONFLICT, "the displaced owner rolled back");
+                    assert_eq!(stale.body["code"], "idempotency_key_in_progress");
+                    assert_eq!(taker.status, StatusCode::CREATED);
+                    assert_eq!(replay.body, taker.body);
+                    assert_eq!(replay.body["call"], 2);
+                }
+                h.finish().await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn concurrent_duplicates_write_one_row() {
+                let h = harness().await;
+                let mut tasks = Vec::new();
+                for _ in 0..24 {
+                    let router = h.router.clone();
+                    tasks.push(tokio::spawn(async move {
+                        send(&router, Some("same"), r#"{"name":"a"}"#).await
+                    }));
+                }
+                let mut created = Vec::new();
+                for task in tasks {
+                    let reply = task.await.unwrap();
+                    match reply.status {
+                        StatusCode::CREATED => created.push(reply.body),
+                        StatusCode::CONFLICT => {
+                            assert_eq!(reply.body["code"], "idempotency_key_in_progress")
+                        }
+                        other => panic!("unexpected {other}: {:?}", reply.body),
+                    }
+                }
+                assert!(!created.is_empty());
+                assert!(created.iter().all(|b| *b == created[0]), "every 201 is the same answer");
+                assert_eq!(h.rows().await, 1, "one business row");
+                assert_eq!(h.app.calls.0.load(Ordering::SeqCst), 1);
+                h.finish().await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn other_keys_do_not_wait_for_a_running_request() {
+                let h = harness().await;
+                // On SQLite the running request holds no lock until its first query; on
+                // PostgreSQL not even its uncommitted write blocks other keys.
+                let gate = if SQLITE { "before" } else { "after" };
+                let body = format!(r#"{{"name":"slow","gate":"{gate}"}}"#);
+                let router = h.router.clone();
+                let slow = tokio::spawn(async move { send(&router, Some("slow"), &body).await });
+                h.app.gate.entered().await;
+                for i in 0..3 {
+                    let key = format!("fast-{i}");
+                    let fast = send(&h.router, Some(&key), r#"{"name":"fast"}"#).await;
+                    assert_eq!(fast.status, StatusCode::CREATED);
+                }
+                assert_eq!(h.rows().await, 3, "the fast requests committed while the slow one ran");
+                h.app.gate.open();
+                assert_eq!(slow.await.unwrap().status, StatusCode::CREATED);
+                assert_eq!(h.rows().await, 4);
+                h.finish().await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn downstream_keys_are_stable_across_retries() {
+                let h = harness().await;
+                h.app.faults.set(SERVER_ERROR);
+                let failed = send(&h.router, Some("k"), r#"{"name":"a"}"#).await;
+                assert_eq!(failed.status, StatusCode::INTERNAL_SERVER_ERROR);
+                let retry = send(&h.router, Some("k"), r#"{"name":"a"}"#).await;
+                let other = send(&h.router, Some("k2"), r#"{"name":"a"}"#).await;
+                let again = send(&h.router, Some("k"), r#"{"name":"a"}"#).await;
+                let key = retry.body["downstream"].as_str().unwrap().to_owned();
+                assert_eq!(key.len(), 36);
+                assert_eq!(again.body["downstream"], key.as_str());
+                assert_ne!(other.body["downstream"], key.as_str());
+                // Without an idempotency key the handler still runs in a committed transaction.
+                let plain = send(&h.router, None, r#"{"name":"b"}"#).await;
+                assert_eq!(plain.status, StatusCode::CREATED);
+                assert_eq!(h.rows().await, 3);
+                h.finish().await;
+            }
+        }
+    };
+}
+
+/// Fresh stores and their business tables, per backend.
+mod stores {
+    use std::future::Future;
+    use std::pin::Pin;
+
+    use idem_runtime::store::{PostgresStore, SqliteStore};
+
+    pub(crate) type Cleanup = Box<dyn FnOnce() -> Pin<Box<dyn Future<Output = ()> + Send>> + Send>;
+
+    #[allow(dead_code)]
+    pub(crate) fn ddl(sqlite: bool) -> [&'static str; 3] {
+        if sqlite {
+            [
+                "CREATE TABLE items (id INTEGER PRIMARY KEY, name TEXT NOT NULL)",
+                "CREATE TABLE parents (id INTEGER PRIMARY KEY)",
+                "CREATE TABLE children (parent_id INTEGER NOT NULL \
+                 REFERENCES parents (id) DEFERRABLE INITIALLY DEFERRED)",
+            ]
+        } else {
+            [
+                "CREATE TABLE items (id BIGSERIAL PRIMARY KEY, name TEXT NOT NULL)",
+                "CREATE TABLE parents (id BIGINT PRIMARY KEY)",
+                "CREATE TABLE children (parent_id BIGINT NOT NULL \
+                 REFERENCES parents (id) DEFERRABLE INITIALLY DEFERRED)",
+            ]
+        }
+    }
+
+    #[allow(dead_code)]
+    pub(crate) async fn sqlite() -> (SqliteStore, sqlx::SqlitePool, Cleanup) {
+        let store = idem_tests::sqlite_store().await;
+        let pool = store.pool().clone();
+        let doomed = store.clone();
+        let cleanup: Cleanup = Box::new(move || {
+            Box::pin(async move { idem_tests::db::remove_sqlite_store(&doomed).await })
+        });
+        (store, pool, cleanup)
+    }
+
+    #[allow(dead_code)]
+    pub(crate) async fn postgres() -> (PostgresStore, sqlx::PgPool, Cleanup) {
+        // A database of its own: the business tables live in its `public` schema, beside the
+        // store's `idem` schema, as an application's would.
+        let db = idem_tests::db::TestDatabase::create().await;
+        let pool = db.pool().await;
+        let store = PostgresStore::from_pool(pool.clone()).await.unwrap();
+        let cleanup: Cleanup = Box::new(move || {
+            Box::pin(async move {
+                pool.close().await;
+                db.drop().await;
+            })
+        });
+        let pool = store.pool().clone();
+        (store, pool, cleanup)
+    }
+}
+

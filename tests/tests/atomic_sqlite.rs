@@ -1,0 +1,6 @@
+//! Atomic mode on SQLite: a handler's writes through `Tx` and the stored response commit
+//! together. Each proof counts rows in a real business table.
+
+include!("atomic/suite.rs");
+
+atomic_suite!(sqlite, sqlx::Sqlite, true);
