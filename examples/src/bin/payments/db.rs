@@ -16,6 +16,8 @@ use sqlx::sqlite::{
 };
 use sqlx::{ColumnIndex, Decode, Row, Transaction, Type};
 
+use idem_runtime::AnyTx;
+
 use crate::config::Backend;
 use crate::model::{Charge, Payout, Refund};
 
@@ -131,7 +133,7 @@ pub(crate) enum Conn<'c> {
 }
 
 impl Conn<'_> {
-    fn reborrow(&mut self) -> Conn<'_> {
+    pub(crate) fn reborrow(&mut self) -> Conn<'_> {
         each_backend!(self, Conn, c => Conn::from(&mut **c))
     }
 }
@@ -303,67 +305,9 @@ impl Db {
         amount: Option<i64>,
     ) -> sqlx::Result<Result<Refund, RefundRefused>> {
         let mut tx = self.begin().await?;
-        let mut conn = tx.conn();
-        let charge: Option<(i64, i64, String, String)> = match &mut conn {
-            Conn::Sqlite(c) => {
-                let row = sqlx::query(LOCK_CHARGE_SQLITE)
-                    .bind(org)
-                    .bind(charge_id)
-                    .fetch_optional(&mut **c)
-                    .await?;
-                row.map(|r| refund_basis(&r)).transpose()?
-            }
-            Conn::Postgres(c) => {
-                let row = sqlx::query(LOCK_CHARGE_POSTGRES)
-                    .bind(org)
-                    .bind(charge_id)
-                    .fetch_optional(&mut **c)
-                    .await?;
-                row.map(|r| refund_basis(&r)).transpose()?
-            }
-        };
-        let Some((charged, refunded, currency, status)) = charge else {
-            return Ok(Err(RefundRefused::NotFound));
-        };
-        if status != "succeeded" {
-            return Ok(Err(RefundRefused::NotRefundable));
-        }
-        let remaining = charged - refunded;
-        if remaining <= 0 {
-            return Ok(Err(RefundRefused::AlreadyRefunded));
-        }
-        let amount = amount.unwrap_or(remaining);
-        if amount > remaining {
-            return Ok(Err(RefundRefused::ExceedsRemaining { remaining }));
-        }
-        let refund = Refund {
-            id: crate::model::new_id("re"),
-            object: "refund",
-            amount,
-            charge: charge_id.to_owned(),
-            currency,
-            status: "succeeded",
-            created: crate::model::now(),
-        };
-        each_backend!(conn.reborrow(), Conn, c => {
-            sqlx::query(ADD_REFUNDED)
-                .bind(amount)
-                .bind(org)
-                .bind(charge_id)
-                .execute(&mut *c)
-                .await?;
-            sqlx::query(INSERT_REFUND)
-                .bind(&refund.id)
-                .bind(org)
-                .bind(charge_id)
-                .bind(refund.amount)
-                .bind(refund.created)
-                .execute(&mut *c)
-                .await
-                .map(drop)
-        })?;
+        let refund = refund_in(tx.conn(), org, charge_id, amount).await?;
         tx.commit().await?;
-        Ok(Ok(refund))
+        Ok(refund)
     }
 
     /// Records a payout.
@@ -379,6 +323,107 @@ impl Db {
                 .execute(pool)
                 .await
                 .map(drop)
+        })
+    }
+}
+
+/// The refund's checks and writes on `conn`, inside a transaction the caller commits: its own
+/// ([`Db::refund`]) or the idempotency engine's (atomic mode).
+pub(crate) async fn refund_in(
+    mut conn: Conn<'_>,
+    org: &str,
+    charge_id: &str,
+    amount: Option<i64>,
+) -> sqlx::Result<Result<Refund, RefundRefused>> {
+    let charge: Option<(i64, i64, String, String)> = match &mut conn {
+        Conn::Sqlite(c) => {
+            let row = sqlx::query(LOCK_CHARGE_SQLITE)
+                .bind(org)
+                .bind(charge_id)
+                .fetch_optional(&mut **c)
+                .await?;
+            row.map(|r| refund_basis(&r)).transpose()?
+        }
+        Conn::Postgres(c) => {
+            let row = sqlx::query(LOCK_CHARGE_POSTGRES)
+                .bind(org)
+                .bind(charge_id)
+                .fetch_optional(&mut **c)
+                .await?;
+            row.map(|r| refund_basis(&r)).transpose()?
+        }
+    };
+    let Some((charged, refunded, currency, status)) = charge else {
+        return Ok(Err(RefundRefused::NotFound));
+    };
+    if status != "succeeded" {
+        return Ok(Err(RefundRefused::NotRefundable));
+    }
+    let remaining = charged - refunded;
+    if remaining <= 0 {
+        return Ok(Err(RefundRefused::AlreadyRefunded));
+    }
+    let amount = amount.unwrap_or(remaining);
+    if amount > remaining {
+        return Ok(Err(RefundRefused::ExceedsRemaining { remaining }));
+    }
+    let refund = Refund {
+        id: crate::model::new_id("re"),
+        object: "refund",
+        amount,
+        charge: charge_id.to_owned(),
+        currency,
+        status: "succeeded",
+        created: crate::model::now(),
+    };
+    each_backend!(conn.reborrow(), Conn, c => {
+        sqlx::query(ADD_REFUNDED)
+            .bind(amount)
+            .bind(org)
+            .bind(charge_id)
+            .execute(&mut *c)
+            .await?;
+        sqlx::query(INSERT_REFUND)
+            .bind(&refund.id)
+            .bind(org)
+            .bind(charge_id)
+            .bind(refund.amount)
+            .bind(refund.created)
+            .execute(&mut *c)
+            .await
+            .map(drop)
+    })?;
+    Ok(Ok(refund))
+}
+
+/// Where a handler in atomic mode writes: the engine's transaction ([`AnyTx`]) when the
+/// idempotency store is the app's database, otherwise a pooled connection (`IDEM_STORE=memory`).
+pub(crate) enum Writer<'t> {
+    Tx(Conn<'t>),
+    Pool(Pooled),
+}
+
+impl Writer<'_> {
+    pub(crate) fn conn(&mut self) -> Conn<'_> {
+        match self {
+            Self::Tx(conn) => conn.reborrow(),
+            Self::Pool(pooled) => pooled.conn(),
+        }
+    }
+
+    /// Whether writes through this commit with the stored response.
+    pub(crate) fn is_atomic(&self) -> bool {
+        matches!(self, Self::Tx(_))
+    }
+}
+
+impl Db {
+    /// The writer for `tx`: its transaction's connection (begun now), or one from the pool.
+    pub(crate) async fn writer<'t>(&self, tx: &'t mut AnyTx) -> sqlx::Result<Writer<'t>> {
+        Ok(match tx {
+            AnyTx::Sqlite(tx) => Writer::Tx(Conn::Sqlite(tx.conn().await?)),
+            AnyTx::Postgres(tx) => Writer::Tx(Conn::Postgres(tx.conn().await?)),
+            _ => Writer::Pool(self.acquire().await?),
         })
     }
 }

@@ -2,14 +2,16 @@
 //!
 //! The three mutating routes are `#[idempotent]`; each shows one policy: charges reject an
 //! in-flight duplicate with 409, refunds make the duplicate wait for the first answer, payouts
-//! refuse to run without a key.
+//! refuse to run without a key. Charges and refunds run in atomic mode (an `AnyTx` parameter):
+//! on the SQL stores their writes commit in one transaction with the stored response, so a crash
+//! can never leave a charge without its idempotency record or the other way round.
 
 use axum::extract::{FromRef, Path, RawQuery, State};
 use axum::http::{Method, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use idem_runtime::{Idempotency, idempotent};
+use idem_runtime::{AnyTx, Idempotency, idempotent};
 
 use crate::auth::Org;
 use crate::db::{self, Db, RefundRefused};
@@ -50,14 +52,23 @@ pub(crate) fn router(state: AppState) -> Router {
 /// `POST /v1/charges`: runs at most once per `Idempotency-Key` and org; retries within 24 h get
 /// the first answer, including a 402 decline. A 503 (processor outage) is not kept, so a retry
 /// runs again.
+///
+/// Atomic mode: the charge row commits with the stored response. The processor is called before
+/// the first query, so a `tok_slow` authorization holds no database lock.
 #[idempotent(scope = "org", ttl = "24h")]
 async fn create_charge(
     State(db): State<Db>,
     State(processor): State<Processor>,
     org: Org,
+    mut tx: AnyTx,
     ApiJson(request): ApiJson<NewCharge>,
 ) -> Result<Response, ApiError> {
     let request = request.validate()?;
+    // A real processor takes this as its own idempotency key: the same on every retry of this
+    // request, even one that takes over after a crash, so the card is authorized once.
+    if let Some(key) = tx.downstream_key("authorize") {
+        tracing::debug!(processor_idempotency_key = %key, "authorizing");
+    }
     let authorization = processor
         .authorize(request.source)
         .await
@@ -75,9 +86,9 @@ async fn create_charge(
         created: now(),
         description: request.description,
     };
-    let mut conn = db.acquire().await?;
-    db::insert_charge(conn.conn(), org.as_str(), &charge, request.source.token()).await?;
-    drop(conn);
+    let mut writer = db.writer(&mut tx).await?;
+    db::insert_charge(writer.conn(), org.as_str(), &charge, request.source.token()).await?;
+    drop(writer);
     metrics::counter!("payments_charges_total", "status" => status).increment(1);
     tracing::info!(charge = %charge.id, org = org.as_str(), amount = charge.amount, status, "charge recorded");
     match authorization {
@@ -142,12 +153,16 @@ async fn retrieve_charge(
 /// `POST /v1/charges/{id}/refunds`: a duplicate that arrives while the first is running waits
 /// for its answer (`in_flight = "wait"`) instead of getting 409: refunds of `tok_slow` charges
 /// take `SLOW_MS`, and a client retrying on a short timeout should still get the refund.
+///
+/// Atomic mode: the refund's checks and writes run in the engine's transaction and commit with
+/// the stored response.
 #[idempotent(scope = "org", in_flight = "wait")]
 async fn create_refund(
     State(db): State<Db>,
     State(processor): State<Processor>,
     org: Org,
     Path(charge_id): Path<String>,
+    mut tx: AnyTx,
     ApiJson(request): ApiJson<NewRefund>,
 ) -> Result<(StatusCode, Json<Refund>), ApiError> {
     let amount = request.validate()?;
@@ -156,7 +171,14 @@ async fn create_refund(
         .await?
         .ok_or_else(|| no_such_charge(&charge_id))?;
     processor.refund(&source).await;
-    match db.refund(org.as_str(), &charge_id, amount).await? {
+    let mut writer = db.writer(&mut tx).await?;
+    let refund = if writer.is_atomic() {
+        db::refund_in(writer.conn(), org.as_str(), &charge_id, amount).await?
+    } else {
+        drop(writer);
+        db.refund(org.as_str(), &charge_id, amount).await?
+    };
+    match refund {
         Ok(refund) => {
             tracing::info!(refund = %refund.id, charge = %charge_id, amount = refund.amount, "refund recorded");
             Ok((StatusCode::CREATED, Json(refund)))
