@@ -48,12 +48,12 @@ mod key;
 mod response;
 pub mod store;
 
-#[cfg(any(feature = "sqlite", feature = "postgres"))]
-#[cfg_attr(docsrs, doc(cfg(any(feature = "sqlite", feature = "postgres"))))]
-pub use atomic::{AtomicDatabase, AtomicParam, Tx};
 #[cfg(all(feature = "sqlite", feature = "postgres"))]
 #[cfg_attr(docsrs, doc(cfg(all(feature = "sqlite", feature = "postgres"))))]
 pub use atomic::AnyTx;
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+#[cfg_attr(docsrs, doc(cfg(any(feature = "sqlite", feature = "postgres"))))]
+pub use atomic::{AtomicDatabase, AtomicParam, Tx};
 pub use endpoint::{Endpoint, GLOBAL_SCOPE, InFlightMode, KeyMode};
 pub use engine::{Builder, Idempotency};
 pub use error::{BuildError, KeyError, Rejection, StoreError};
