@@ -84,7 +84,8 @@ pub mod __private {
     pub use crate::atomic::AtomicParam;
 
     /// The user's handler future, checked at the handler's name: rustc then says "future
-    /// returned by `name` is not `Send`" and shows the value held across an `.await`.
+    /// returned by `name` is not `Send`" and shows the value held across an `.await`. Boxed so
+    /// the check is made once: an opaque return type would repeat it wherever it is awaited.
     pub fn handler_future<F>(future: F) -> HandlerFuture
     where
         F: ::core::future::Future + Send + 'static,
