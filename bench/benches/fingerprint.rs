@@ -5,7 +5,7 @@
 
 use std::hint::black_box;
 
-use criterion::{Criterion, Throughput, criterion_group, criterion_main};
+use criterion::{Criterion, SamplingMode, Throughput, criterion_group, criterion_main};
 use http::{HeaderValue, Method, Uri};
 use idem_bench::body;
 use idem_runtime::Fingerprint;
@@ -19,7 +19,8 @@ fn fingerprint(c: &mut Criterion) {
         let mut group = c.benchmark_group(format!("fingerprint-{label}"));
         group.throughput(Throughput::Bytes(size as u64));
         if size >= 1024 * 1024 {
-            group.sample_size(20);
+            // Milliseconds per iteration: flat sampling keeps the run short.
+            group.sample_size(20).sampling_mode(SamplingMode::Flat);
         }
         group.bench_function("of_request", |b| {
             b.iter(|| {

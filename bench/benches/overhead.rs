@@ -13,65 +13,22 @@
 //! requests differ only in their route. Every sample builds a new store, so records from other
 //! samples neither fill it nor speed it up. Run: `cargo bench -p idem-bench --bench overhead`.
 
-use std::hint::black_box;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use axum::Router;
-use axum::body::Body;
-use axum::http::{Request, StatusCode, header};
+use axum::http::StatusCode;
 use bytes::Bytes;
-use criterion::{Criterion, criterion_group, criterion_main};
-use http_body_util::BodyExt;
-use idem_bench::app::{self, Gate};
+use criterion::{Criterion, SamplingMode, criterion_group, criterion_main};
+use idem_bench::app;
+use idem_bench::inproc::{call, idem_router, request};
 use idem_bench::{body, peer};
-use idem_runtime::Idempotency;
-use idem_runtime::store::MemoryStore;
 use tokio::runtime::Runtime;
-use tower::ServiceExt;
 
 fn runtime() -> Runtime {
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .expect("a tokio runtime")
-}
-
-fn engine(capacity: u64) -> Idempotency {
-    let capacity = usize::try_from(capacity).unwrap_or(usize::MAX / 4);
-    Idempotency::builder()
-        .store(MemoryStore::with_capacity(
-            capacity.saturating_mul(2) + 4096,
-        ))
-        .build()
-        .expect("an engine")
-}
-
-fn idem_router(capacity: u64) -> (Router, Arc<Gate>) {
-    let gate = Arc::new(Gate::default());
-    (app::router(engine(capacity), gate.clone()), gate)
-}
-
-fn request(path: &str, key: u64, body: &Bytes) -> Request<Body> {
-    Request::post(path)
-        .header(header::CONTENT_TYPE, "application/json")
-        .header("idempotency-key", format!("bench-key-{key:016x}"))
-        .header(header::COOKIE, peer::session_cookie(key))
-        .body(Body::from(body.clone()))
-        .expect("a valid request")
-}
-
-/// Sends one request and reads the whole response.
-async fn call(router: &Router, request: Request<Body>) -> StatusCode {
-    let response = router
-        .clone()
-        .oneshot(request)
-        .await
-        .unwrap_or_else(|e| match e {});
-    let status = response.status();
-    let body = response.into_body().collect().await.expect("a body");
-    black_box(body);
-    status
 }
 
 /// Times `iters` requests to `path`, the key of request `i` given by `key(i)`.
@@ -97,7 +54,8 @@ fn overhead(c: &mut Criterion) {
         let body = body::json(size);
         let mut group = c.benchmark_group(format!("overhead-{label}"));
         if size >= 1024 * 1024 {
-            group.sample_size(20);
+            // Milliseconds per iteration: flat sampling keeps the run short.
+            group.sample_size(20).sampling_mode(SamplingMode::Flat);
         }
         let body = &body;
         let rt = &rt;

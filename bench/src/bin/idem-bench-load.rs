@@ -220,7 +220,9 @@ async fn connection(target: Target, conn: usize, plan: Arc<Plan>) -> Tally {
     let stream = match TcpStream::connect(target.addr).await {
         Ok(s) => s,
         Err(e) => {
-            eprintln!("connect {}: {e}", target.addr);
+            if conn == 0 {
+                eprintln!("connect {}: {e}", target.addr);
+            }
             tally.errors += 1;
             return tally;
         }

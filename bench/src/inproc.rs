@@ -1,0 +1,56 @@
+//! Driving the routers in process, through `tower::ServiceExt::oneshot`: shared by the criterion
+//! benches and the profiling harness (`idem-bench-profile`).
+
+use std::hint::black_box;
+use std::sync::Arc;
+
+use axum::Router;
+use axum::body::Body;
+use axum::http::{Request, StatusCode, header};
+use bytes::Bytes;
+use http_body_util::BodyExt;
+use idem_runtime::Idempotency;
+use idem_runtime::store::MemoryStore;
+use tower::ServiceExt;
+
+use crate::app::{self, Gate};
+use crate::peer;
+
+/// An engine on a `MemoryStore` with room for `records` records, whatever their shards.
+pub fn engine(records: u64) -> Idempotency {
+    let records = usize::try_from(records).unwrap_or(usize::MAX / 4);
+    Idempotency::builder()
+        .store(MemoryStore::with_capacity(records.saturating_mul(2) + 4096))
+        .build()
+        .expect("an engine")
+}
+
+/// [`app::router`] on a new [`engine`], and its gate.
+pub fn idem_router(records: u64) -> (Router, Arc<Gate>) {
+    let gate = Arc::new(Gate::default());
+    (app::router(engine(records), gate.clone()), gate)
+}
+
+/// A JSON `POST` to `path` with the `Idempotency-Key` and session cookie numbered `key`. Every
+/// request carries both, whatever its route, so requests differ only in their route.
+pub fn request(path: &str, key: u64, body: &Bytes) -> Request<Body> {
+    Request::post(path)
+        .header(header::CONTENT_TYPE, "application/json")
+        .header("idempotency-key", format!("bench-key-{key:016x}"))
+        .header(header::COOKIE, peer::session_cookie(key))
+        .body(Body::from(body.clone()))
+        .expect("a valid request")
+}
+
+/// Sends one request and reads the whole response; returns its status.
+pub async fn call(router: &Router, request: Request<Body>) -> StatusCode {
+    let response = router
+        .clone()
+        .oneshot(request)
+        .await
+        .unwrap_or_else(|e| match e {});
+    let status = response.status();
+    let body = response.into_body().collect().await.expect("a body");
+    black_box(body);
+    status
+}
