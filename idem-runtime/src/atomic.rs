@@ -22,7 +22,7 @@ use crate::store::{BoxFuture, Fence, LeaseToken};
 /// Take it as a handler parameter (the attribute recognises a parameter whose type is `Tx<..>`)
 /// and send every write of the operation through [`Tx::conn`]:
 ///
-/// ```
+/// ```standalone_crate
 /// use axum::{Json, http::StatusCode};
 /// use idem_runtime::{Tx, idempotent};
 /// use sqlx::Sqlite;

@@ -76,3 +76,28 @@ fn the_engine_lists_every_annotated_endpoint() {
     assert_eq!(global.key_mode(), KeyMode::Optional);
     assert_eq!(global.in_flight(), InFlightMode::Reject);
 }
+
+#[tokio::test]
+async fn skipped_checks_answer_500_for_a_scope_without_resolver() {
+    use axum::{Router, body::Body, http::Request, routing::post};
+    use tower::ServiceExt;
+
+    let idem = Idempotency::builder()
+        .store(MemoryStore::new())
+        .skip_endpoint_checks()
+        .build();
+    let app = Router::new()
+        .route("/orders", post(create_order))
+        .with_state(idem.unwrap());
+    let request = Request::post("/orders")
+        .header("idempotency-key", "k")
+        .body(Body::empty());
+    let response = app.oneshot(request.unwrap()).await.unwrap();
+    assert_eq!(response.status(), StatusCode::INTERNAL_SERVER_ERROR);
+    let body = http_body_util::BodyExt::collect(response.into_body())
+        .await
+        .unwrap()
+        .to_bytes();
+    let problem: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(problem["code"], "idempotency_scope_unknown");
+}

@@ -124,12 +124,28 @@ impl Pending {
         let Some(key) = self.0 else {
             return Ok((Ready(None), Request::from_parts(parts, body)));
         };
-        let Some(scope_value) = engine.resolve_scope(endpoint.scope(), &parts) else {
-            record(endpoint, Outcome::Invalid);
-            return Err(Rejection::ScopeUnresolved {
-                scope: endpoint.scope(),
+        let scope_value = match engine.resolve_scope(endpoint.scope(), &parts) {
+            Ok(Some(value)) => value,
+            Ok(None) => {
+                record(endpoint, Outcome::Invalid);
+                let scope = endpoint.scope();
+                return Err(Rejection::ScopeUnresolved { scope }.into_response());
             }
-            .into_response());
+            Err(()) => {
+                tracing::error!(
+                    endpoint = endpoint.name(),
+                    scope = endpoint.scope(),
+                    "no resolver for the endpoint's scope"
+                );
+                let detail = "this endpoint's idempotency scope has no resolver on the engine";
+                let problem = problem(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "idempotency_scope_unknown",
+                    detail,
+                    &[],
+                );
+                return Err(problem.into_response());
+            }
         };
         let (parts, body) = Request::from_parts(parts, body)
             .with_limited_body()

@@ -33,7 +33,7 @@ type Resolver = Arc<dyn Fn(&Parts) -> Option<String> + Send + Sync>;
 /// it: either the state *is* an `Idempotency`, or `Idempotency: FromRef<YourState>` (derive
 /// `FromRef` on your state struct, or implement it). A router without one does not compile.
 ///
-/// ```
+/// ```standalone_crate
 /// use axum::{Router, routing::post, extract::FromRef};
 /// use idem_runtime::{Idempotency, idempotent, store::MemoryStore};
 ///
@@ -147,15 +147,14 @@ impl Idempotency {
         self.inner.clock.now()
     }
 
-    /// The principal for `scope`, or `None` when the request has none.
-    pub(crate) fn resolve_scope(&self, scope: &str, parts: &Parts) -> Option<String> {
+    /// The principal for `scope`: `Ok(None)` when the request has none, `Err(())` when the
+    /// scope has no resolver at all (only possible with [`Builder::skip_endpoint_checks`]).
+    pub(crate) fn resolve_scope(&self, scope: &str, parts: &Parts) -> Result<Option<String>, ()> {
         if scope == GLOBAL_SCOPE {
-            return Some(String::new());
+            return Ok(Some(String::new()));
         }
-        self.inner
-            .scopes
-            .get(scope)
-            .and_then(|resolve| resolve(parts))
+        let resolve = self.inner.scopes.get(scope).ok_or(())?;
+        Ok(resolve(parts))
     }
 }
 
@@ -176,6 +175,7 @@ pub struct Builder {
     store: Option<Arc<dyn DynStore>>,
     scopes: HashMap<String, Resolver>,
     reserved_scope: bool,
+    check_endpoints: bool,
     policy: Policy,
     clock: Arc<dyn Clock>,
 }
@@ -186,6 +186,7 @@ impl Default for Builder {
             store: None,
             scopes: HashMap::new(),
             reserved_scope: false,
+            check_endpoints: true,
             policy: Policy {
                 header: HeaderName::from_static("idempotency-key"),
                 lease: Duration::from_secs(30),
@@ -264,22 +265,36 @@ impl Builder {
         self
     }
 
+    /// Skips the start-up checks of [`Builder::build`] over every `#[idempotent]` endpoint in
+    /// the binary. For binaries holding several applications with different engines (test
+    /// binaries, merged doctests), where some endpoints are never routed to this engine. A
+    /// request to an endpoint whose scope has no resolver is then answered
+    /// `500 idempotency_scope_unknown`, and one whose `Tx` does not match the store
+    /// `500 idempotency_misconfigured`.
+    pub fn skip_endpoint_checks(mut self) -> Self {
+        self.check_endpoints = false;
+        self
+    }
+
     /// Builds the engine, checking that every `#[idempotent]` endpoint in the binary names a
-    /// scope that has a resolver.
+    /// scope that has a resolver, and that every endpoint in atomic mode takes a `Tx` for the
+    /// store's database.
     pub fn build(self) -> Result<Idempotency, BuildError> {
         if self.reserved_scope {
             return Err(BuildError::ReservedScope);
         }
         let store = self.store.ok_or(BuildError::MissingStore)?;
-        if let Some(ep) = endpoint::registered()
-            .find(|ep| ep.scope() != GLOBAL_SCOPE && !self.scopes.contains_key(ep.scope()))
+        let check = self.check_endpoints;
+        let checked = || endpoint::registered().filter(move |_| check);
+        if let Some(ep) =
+            checked().find(|ep| ep.scope() != GLOBAL_SCOPE && !self.scopes.contains_key(ep.scope()))
         {
             return Err(BuildError::UnresolvedScope {
                 endpoint: ep.name(),
                 scope: ep.scope(),
             });
         }
-        if let Some(ep) = endpoint::registered().find(|ep| {
+        if let Some(ep) = checked().find(|ep| {
             ep.atomic()
                 .is_some_and(|db| !atomic_store_matches(store.as_any(), db))
         }) {
