@@ -21,7 +21,7 @@ BIN=$TARGET_DIR/release
 if [[ ${QUICK:-0} == 1 ]]; then
   WARM=0.3 DUR=1 SWEEP_DUR=0.7 CRIT=(--warm-up-time 0.2 --measurement-time 0.3) RT_N=200
 else
-  WARM=1 DUR=5 SWEEP_DUR=3 CRIT=(--warm-up-time 1 --measurement-time 2) RT_N=1000
+  WARM=1 DUR=4 SWEEP_DUR=2.5 CRIT=(--warm-up-time 1 --measurement-time 2) RT_N=1000
 fi
 PG_URL=${IDEM_BENCH_PG:-postgres://postgres@127.0.0.1:5432/idem_bench}
 PIDS=()
@@ -37,6 +37,7 @@ trap cleanup EXIT
   echo
   echo "- CPU: $(lscpu | sed -n 's/^Model name: *//p' | head -1), $(nproc) cores; memory $(free -g | awk '/^Mem:/{print $2}') GiB"
   echo "- $(rustc --version); $(psql --version 2>/dev/null | head -1)"
+  echo "- commit $(git rev-parse --short HEAD); $(git status --porcelain -- idem-runtime idem-macros | wc -l) files of idem-runtime/idem-macros differ from it in the working tree measured"
   echo "- load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
 } > "$OUT/env.txt"
 
@@ -89,19 +90,34 @@ load() {
 
 url() { echo "http://127.0.0.1:$1/$2"; }
 
-# The same five scenarios for a store: bare, then idem fresh and replay.
+# scenario GROUP NAME KEYS ROUTE PORT...: the bare handler, then NAME on ROUTE, each over all
+# PORTs. The bare run right before it is NAME's baseline (label NAME:bare), so a change in the
+# machine's load between scenarios does not skew the ratio.
+scenario() {
+  local group=$1 name=$2 keys=$3 route=$4
+  shift 4
+  local bare=() it=()
+  for port in "$@"; do
+    bare+=(--url "$(url "$port" bare)")
+    it+=(--url "$(url "$port" "$route")")
+  done
+  load "$group/$name:bare" "${bare[@]}" --keys fresh
+  load "$group/$name" "${it[@]}" --keys "$keys"
+}
+
+# idem fresh and replay on a store.
 store_group() {
-  local group=$1 port=$2
-  load "$group/bare" --url "$(url "$port" bare)" --keys fresh
-  load "$group/idem-fresh" --url "$(url "$port" idem)" --keys fresh
-  load "$group/idem-replay" --url "$(url "$port" idem)" --keys fixed
+  local group=$1
+  shift
+  scenario "$group" idem-fresh fresh idem "$@"
+  scenario "$group" idem-replay fixed idem "$@"
 }
 
 # Memory store, and the peer on the same server.
 start_server 18080 --store memory
 store_group memory 18080
-load memory/peer-fresh --url "$(url 18080 peer)" --keys fresh
-load memory/peer-replay --url "$(url 18080 peer)" --keys fixed
+scenario memory peer-fresh fresh peer 18080
+scenario memory peer-replay fixed peer 18080
 
 # Distinct keys in parallel, memory store.
 for c in 1 4 16 64; do
@@ -128,13 +144,7 @@ stop_servers
 # PostgreSQL, two instances on the same database, connections split between them.
 start_server 18083 --store postgres --database-url "$PG_URL"
 start_server 18084 --store postgres --database-url "$PG_URL"
-two() { echo "--url $(url 18083 "$1") --url $(url 18084 "$1")"; }
-# shellcheck disable=SC2046
-load postgres-2x/bare $(two bare) --keys fresh
-# shellcheck disable=SC2046
-load postgres-2x/idem-fresh $(two idem) --keys fresh
-# shellcheck disable=SC2046
-load postgres-2x/idem-replay $(two idem) --keys fixed
+store_group postgres-2x 18083 18084
 stop_servers
 
 # PostgreSQL with the pool's per-acquire ping off (test_before_acquire(false)).

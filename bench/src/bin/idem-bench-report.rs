@@ -7,8 +7,8 @@
 //!
 //! Criterion numbers are medians of the `overhead-<size>` and `fingerprint-<size>` groups. Load
 //! results are the JSON lines of `idem-bench-load`, labelled `group/scenario` (or
-//! `group/cN/scenario` in a concurrency sweep); each is compared with the `bare` scenario of
-//! the same group (and concurrency), measured in the same run.
+//! `group/cN/scenario` in a concurrency sweep); each is compared with its bare baseline measured
+//! in the same run: `group/scenario:bare` (run right before it) or else `group/bare`.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -153,38 +153,41 @@ fn statuses(load: &Load) -> String {
 
 fn http(out: &mut String, loads: &[Load]) {
     let by_label: BTreeMap<&str, &Load> = loads.iter().map(|l| (l.label.as_str(), l)).collect();
-    let mut groups: Vec<&str> = Vec::new();
+    out.push_str(
+        "### HTTP over loopback: throughput and latency against the bare handler\n\n\
+         Each scenario's baseline is the bare handler measured right before it, on the same \
+         server(s), with the same connections and request bodies.\n\n\
+         | group | scenario | conns | req/s | bare req/s | × bare | p50 µs | bare p50 | × bare | p99 µs | bare p99 | × bare | answers |\n\
+         |---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|\n",
+    );
     for l in loads {
-        let (group, _) = split(&l.label);
-        if !groups.contains(&group) && !group.starts_with("sweep-") && l.pg.is_none() {
-            groups.push(group);
+        let (group, scenario) = split(&l.label);
+        if group.starts_with("sweep-") || l.pg.is_some() || scenario.ends_with("bare") {
+            continue;
         }
-    }
-    out.push_str(
-        "### HTTP over loopback: throughput and latency, ratios to `bare` of the same run\n\n",
-    );
-    out.push_str(
-        "| group | scenario | conns | req/s | × bare | p50 µs | × bare | p99 µs | × bare | answers |\n\
-         |---|---|--:|--:|--:|--:|--:|--:|--:|---|\n",
-    );
-    for group in groups {
-        let bare = by_label.get(format!("{group}/bare").as_str()).copied();
-        for l in loads.iter().filter(|l| split(&l.label).0 == group) {
-            let (_, scenario) = split(&l.label);
-            let r = |a: f64, b: Option<f64>| ratio(Some(a), b);
-            let _ = writeln!(
-                out,
-                "| {group} | {scenario} | {} | {:.0} | {} | {} | {} | {} | {} | {} |",
-                l.connections,
-                l.rps,
-                r(l.rps, bare.map(|b| b.rps)),
-                l.p50_us,
-                r(l.p50_us as f64, bare.map(|b| b.p50_us as f64)),
-                l.p99_us,
-                r(l.p99_us as f64, bare.map(|b| b.p99_us as f64)),
-                statuses(l),
-            );
-        }
+        let bare = by_label
+            .get(format!("{}:bare", l.label).as_str())
+            .or_else(|| by_label.get(format!("{group}/bare").as_str()))
+            .copied();
+        let (rps, p50, p99) = bare.map_or((None, None, None), |b| {
+            (Some(b.rps), Some(b.p50_us as f64), Some(b.p99_us as f64))
+        });
+        let n = |v: Option<f64>| v.map_or("–".into(), |v| format!("{v:.0}"));
+        let _ = writeln!(
+            out,
+            "| {group} | {scenario} | {} | {:.0} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            l.connections,
+            l.rps,
+            n(rps),
+            ratio(Some(l.rps), rps),
+            l.p50_us,
+            n(p50),
+            ratio(Some(l.p50_us as f64), p50),
+            l.p99_us,
+            n(p99),
+            ratio(Some(l.p99_us as f64), p99),
+            statuses(l),
+        );
     }
     out.push('\n');
 }
