@@ -229,12 +229,14 @@ impl Ready {
     }
 
     /// The record key of an idempotent request (`None` without a key).
+    #[cfg(any(feature = "sqlite", feature = "postgres"))]
     pub(crate) fn record_key(&self) -> Option<&RecordKey> {
         self.0.as_ref().map(|p| &p.record_key)
     }
 
     /// Like [`Ready::run`] for an idempotent request, with `execute` deciding how an acquired
     /// record is run. `None` (and `execute` unused) when the request carries no key.
+    #[cfg(any(feature = "sqlite", feature = "postgres"))]
     pub(crate) async fn claim_then<E, Fut>(
         self,
         engine: &Idempotency,

@@ -46,6 +46,7 @@ impl OwnerGuard {
 
     /// Gives up ownership without touching the record: it was settled some other way (atomic
     /// mode committed it with the handler's transaction, or another owner holds it now).
+    #[cfg(any(feature = "sqlite", feature = "postgres"))]
     pub(crate) fn disarm(mut self) {
         self.state = State::Done;
     }

@@ -20,6 +20,8 @@ mod memory;
 mod migrate;
 #[cfg(feature = "postgres")]
 mod postgres;
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+mod sql;
 #[cfg(feature = "sqlite")]
 pub(crate) mod sqlite;
 

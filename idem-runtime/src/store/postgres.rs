@@ -4,15 +4,15 @@ use std::fmt;
 use std::sync::Arc;
 
 use sha2::{Digest, Sha256};
-use sqlx::postgres::{PgPoolOptions, PgQueryResult};
+use sqlx::postgres::PgPoolOptions;
 use sqlx::{AssertSqlSafe, PgPool};
 
 use crate::clock::Timestamp;
 use crate::error::StoreError;
-use crate::fingerprint::Fingerprint;
 use crate::key::RecordKey;
 use crate::response::StoredResponse;
 use crate::store::migrate::{self, Migration, failed};
+use crate::store::sql::{fence, held_by};
 use crate::store::{Claim, ClaimRequest, Fence, LeaseToken, Store};
 
 /// Records in a PostgreSQL table, by default `idem.idempotency_records`, on sqlx.
@@ -57,7 +57,7 @@ impl PostgresStore {
             .bind(expires_at.as_millis())
             .execute(executor)
             .await;
-        fence(done)
+        fence(done.map(|d| d.rows_affected()))
     }
 
     /// The schema used unless [`PostgresStoreBuilder::schema`] says otherwise.
@@ -397,7 +397,7 @@ impl Store for PostgresStore {
             .bind(token.as_i64())
             .execute(&self.pool)
             .await;
-        fence(done)
+        fence(done.map(|d| d.rows_affected()))
     }
 
     async fn renew(
@@ -412,7 +412,7 @@ impl Store for PostgresStore {
             .bind(lease_until.as_millis())
             .execute(&self.pool)
             .await;
-        fence(done)
+        fence(done.map(|d| d.rows_affected()))
     }
 
     async fn purge_expired(&self, now: Timestamp, limit: u32) -> Result<u64, StoreError> {
@@ -423,42 +423,6 @@ impl Store for PostgresStore {
             .await
             .map_err(StoreError::unavailable)?;
         Ok(done.rows_affected())
-    }
-}
-
-/// A fenced write held when it changed the owner's row; zero rows means another owner or none.
-fn fence(done: Result<PgQueryResult, sqlx::Error>) -> Result<Fence, StoreError> {
-    match done.map_err(StoreError::unavailable)?.rows_affected() {
-        0 => Ok(Fence::Lost),
-        _ => Ok(Fence::Held),
-    }
-}
-
-/// A live record that a claim may not take, as the claim reports it.
-fn held_by(
-    fingerprint: Vec<u8>,
-    state: String,
-    lease_until: i64,
-    response: Option<Vec<u8>>,
-) -> Result<Claim, StoreError> {
-    let fingerprint = <[u8; 32]>::try_from(fingerprint.as_slice())
-        .map(Fingerprint::from_bytes)
-        .map_err(|_| StoreError::Corrupt("fingerprint is not 32 bytes".into()))?;
-    match (state.as_str(), response) {
-        ("completed", Some(response)) => Ok(Claim::Completed {
-            fingerprint,
-            response: StoredResponse::decode(&response)?,
-        }),
-        ("completed", None) => Err(StoreError::Corrupt(
-            "completed record without a response".into(),
-        )),
-        ("in_flight", _) => Ok(Claim::InFlight {
-            fingerprint,
-            lease_until: Timestamp::from_millis(lease_until),
-        }),
-        _ => Err(StoreError::Corrupt(
-            format!("record in unknown state {state:?}").into(),
-        )),
     }
 }
 

@@ -4,17 +4,14 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use sqlx::SqlitePool;
-use sqlx::sqlite::{
-    SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteQueryResult,
-    SqliteSynchronous,
-};
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
 
 use crate::clock::Timestamp;
 use crate::error::StoreError;
-use crate::fingerprint::Fingerprint;
 use crate::key::RecordKey;
 use crate::response::StoredResponse;
 use crate::store::migrate::{self, Migration, failed};
+use crate::store::sql::{fence, held_by};
 use crate::store::{Claim, ClaimRequest, Fence, LeaseToken, Store};
 
 /// Records in a SQLite database, in the table `idem_records`, on sqlx.
@@ -207,7 +204,7 @@ impl Store for SqliteStore {
         .bind(token.as_i64())
         .execute(&self.pool)
         .await;
-        fence(done)
+        fence(done.map(|d| d.rows_affected()))
     }
 
     async fn renew(
@@ -225,7 +222,7 @@ impl Store for SqliteStore {
         .bind(lease_until.as_millis())
         .execute(&self.pool)
         .await;
-        fence(done)
+        fence(done.map(|d| d.rows_affected()))
     }
 
     async fn purge_expired(&self, now: Timestamp, limit: u32) -> Result<u64, StoreError> {
@@ -261,43 +258,7 @@ pub(crate) async fn complete_with<'e>(
     .bind(expires_at.as_millis())
     .execute(executor)
     .await;
-    fence(done)
-}
-
-/// A fenced write held when it changed the owner's row; zero rows means another owner or none.
-fn fence(done: Result<SqliteQueryResult, sqlx::Error>) -> Result<Fence, StoreError> {
-    match done.map_err(StoreError::unavailable)?.rows_affected() {
-        0 => Ok(Fence::Lost),
-        _ => Ok(Fence::Held),
-    }
-}
-
-/// A live record that a claim may not take, as the claim reports it.
-fn held_by(
-    fingerprint: Vec<u8>,
-    state: String,
-    lease_until: i64,
-    response: Option<Vec<u8>>,
-) -> Result<Claim, StoreError> {
-    let fingerprint = <[u8; 32]>::try_from(fingerprint.as_slice())
-        .map(Fingerprint::from_bytes)
-        .map_err(|_| StoreError::Corrupt("fingerprint is not 32 bytes".into()))?;
-    match (state.as_str(), response) {
-        ("completed", Some(response)) => Ok(Claim::Completed {
-            fingerprint,
-            response: StoredResponse::decode(&response)?,
-        }),
-        ("completed", None) => Err(StoreError::Corrupt(
-            "completed record without a response".into(),
-        )),
-        ("in_flight", _) => Ok(Claim::InFlight {
-            fingerprint,
-            lease_until: Timestamp::from_millis(lease_until),
-        }),
-        _ => Err(StoreError::Corrupt(
-            format!("record in unknown state {state:?}").into(),
-        )),
-    }
+    fence(done.map(|d| d.rows_affected()))
 }
 
 /// The schema, in order. Never edit a shipped migration: add the next one.
