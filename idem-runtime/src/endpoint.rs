@@ -61,7 +61,7 @@ impl Endpoint {
         self
     }
 
-    /// The database of the handler's [`Tx`](crate::Tx) parameter (`"sqlite"`, `"postgres"`) when
+    /// The database of the handler's `Tx` parameter (`"sqlite"`, `"postgres"`) when
     /// it runs in atomic mode.
     pub const fn atomic(&self) -> Option<&'static str> {
         self.atomic

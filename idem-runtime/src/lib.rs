@@ -31,8 +31,10 @@
 //! - [`Rejection`]: the `application/problem+json` answers the engine gives itself.
 //!
 //! # Feature flags
-//! - `sqlite`: [`store::SqliteStore`], on sqlx with a bundled SQLite.
-//! - `postgres`: [`store::PostgresStore`], on sqlx.
+//! - `sqlite`: `store::SqliteStore`, on sqlx with a bundled SQLite, and atomic mode on it
+//!   (`Tx<sqlx::Sqlite>`).
+//! - `postgres`: `store::PostgresStore`, on sqlx, and atomic mode on it (`Tx<sqlx::Postgres>`).
+//!   With both features, `AnyTx` takes whichever store the engine was built with.
 //!
 //! [axum]: https://docs.rs/axum
 #![cfg_attr(docsrs, feature(doc_cfg))]
