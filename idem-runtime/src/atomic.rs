@@ -313,7 +313,7 @@ impl AnyTx {
     }
 }
 
-/// A handler parameter that puts the handler in atomic mode: [`Tx`] or [`AnyTx`]. The
+/// A handler parameter that puts the handler in atomic mode: [`Tx`] or `AnyTx`. The
 /// `#[idempotent]` attribute recognises parameters whose type is named `Tx` or `AnyTx` and hands
 /// them over through this trait.
 #[diagnostic::on_unimplemented(
