@@ -1,9 +1,11 @@
 //! Request fingerprints: what makes a retry "the same request".
 
+use std::borrow::Cow;
 use std::fmt;
+use std::io::Write as _;
 
 use http::{HeaderValue, Method, Uri};
-use serde_json::Value;
+use serde::de::{Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
 use sha2::{Digest, Sha256};
 
 /// SHA-256 over the method, the path and query, and the body.
@@ -41,12 +43,16 @@ impl Fingerprint {
         hasher.update(path_and_query.as_bytes());
         hasher.update(b"\0");
         let canonical = is_json(content_type)
-            .then(|| serde_json::from_slice::<Value>(body).ok())
+            .then(|| serde_json::from_slice::<Canon<'_>>(body).ok())
             .flatten();
         match canonical {
             Some(value) => {
                 hasher.update(b"json\0");
-                write_canonical(&mut hasher, &value);
+                // One update over a buffer: SHA-256 is fed whole blocks instead of a call per
+                // token. The bytes, and so the digest, are exactly those of the streaming form.
+                let mut buf = Vec::with_capacity(body.len());
+                write_canonical(&mut buf, &value);
+                hasher.update(&buf);
             }
             None => {
                 hasher.update(b"raw\0");
@@ -86,55 +92,152 @@ fn is_json(content_type: Option<&HeaderValue>) -> bool {
             || subtype.len() > 5 && subtype[subtype.len() - 5..].eq_ignore_ascii_case("+json"))
 }
 
-/// Writes `value` with sorted object keys and no whitespace straight into the hasher, whatever
-/// map type serde_json was built with (`preserve_order` keeps insertion order, so sort here).
-fn write_canonical(hasher: &mut Sha256, value: &Value) {
+/// A JSON document as the fingerprint needs it: strings borrowed from the body where they have
+/// no escapes, objects as vectors sorted by key. Parsing into this instead of a
+/// `serde_json::Value` skips a `String` per key and a B-tree per object, and gives the same
+/// canonical bytes: numbers are serde_json's `Number` (as `Value` holds them), and a key repeated
+/// in one object keeps its last value (as `Value`'s map does).
+enum Canon<'a> {
+    Null,
+    Bool(bool),
+    Number(serde_json::Number),
+    String(Cow<'a, str>),
+    Array(Vec<Canon<'a>>),
+    Object(Vec<(Cow<'a, str>, Canon<'a>)>),
+}
+
+impl<'de> Deserialize<'de> for Canon<'de> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_any(CanonVisitor)
+    }
+}
+
+struct CanonVisitor;
+
+impl<'de> Visitor<'de> for CanonVisitor {
+    type Value = Canon<'de>;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("any JSON value")
+    }
+    fn visit_bool<E>(self, v: bool) -> Result<Canon<'de>, E> {
+        Ok(Canon::Bool(v))
+    }
+    fn visit_i64<E>(self, v: i64) -> Result<Canon<'de>, E> {
+        Ok(Canon::Number(v.into()))
+    }
+    fn visit_u64<E>(self, v: u64) -> Result<Canon<'de>, E> {
+        Ok(Canon::Number(v.into()))
+    }
+    fn visit_f64<E>(self, v: f64) -> Result<Canon<'de>, E> {
+        Ok(serde_json::Number::from_f64(v).map_or(Canon::Null, Canon::Number))
+    }
+    fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Canon<'de>, E> {
+        Ok(Canon::String(Cow::Borrowed(v)))
+    }
+    fn visit_str<E>(self, v: &str) -> Result<Canon<'de>, E> {
+        Ok(Canon::String(Cow::Owned(v.to_owned())))
+    }
+    fn visit_string<E>(self, v: String) -> Result<Canon<'de>, E> {
+        Ok(Canon::String(Cow::Owned(v)))
+    }
+    fn visit_unit<E>(self) -> Result<Canon<'de>, E> {
+        Ok(Canon::Null)
+    }
+    fn visit_none<E>(self) -> Result<Canon<'de>, E> {
+        Ok(Canon::Null)
+    }
+    fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Canon<'de>, D::Error> {
+        Canon::deserialize(d)
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Canon<'de>, A::Error> {
+        let mut items = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(4096));
+        while let Some(item) = seq.next_element()? {
+            items.push(item);
+        }
+        Ok(Canon::Array(items))
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Canon<'de>, A::Error> {
+        let mut entries: Vec<(Cow<'de, str>, Canon<'de>)> =
+            Vec::with_capacity(map.size_hint().unwrap_or(0).min(4096));
+        while let Some(Key(key)) = map.next_key()? {
+            entries.push((key, map.next_value()?));
+        }
+        if !entries.is_sorted_by(|a, b| a.0 < b.0) {
+            // Stable, so repeated keys stay in document order; the last one wins.
+            entries.sort_by(|a, b| a.0.cmp(&b.0));
+            entries.reverse();
+            entries.dedup_by(|later, earlier| later.0 == earlier.0);
+            entries.reverse();
+        }
+        Ok(Canon::Object(entries))
+    }
+}
+
+/// An object key, borrowed from the body when it has no escapes.
+struct Key<'a>(Cow<'a, str>);
+
+impl<'de> Deserialize<'de> for Key<'de> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct KeyVisitor;
+        impl<'de> Visitor<'de> for KeyVisitor {
+            type Value = Key<'de>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("an object key")
+            }
+            fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Key<'de>, E> {
+                Ok(Key(Cow::Borrowed(v)))
+            }
+            fn visit_str<E>(self, v: &str) -> Result<Key<'de>, E> {
+                Ok(Key(Cow::Owned(v.to_owned())))
+            }
+            fn visit_string<E>(self, v: String) -> Result<Key<'de>, E> {
+                Ok(Key(Cow::Owned(v)))
+            }
+        }
+        deserializer.deserialize_str(KeyVisitor)
+    }
+}
+
+/// Writes `value` with sorted object keys and no whitespace.
+fn write_canonical(out: &mut Vec<u8>, value: &Canon<'_>) {
     match value {
-        Value::Null => hasher.update(b"null"),
-        Value::Bool(true) => hasher.update(b"true"),
-        Value::Bool(false) => hasher.update(b"false"),
-        Value::Number(n) => hasher.update(n.to_string().as_bytes()),
-        Value::String(s) => write_string(hasher, s),
-        Value::Array(items) => {
-            hasher.update(b"[");
+        Canon::Null => out.extend_from_slice(b"null"),
+        Canon::Bool(true) => out.extend_from_slice(b"true"),
+        Canon::Bool(false) => out.extend_from_slice(b"false"),
+        Canon::Number(n) => {
+            // `Display`, as `to_string` was, without the intermediate `String`.
+            let _ = write!(out, "{n}");
+        }
+        Canon::String(s) => write_string(out, s),
+        Canon::Array(items) => {
+            out.push(b'[');
             for (i, item) in items.iter().enumerate() {
                 if i > 0 {
-                    hasher.update(b",");
+                    out.push(b',');
                 }
-                write_canonical(hasher, item);
+                write_canonical(out, item);
             }
-            hasher.update(b"]");
+            out.push(b']');
         }
-        Value::Object(map) => {
-            let mut entries: Vec<_> = map.iter().collect();
-            entries.sort_unstable_by(|a, b| a.0.cmp(b.0));
-            hasher.update(b"{");
-            for (i, (k, v)) in entries.into_iter().enumerate() {
+        Canon::Object(entries) => {
+            out.push(b'{');
+            for (i, (k, v)) in entries.iter().enumerate() {
                 if i > 0 {
-                    hasher.update(b",");
+                    out.push(b',');
                 }
-                write_string(hasher, k);
-                hasher.update(b":");
-                write_canonical(hasher, v);
+                write_string(out, k);
+                out.push(b':');
+                write_canonical(out, v);
             }
-            hasher.update(b"}");
+            out.push(b'}');
         }
     }
 }
 
-fn write_string(hasher: &mut Sha256, s: &str) {
-    struct Sink<'a>(&'a mut Sha256);
-    impl std::io::Write for Sink<'_> {
-        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-            self.0.update(buf);
-            Ok(buf.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-    // Writing a string to an infallible sink cannot fail.
-    let _ = serde_json::to_writer(Sink(hasher), s);
+fn write_string(out: &mut Vec<u8>, s: &str) {
+    // Writing a string to a `Vec` cannot fail.
+    let _ = serde_json::to_writer(&mut *out, s);
 }
 
 #[cfg(test)]
@@ -217,5 +320,31 @@ mod tests {
         // "\u0041" and "A" are the same JSON string.
         let a = fp(Method::POST, "/c", JSON, br#"{"k":"\u0041"}"#);
         assert_eq!(a, fp(Method::POST, "/c", JSON, br#"{"k":"A"}"#));
+    }
+
+    #[test]
+    fn digests_are_stable_across_releases() {
+        // Pinned from the first release's implementation: records in flight during a deploy
+        // must keep matching their retries.
+        let hex = |fp: Fingerprint| -> String { crate::key::hex(fp.as_bytes()) };
+        assert_eq!(
+            hex(fp(
+                Method::POST,
+                "/v1/charges",
+                JSON,
+                br#"{"amount":1,"currency":"usd"}"#
+            )),
+            "78c8fdd4047736fa0661ac7c3c036424b3268f2911a4306f8198bc2a4d8053c4"
+        );
+        // Nested objects, repeated keys (the last wins), escapes in keys and strings.
+        assert_eq!(
+            hex(fp(
+                Method::POST,
+                "/v1/charges",
+                JSON,
+                br#"{"b":[1,2.5,-3e10,null,true,"\u0041\n\"q\""],"a":{"y":1,"x":2,"y":3},"ab":1,"a\u0062":2}"#
+            )),
+            "ba6c3ac37295173177a63c23fa38898f213cd2f3c6867977b4e0791645c71164"
+        );
     }
 }
