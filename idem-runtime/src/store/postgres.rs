@@ -65,10 +65,13 @@ impl PostgresStore {
     /// The table used unless [`PostgresStoreBuilder::table`] says otherwise.
     pub const DEFAULT_TABLE: &'static str = "idempotency_records";
 
-    /// Connects a pool to `url` (sqlx's defaults: up to 10 connections) and applies the store's
-    /// migrations in the default schema.
+    /// Connects a pool to `url` (sqlx's defaults, up to 10 connections, but without the ping
+    /// before each acquire) and applies the store's migrations in the default schema.
     pub async fn connect(url: &str) -> Result<Self, StoreError> {
         let pool = PgPoolOptions::new()
+            // No `Sync` round trip before every statement: each is one autocommit statement,
+            // so a dead connection fails it (503, fail closed) and sqlx drops the connection.
+            .test_before_acquire(false)
             .connect(url)
             .await
             .map_err(StoreError::unavailable)?;
@@ -285,15 +288,26 @@ impl Statements {
 ///
 /// `$1` key, `$2` fingerprint, `$3` token, `$4` lease_until, `$5` expires_at, `$6` now.
 ///
-/// Under READ COMMITTED the second SELECT reads the statement's snapshot, which may predate the
-/// row that made `ON CONFLICT` fire (a concurrent claimer committed it after the snapshot), or
-/// hold an older version of it. It therefore reports only a row that is live and not claimable
-/// at `$6`, and returns nothing otherwise; the caller then runs the statement again with a new
-/// snapshot.
+/// `held` reads first: when the statement's snapshot already shows a live record that cannot be
+/// claimed (a completed response to replay, or an owner in flight), the `INSERT` gets no row to
+/// insert, so the statement locks nothing, writes no WAL and commits without a flush: a replay
+/// is one read-only round trip. The answer is the record as of the snapshot, the statement's
+/// linearisation point.
+///
+/// Otherwise the upsert runs. Under READ COMMITTED its `ON CONFLICT` may fire on a row the
+/// snapshot does not show (a concurrent claimer committed it after the snapshot); then neither
+/// part returns a row and the caller runs the statement again with a new snapshot.
 const CLAIM: &str = "\
-WITH claimed AS (
+WITH held AS (
+    SELECT r.fingerprint, r.state, r.lease_until, r.response
+    FROM {records} AS r
+    WHERE r.key = $1
+      AND r.expires_at > $6
+      AND NOT (r.state = 'in_flight' AND r.lease_until <= $6 AND r.fingerprint = $2)
+), claimed AS (
     INSERT INTO {records} AS r (key, fingerprint, token, state, owners, lease_until, expires_at)
-    VALUES ($1, $2, $3, 'in_flight', 1, $4, $5)
+    SELECT $1, $2, $3, 'in_flight', 1, $4, $5
+    WHERE NOT EXISTS (SELECT FROM held)
     ON CONFLICT (key) DO UPDATE SET
         fingerprint = excluded.fingerprint,
         token = excluded.token,
@@ -310,12 +324,8 @@ SELECT owners, NULL::bytea AS fingerprint, NULL::text AS state, NULL::bigint AS 
        NULL::bytea AS response
 FROM claimed
 UNION ALL
-SELECT NULL, r.fingerprint, r.state, r.lease_until, r.response
-FROM {records} AS r
-WHERE r.key = $1
-  AND NOT EXISTS (SELECT FROM claimed)
-  AND r.expires_at > $6
-  AND NOT (r.state = 'in_flight' AND r.lease_until <= $6 AND r.fingerprint = $2)";
+SELECT NULL, fingerprint, state, lease_until, response
+FROM held";
 
 const COMPLETE: &str = "\
 UPDATE {records} SET state = 'completed', response = $3, expires_at = $4
