@@ -4,9 +4,7 @@
 
 mod common;
 
-use std::collections::BTreeMap;
-
-use common::{PgDatabase, Response, Server, ServerBuilder, charge};
+use common::{PgDatabase, Server, ServerBuilder, charge};
 use serde_json::Value;
 use tokio::task::JoinSet;
 
@@ -69,38 +67,11 @@ async fn burst(servers: &[Server; 2], org: &str, key: &str, request: &Value) -> 
         let call = servers[i % 2].post(CHARGES).org(org).key(key).json(request);
         tasks.spawn(async move { (i % 2, call.send().await) });
     }
-    let mut created: Vec<Response> = Vec::new();
-    let mut in_progress = [0; 2];
-    let mut by_status = BTreeMap::<(usize, u16, bool), usize>::new();
-    while let Some(joined) = tasks.join_next().await {
-        let (instance, response) = joined.expect("request task");
-        *by_status
-            .entry((instance, response.status, response.is_replay()))
-            .or_default() += 1;
-        match response.status {
-            201 => created.push(response),
-            409 => {
-                response.assert_problem(409, "idempotency_key_in_progress");
-                assert!(
-                    response.header("retry-after").is_some(),
-                    "409 without Retry-After"
-                );
-                in_progress[instance] += 1;
-            }
-            other => panic!(
-                "unexpected {other} from instance {instance}: {}",
-                response.text()
-            ),
-        }
-    }
-    eprintln!("(instance, status, replayed) of the burst on {key}: {by_status:?}");
-
-    let originals: Vec<_> = created.iter().filter(|r| !r.is_replay()).collect();
-    assert_eq!(originals.len(), 1, "one 201 is not a replay: {by_status:?}");
-    let body = originals[0].body.clone();
-    for response in &created {
-        assert_eq!(response.body, body, "every 201 carries the identical body");
-    }
+    let settled = common::settle_burst(tasks, 2).await;
+    let (body, in_progress) = (
+        settled.body,
+        [settled.in_progress[0], settled.in_progress[1]],
+    );
 
     let executed_after = counters(servers, "executed").await;
     let executed = [0, 1].map(|i| executed_after[i] - executed_before[i]);

@@ -3,8 +3,6 @@
 
 mod common;
 
-use std::collections::BTreeMap;
-
 use common::{Server, charge};
 use serde_json::json;
 use tokio::task::JoinSet;
@@ -24,44 +22,15 @@ async fn list(server: &Server, org: &str) -> Vec<serde_json::Value> {
 async fn burst(request: &common::Call, n: usize) -> Vec<u8> {
     let mut tasks = JoinSet::new();
     for _ in 0..n {
-        tasks.spawn(request.clone().send());
+        let call = request.clone();
+        tasks.spawn(async move { (0, call.send().await) });
     }
-    let mut created = Vec::new();
-    let mut by_status = BTreeMap::<(u16, bool), usize>::new();
-    while let Some(response) = tasks.join_next().await {
-        let response = response.expect("request task");
-        *by_status
-            .entry((response.status, response.is_replay()))
-            .or_default() += 1;
-        match response.status {
-            201 => created.push(response),
-            409 => {
-                response.assert_problem(409, "idempotency_key_in_progress");
-                assert!(
-                    response.header("retry-after").is_some(),
-                    "409 without Retry-After"
-                );
-            }
-            other => panic!("unexpected {other}: {}", response.text()),
-        }
-    }
-    eprintln!("(status, replayed) of the burst: {by_status:?}");
-    let originals = created.iter().filter(|r| !r.is_replay()).count();
-    assert_eq!(
-        originals, 1,
-        "exactly one 201 is not a replay: {by_status:?}"
-    );
-    for response in &created {
-        assert_eq!(
-            response.body, created[0].body,
-            "every 201 has the identical body"
-        );
-    }
+    let created = common::settle_burst(tasks, 1).await;
     // After the burst, a retry replays the same charge.
     let retry = request.clone().send().await;
     assert_eq!(retry.status, 201);
     assert!(retry.is_replay());
-    assert_eq!(retry.body, created[0].body);
+    assert_eq!(retry.body, created.body);
     retry.body
 }
 

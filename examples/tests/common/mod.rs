@@ -516,3 +516,53 @@ pub(crate) fn counter(metrics: &str, handler: &str, outcome: &str) -> u64 {
 pub(crate) fn charge(amount: i64, source: &str) -> Value {
     serde_json::json!({ "amount": amount, "currency": "usd", "source": source })
 }
+
+/// What a burst of concurrent duplicates answered, checked by [`settle_burst`].
+pub(crate) struct Burst {
+    /// The body every 201 carried.
+    pub(crate) body: Vec<u8>,
+    /// 409 answers per label (the instance a request went to).
+    pub(crate) in_progress: Vec<u64>,
+}
+
+/// Waits for every `(label, response)` of a burst of duplicates and checks that one ran: every
+/// answer is a 201 or a 409 `idempotency_key_in_progress` with `Retry-After`, exactly one 201 is
+/// not a replay, and every 201 carries its bytes. Labels are `0..labels`.
+pub(crate) async fn settle_burst(
+    mut tasks: tokio::task::JoinSet<(usize, Response)>,
+    labels: usize,
+) -> Burst {
+    let mut created: Vec<Response> = Vec::new();
+    let mut in_progress = vec![0; labels];
+    let mut by_status = std::collections::BTreeMap::<(usize, u16, bool), usize>::new();
+    while let Some(joined) = tasks.join_next().await {
+        let (label, response) = joined.expect("request task");
+        *by_status
+            .entry((label, response.status, response.is_replay()))
+            .or_default() += 1;
+        match response.status {
+            201 => created.push(response),
+            409 => {
+                response.assert_problem(409, "idempotency_key_in_progress");
+                assert!(
+                    response.header("retry-after").is_some(),
+                    "409 without Retry-After"
+                );
+                in_progress[label] += 1;
+            }
+            other => panic!("unexpected {other} for {label}: {}", response.text()),
+        }
+    }
+    eprintln!("(label, status, replayed) of the burst: {by_status:?}");
+    let originals: Vec<_> = created.iter().filter(|r| !r.is_replay()).collect();
+    assert_eq!(
+        originals.len(),
+        1,
+        "exactly one 201 is not a replay: {by_status:?}"
+    );
+    let body = originals[0].body.clone();
+    for response in &created {
+        assert_eq!(response.body, body, "every 201 carries the identical body");
+    }
+    Burst { body, in_progress }
+}
