@@ -85,6 +85,29 @@ async fn counts_every_outcome_and_never_logs_the_key() {
     let released = request(Some("other-secret-1234"), r#"{"status":500}"#);
     assert_eq!(send(released).await, StatusCode::INTERNAL_SERVER_ERROR); // released
 
+    // A store that refuses claims (a full memory store): `store_error`, answered 503.
+    let full = Idempotency::builder()
+        .store(MemoryStore::with_capacity(1))
+        .build()
+        .unwrap();
+    let full = Router::new()
+        .route("/create", post(create))
+        .with_state(full);
+    let mut refused = 0;
+    for i in 0..=32 {
+        let status = full
+            .clone()
+            .oneshot(request(Some(&format!("fill-{i}")), "{}"))
+            .await
+            .unwrap()
+            .status();
+        if status == StatusCode::SERVICE_UNAVAILABLE {
+            refused += 1;
+            break;
+        }
+    }
+    assert_eq!(refused, 1, "one shard of the 1-record store filled up");
+
     let text = metrics.render();
     let count = |outcome: &str| -> u64 {
         let needle = format!("outcome=\"{outcome}\"");
@@ -93,11 +116,13 @@ async fn counts_every_outcome_and_never_logs_the_key() {
             .and_then(|l| l.rsplit(' ').next())
             .map_or(0, |n| n.parse().unwrap())
     };
-    assert_eq!(count("executed"), 1, "{text}");
+    // `executed` also counts the requests that filled the small store.
+    assert!(count("executed") >= 2, "{text}");
     assert_eq!(count("replayed"), 1, "{text}");
     assert_eq!(count("reused"), 1, "{text}");
     assert_eq!(count("invalid"), 2, "{text}");
     assert_eq!(count("released"), 1, "{text}");
+    assert_eq!(count("store_error"), 1, "{text}");
     assert!(
         text.contains("endpoint=\"observability::create\""),
         "{text}"
