@@ -5,5 +5,7 @@
 //! [`TestStore`] trait the store conformance suite is generic over.
 
 pub mod db;
+pub mod gate;
 
 pub use db::{TestStore, postgres_store, postgres_url, sqlite_store};
+pub use gate::Gate;

@@ -12,7 +12,7 @@ use axum::http::{Request, StatusCode};
 use axum::response::{IntoResponse, Response};
 use http_body_util::BodyExt;
 use serde_json::Value;
-use tokio::sync::Semaphore;
+use idem_tests::Gate;
 use tower::ServiceExt;
 
 /// What the handler does wrong after its write, once.
@@ -37,38 +37,6 @@ impl Faults {
 #[derive(Clone, Default)]
 struct Calls(Arc<AtomicUsize>);
 
-/// Holds a handler (at a point its body names) until the test lets it go.
-#[derive(Clone)]
-struct Gate {
-    entered: Arc<Semaphore>,
-    release: Arc<Semaphore>,
-}
-
-impl Default for Gate {
-    fn default() -> Self {
-        Self {
-            entered: Arc::new(Semaphore::new(0)),
-            release: Arc::new(Semaphore::new(0)),
-        }
-    }
-}
-
-impl Gate {
-    async fn entered(&self) {
-        tokio::time::timeout(Duration::from_secs(10), self.entered.acquire())
-            .await
-            .expect("a gated handler should have started")
-            .unwrap()
-            .forget();
-    }
-    fn open(&self) {
-        self.release.add_permits(1);
-    }
-    async fn pass(&self) {
-        self.entered.add_permits(1);
-        self.release.acquire().await.unwrap().forget();
-    }
-}
 
 struct Reply {
     status: StatusCode,

@@ -7,7 +7,8 @@ use axum::http::StatusCode;
 use idem_runtime::store::MemoryStore;
 use idem_runtime::{Idempotency, clock::ManualClock};
 
-use crate::support::{App, Backend, Calls, Gate, harness, harness_with, post_json, send};
+use crate::support::{App, Backend, Calls, harness, harness_with, post_json, send};
+use idem_tests::Gate;
 
 pub(crate) async fn in_flight_duplicate_is_409_with_retry_after(backend: Backend) {
     let h = harness(backend).await;

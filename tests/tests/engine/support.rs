@@ -3,7 +3,6 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::Duration;
 
 use axum::body::{Body, Bytes};
 use axum::extract::{FromRef, FromRequestParts, Path, Query, State};
@@ -15,8 +14,8 @@ use http_body_util::BodyExt;
 use idem_runtime::clock::ManualClock;
 use idem_runtime::store::MemoryStore;
 use idem_runtime::{Builder, Idempotency, idempotent};
+use idem_tests::Gate;
 use serde_json::{Value, json};
-use tokio::sync::Semaphore;
 use tower::ServiceExt;
 
 /// Which store backs the engine under test.
@@ -37,41 +36,6 @@ impl Calls {
     }
     fn bump(&self) -> usize {
         self.0.fetch_add(1, Ordering::SeqCst) + 1
-    }
-}
-
-/// Holds gated handlers inside their body until the test lets them go.
-#[derive(Clone)]
-pub(crate) struct Gate {
-    entered: Arc<Semaphore>,
-    release: Arc<Semaphore>,
-}
-
-impl Default for Gate {
-    fn default() -> Self {
-        Self {
-            entered: Arc::new(Semaphore::new(0)),
-            release: Arc::new(Semaphore::new(0)),
-        }
-    }
-}
-
-impl Gate {
-    /// Waits until a gated handler is running (bounded, so a bug fails instead of hanging).
-    pub(crate) async fn entered(&self) {
-        tokio::time::timeout(Duration::from_secs(10), self.entered.acquire())
-            .await
-            .expect("a gated handler should have started")
-            .unwrap()
-            .forget();
-    }
-    /// Lets one gated handler finish.
-    pub(crate) fn open(&self) {
-        self.release.add_permits(1);
-    }
-    async fn pass(&self) {
-        self.entered.add_permits(1);
-        self.release.acquire().await.unwrap().forget();
     }
 }
 
