@@ -9,8 +9,7 @@ use axum::response::{IntoResponse, Response};
 use http::StatusCode;
 
 use super::Idempotency;
-use super::flow::{CatchUnwind, Outcome, Ready, capture, record, with_renewal};
-use super::guard::OwnerGuard;
+use super::flow::{Captured, CatchUnwind, Outcome, Ready, record, run_owned};
 use crate::atomic::{AtomicDatabase, Slot, Tx, seed_of};
 use crate::endpoint::Endpoint;
 use crate::error::{Rejection, problem};
@@ -102,27 +101,20 @@ where
     DB: AtomicDatabase,
     F: Future<Output = Response> + Send,
 {
-    let guard = OwnerGuard::new(engine.store().clone(), key, token);
-    let outcome = with_renewal(engine, &key, token, CatchUnwind(Box::pin(handler))).await;
+    let abandon = || drop(take(&slot)); // rolls back
+    let (
+        guard,
+        Captured {
+            parts,
+            bytes,
+            stored,
+        },
+    ) = match run_owned(engine, endpoint, key, token, handler, abandon).await {
+        Ok(owned) => owned,
+        Err(response) => return response,
+    };
     // Whatever happens next, a transaction not committed below rolls back when dropped.
     let tx = take(&slot);
-    let response = match outcome {
-        Ok(response) if !response.status().is_server_error() => response,
-        not_stored => {
-            drop(tx);
-            let _ = guard.release().await;
-            record(endpoint, Outcome::Released);
-            return match not_stored {
-                Ok(response) => response,
-                Err(panic) => resume_unwind(panic),
-            };
-        }
-    };
-    let Some((parts, bytes, stored)) = capture(engine, endpoint, response).await else {
-        drop(tx);
-        let _ = guard.release().await;
-        return StatusCode::INTERNAL_SERVER_ERROR.into_response();
-    };
     let policy = engine.policy();
     let unavailable = || Rejection::StoreUnavailable {
         retry_after: policy.retry_after,

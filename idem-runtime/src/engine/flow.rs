@@ -218,14 +218,12 @@ impl Ready {
     where
         F: Future<Output = Response> + Send,
     {
-        let Some(prepared) = self.0 else {
+        if self.0.is_none() {
             return handler.await;
-        };
-        let span = request_span(endpoint, &prepared.record_key);
+        }
         let execute = |key, token| execute(engine, endpoint, key, token, handler);
-        claim_and_run(engine, endpoint, &prepared, execute)
-            .instrument(span)
-            .await
+        let response = self.claim_then(engine, endpoint, execute).await;
+        response.expect("the request has a key")
     }
 
     /// The record key of an idempotent request (`None` without a key).
@@ -236,7 +234,6 @@ impl Ready {
 
     /// Like [`Ready::run`] for an idempotent request, with `execute` deciding how an acquired
     /// record is run. `None` (and `execute` unused) when the request carries no key.
-    #[cfg(any(feature = "sqlite", feature = "postgres"))]
     pub(crate) async fn claim_then<E, Fut>(
         self,
         engine: &Idempotency,
@@ -350,27 +347,16 @@ async fn execute<F>(
 where
     F: Future<Output = Response> + Send,
 {
-    let guard = OwnerGuard::new(engine.store().clone(), key, token);
-    let outcome = with_renewal(engine, &key, token, CatchUnwind(Box::pin(handler))).await;
-    let response = match outcome {
-        Ok(response) if !response.status().is_server_error() => response,
-        not_stored => {
-            if let Err(error) = guard.release().await {
-                tracing::warn!(
-                    error = &error as &dyn std::error::Error,
-                    "could not release the record; it frees when its lease lapses"
-                );
-            }
-            record(endpoint, Outcome::Released);
-            return match not_stored {
-                Ok(response) => response,
-                Err(panic) => resume_unwind(panic),
-            };
-        }
-    };
-    let Some((parts, bytes, stored)) = capture(engine, endpoint, response).await else {
-        let _ = guard.release().await;
-        return StatusCode::INTERNAL_SERVER_ERROR.into_response();
+    let (
+        guard,
+        Captured {
+            parts,
+            bytes,
+            stored,
+        },
+    ) = match run_owned(engine, endpoint, key, token, handler, || ()).await {
+        Ok(owned) => owned,
+        Err(response) => return response,
     };
     let expires_at = engine.now().after(endpoint.ttl());
     match guard.complete(stored, expires_at).await {
@@ -392,13 +378,64 @@ where
     Response::from_parts(parts, Body::from(bytes))
 }
 
-/// Buffers a handler's response and builds what to store: the response itself, or the
-/// too-large marker. `None` (after recording `released`) when the body stream failed.
-pub(crate) async fn capture(
+/// A handler's response, buffered, with what to store for it.
+pub(crate) struct Captured {
+    pub(crate) parts: http::response::Parts,
+    pub(crate) bytes: bytes::Bytes,
+    pub(crate) stored: StoredResponse,
+}
+
+/// Runs the owner's handler, renewing its lease and catching a panic, and captures what to
+/// store. A 5xx, a panic or a failed response body is not stored: `abandon` runs first (atomic
+/// mode rolls back there), then the record is released so a retry runs again, and the answer
+/// is returned as `Err` (a panic resumes instead).
+pub(crate) async fn run_owned<F>(
     engine: &Idempotency,
     endpoint: &'static Endpoint,
-    response: Response,
-) -> Option<(http::response::Parts, bytes::Bytes, StoredResponse)> {
+    key: RecordKey,
+    token: LeaseToken,
+    handler: F,
+    abandon: impl FnOnce(),
+) -> Result<(OwnerGuard, Captured), Response>
+where
+    F: Future<Output = Response> + Send,
+{
+    let guard = OwnerGuard::new(engine.store().clone(), key, token);
+    let outcome = with_renewal(engine, &key, token, CatchUnwind(Box::pin(handler))).await;
+    let captured = match outcome {
+        Ok(response) if !response.status().is_server_error() => capture(engine, response)
+            .await
+            .ok_or_else(|| StatusCode::INTERNAL_SERVER_ERROR.into_response()),
+        Ok(response) => Err(response),
+        Err(panic) => {
+            abandon();
+            release(guard, endpoint).await;
+            resume_unwind(panic)
+        }
+    };
+    match captured {
+        Ok(captured) => Ok((guard, captured)),
+        Err(response) => {
+            abandon();
+            release(guard, endpoint).await;
+            Err(response)
+        }
+    }
+}
+
+async fn release(guard: OwnerGuard, endpoint: &'static Endpoint) {
+    if let Err(error) = guard.release().await {
+        tracing::warn!(
+            error = &error as &dyn std::error::Error,
+            "could not release the record; it frees when its lease lapses"
+        );
+    }
+    record(endpoint, Outcome::Released);
+}
+
+/// Buffers a handler's response and builds what to store: the response itself, or the
+/// too-large marker. `None` when the body stream failed.
+async fn capture(engine: &Idempotency, response: Response) -> Option<Captured> {
     let (parts, body) = response.into_parts();
     let bytes = match body.collect().await {
         Ok(collected) => collected.to_bytes(),
@@ -407,7 +444,6 @@ pub(crate) async fn capture(
                 error = &error as &dyn std::error::Error,
                 "handler response body failed; releasing the record"
             );
-            record(endpoint, Outcome::Released);
             return None;
         }
     };
@@ -417,7 +453,11 @@ pub(crate) async fn capture(
     } else {
         too_large(parts.status, bytes.len(), limit)
     };
-    Some((parts, bytes, stored))
+    Some(Captured {
+        parts,
+        bytes,
+        stored,
+    })
 }
 
 /// What retries of a request whose response was too large to keep receive instead.
