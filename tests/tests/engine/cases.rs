@@ -2,7 +2,7 @@
 
 use axum::body::Body;
 use axum::extract::DefaultBodyLimit;
-use axum::http::{HeaderName, Request, StatusCode};
+use axum::http::{HeaderName, Method, Request, StatusCode};
 
 use crate::support::{Backend, harness, harness_with, post_json, send};
 
@@ -19,20 +19,28 @@ pub(crate) async fn requests_without_a_key_run_every_time(backend: Backend) {
 
 pub(crate) async fn safe_methods_never_touch_the_store(backend: Backend) {
     let h = harness(backend).await;
-    for _ in 0..2 {
-        let request = Request::get("/charges")
+    for method in [Method::GET, Method::HEAD, Method::OPTIONS, Method::GET] {
+        let request = Request::builder()
+            .method(method.clone())
+            .uri("/charges")
             .header("idempotency-key", "get-key")
             .header("content-type", "application/json")
             .header("x-org", "acme")
             .body(Body::from("{}"))
             .unwrap();
-        assert_eq!(h.send(request).await.status, StatusCode::CREATED);
+        let reply = h.send(request).await;
+        assert_eq!(reply.status, StatusCode::CREATED, "{method}");
+        assert!(!reply.replayed(), "{method}");
     }
-    assert_eq!(h.calls(), 2, "GET runs every time, with or without a key");
+    assert_eq!(
+        h.calls(),
+        4,
+        "safe methods run every time, with or without a key"
+    );
     // The key was never claimed: a POST with it executes.
     let reply = h.send(post_json("/charges", Some("get-key"), "{}")).await;
     assert!(!reply.replayed());
-    assert_eq!(h.calls(), 3);
+    assert_eq!(h.calls(), 5);
 }
 
 pub(crate) async fn required_key_missing_is_400(backend: Backend) {

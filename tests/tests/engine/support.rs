@@ -72,12 +72,8 @@ async fn charge(State(calls): State<Calls>, Json(body): Json<Value>) -> Response
     response
 }
 
-#[idempotent(scope = "org")]
-async fn gated(
-    State(calls): State<Calls>,
-    State(gate): State<Gate>,
-    Json(body): Json<Value>,
-) -> (StatusCode, Json<Value>) {
+/// Counts the call, waits at the gate, answers 201 with the call number.
+async fn pass_gate(calls: Calls, gate: Gate, body: Value) -> (StatusCode, Json<Value>) {
     let call = calls.bump();
     gate.pass().await;
     (
@@ -86,18 +82,22 @@ async fn gated(
     )
 }
 
+#[idempotent(scope = "org")]
+async fn gated(
+    State(calls): State<Calls>,
+    State(gate): State<Gate>,
+    Json(body): Json<Value>,
+) -> (StatusCode, Json<Value>) {
+    pass_gate(calls, gate, body).await
+}
+
 #[idempotent(scope = "org", in_flight = "wait")]
 async fn gated_wait(
     State(calls): State<Calls>,
     State(gate): State<Gate>,
     Json(body): Json<Value>,
 ) -> (StatusCode, Json<Value>) {
-    let call = calls.bump();
-    gate.pass().await;
-    (
-        StatusCode::CREATED,
-        Json(json!({ "call": call, "echo": body })),
-    )
+    pass_gate(calls, gate, body).await
 }
 
 #[idempotent(scope = "global", key = "required", ttl = "1h")]
@@ -202,7 +202,7 @@ pub(crate) async fn harness_with(
 /// Every test route over `app`.
 pub(crate) fn router(app: App) -> Router {
     Router::new()
-        .route("/charges", post(charge).get(charge))
+        .route("/charges", post(charge).get(charge).options(charge))
         .route("/gated", post(gated))
         .route("/gated-wait", post(gated_wait))
         .route("/payouts", post(payout))
