@@ -65,14 +65,11 @@ fn expand(item: &ItemFn, config: &validate::Config) -> TokenStream {
     inner.attrs.retain(|a| !is(a, "doc") && !is_cfg(a));
 
     let handler_impl = handler_impl(item);
-    // Atomic mode: the builder checks the `Tx`'s database against the store's.
-    let with_atomic = params(item)
+    // Atomic mode is chosen by a parameter's type (a `Tx` extractor, under any name or alias):
+    // one probe per parameter tells the builder what the handler needs from the store.
+    let probes = params(item)
         .into_iter()
-        .find(|(ty, _)| validate::is_atomic(ty))
-        .map(|(ty, _)| {
-            quote_spanned!(ty.span()=>
-                .with_atomic(<#ty as ::idem_runtime::__private::AtomicParam>::STORE))
-        });
+        .map(|(ty, _)| quote_spanned!(ty.span()=> (&&#p::Probe::<#ty>::NEW).atomic_need()));
 
     quote! {
         #(#cfgs)*
@@ -89,7 +86,13 @@ fn expand(item: &ItemFn, config: &validate::Config) -> TokenStream {
                 #ttl,
                 #p::KeyMode::#key_mode,
                 #p::InFlightMode::#in_flight,
-            )#with_atomic;
+            )
+            .with_atomic(__idem_atomic);
+            fn __idem_atomic() -> ::core::option::Option<#p::AtomicNeed> {
+                #[allow(unused_imports)]
+                use #p::{ProbeAtomic as _, ProbePlain as _};
+                ::core::option::Option::None #(.or(#probes))*
+            }
             #p::inventory::submit! { #p::Registration(&__IDEM_ENDPOINT) }
 
             #inner
@@ -122,13 +125,7 @@ fn handler_impl(item: &ItemFn) -> TokenStream {
     let p = quote!(::idem_runtime::__private);
     let name = &item.sig.ident;
     let params: Vec<(&Type, Ident)> = params(item);
-    let atomic = params.iter().find(|(ty, _)| validate::is_atomic(ty));
-    // A `Tx` is handed over by the engine, not extracted: the body extractor, if any, is the
-    // last of the other parameters.
-    let extractors: Vec<&(&Type, Ident)> = params
-        .iter()
-        .filter(|(ty, _)| !validate::is_atomic(ty))
-        .collect();
+    let extractors: Vec<&(&Type, Ident)> = params.iter().collect();
     let args = params.iter().map(|(_, arg)| arg);
     let state = quote!(__IdemS);
     let marker = quote!(__IdemM);
@@ -180,15 +177,7 @@ fn handler_impl(item: &ItemFn) -> TokenStream {
     let call = quote_spanned! {name.span()=>
         #p::handler_future(#name(#(#args),*))
     };
-    let run = match atomic {
-        None => quote!(__idem_ready.run(&__idem_engine, &__IDEM_ENDPOINT, #call).await),
-        Some((ty, tx)) => quote_spanned! {ty.span()=>
-            <#ty as ::idem_runtime::__private::AtomicParam>::run(
-                __idem_ready, &__idem_engine, &__IDEM_ENDPOINT, move |#tx| #call,
-            )
-            .await
-        },
-    };
+    let run = quote!(__idem_ready.run(&__idem_engine, &__IDEM_ENDPOINT, #call).await);
 
     quote! {
         #[automatically_derived]
@@ -204,7 +193,7 @@ fn handler_impl(item: &ItemFn) -> TokenStream {
                     let __idem_engine = #p::EngineState::engine(&__idem_state);
                     let (mut __idem_parts, __idem_body) = __idem_request.into_parts();
                     let __idem_pending =
-                        match #p::begin(&__idem_engine, &__IDEM_ENDPOINT, &__idem_parts) {
+                        match #p::begin(&__idem_engine, &__IDEM_ENDPOINT, &mut __idem_parts) {
                             ::core::result::Result::Ok(__idem_pending) => __idem_pending,
                             ::core::result::Result::Err(__idem_response) => return __idem_response,
                         };
@@ -286,27 +275,21 @@ mod tests {
     }
 
     #[test]
-    fn a_transaction_is_handed_over_not_extracted() {
+    fn a_transaction_is_an_extractor_and_probed_by_type() {
         let out = expand_str(
             r#"scope = "global""#,
-            "async fn create(s: State<A>, mut tx: Tx<Sqlite>, b: Json<B>) {}",
+            "async fn create(s: State<A>, mut tx: Db, b: Json<B>) {}",
         );
-        assert!(out.contains(". with_atomic (< Tx < Sqlite > as"), "{out}");
-        assert!(out.contains("ExtractParts < State < A > >"), "{out}");
+        assert!(out.contains(". with_atomic (__idem_atomic)"), "{out}");
         assert!(
-            out.contains("ExtractLast < Json < B > , __IdemM >"),
+            out.contains("Probe :: < Db > :: NEW) . atomic_need ()"),
             "{out}"
         );
-        assert!(!out.contains("ExtractParts < Tx") && !out.contains("ExtractLast < Tx"));
-        assert!(out.contains("AtomicParam > :: run (__idem_ready"), "{out}");
-        assert!(out.contains("move | __idem_arg1 |"), "{out}");
+        assert!(out.contains("ExtractParts < Db >"), "{out}");
         assert!(
             out.contains("create (__idem_arg0 , __idem_arg1 , __idem_arg2)"),
             "{out}"
         );
-
-        let out = expand_str(r#"scope = "global""#, "async fn f(tx: AnyTx) {}");
-        assert!(out.contains("Handler < (() ,) , __IdemS > for f"), "{out}");
     }
 
     /// Generated bindings must not collide with the user's items: a handler named `response`

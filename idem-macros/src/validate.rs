@@ -126,22 +126,6 @@ pub(crate) fn item(tokens: TokenStream) -> syn::Result<ItemFn> {
     ))
 }
 
-/// Tokens as a user writes them: `Tx<sqlx::Sqlite>`, not `Tx < sqlx :: Sqlite >`.
-fn compact(tokens: &dyn ToTokens) -> String {
-    let text = tokens.to_token_stream().to_string();
-    [
-        (" :: ", "::"),
-        (":: ", "::"),
-        (" < ", "<"),
-        ("< ", "<"),
-        (" <", "<"),
-        (" >", ">"),
-    ]
-    .iter()
-    .fold(text, |text, (from, to)| text.replace(from, to))
-    .replace(" ,", ",")
-}
-
 fn pair(a: &dyn ToTokens, b: &dyn ToTokens) -> TokenStream {
     let mut tokens = a.to_token_stream();
     b.to_tokens(&mut tokens);
@@ -157,21 +141,6 @@ fn has_fn_token(tokens: &TokenStream) -> bool {
 
 fn first_token(tokens: &TokenStream) -> TokenStream {
     tokens.clone().into_iter().take(1).collect()
-}
-
-/// Whether `ty` names the transaction of atomic mode, `Tx<..>` or `AnyTx` (by its last path
-/// segment, as `idem_runtime::AtomicParam` documents).
-pub(crate) fn is_atomic(ty: &Type) -> bool {
-    match ty {
-        Type::Group(group) => is_atomic(&group.elem),
-        Type::Paren(paren) => is_atomic(&paren.elem),
-        Type::Path(path) if path.qself.is_none() => path
-            .path
-            .segments
-            .last()
-            .is_some_and(|last| last.ident == "Tx" || last.ident == "AnyTx"),
-        _ => false,
-    }
 }
 
 /// Checks that `item` can be an axum handler under `#[idempotent]`.
@@ -224,20 +193,6 @@ pub(crate) fn function(item: &ItemFn) -> syn::Result<()> {
             }
             FnArg::Typed(arg) => extractor_type(&arg.ty)?,
         }
-    }
-    let mut transactions = sig.inputs.iter().filter_map(|input| match input {
-        FnArg::Typed(arg) if is_atomic(&arg.ty) => Some(arg),
-        _ => None,
-    });
-    if let (Some(first), Some(second)) = (transactions.next(), transactions.next()) {
-        return Err(syn::Error::new_spanned(
-            &second.ty,
-            format!(
-                "`#[idempotent]` handlers take at most one transaction: `{name}` already takes \
-                 `{}`; send every write through it",
-                compact(&first.ty)
-            ),
-        ));
     }
     if let Some(extra) = sig.inputs.iter().nth(MAX_EXTRACTORS) {
         return Err(syn::Error::new_spanned(
@@ -391,17 +346,6 @@ mod tests {
     }
 
     #[test]
-    fn atomic_parameters() {
-        let atomic = |s: &str| is_atomic(&syn::parse_str(s).unwrap());
-        assert!(atomic("Tx<Sqlite>"));
-        assert!(atomic("idem_runtime::Tx<sqlx::Postgres>"));
-        assert!(atomic("AnyTx"));
-        assert!(!atomic("State<Tx>"));
-        assert!(!atomic("Json<Tx>"));
-        assert!(!atomic("&Tx"));
-    }
-
-    #[test]
     fn items_that_are_not_functions() {
         let err = |s: &str| item(s.parse().unwrap()).err().unwrap().to_string();
         assert!(err("struct A { x: u8 }").ends_with("not on a struct"));
@@ -427,9 +371,6 @@ mod tests {
         assert!(fn_err("async fn f(a: Option<&str>) {}").contains("contain references"));
         assert!(fn_err("async fn f(a: Cow<'_, str>) {}").contains("cannot borrow"));
         assert!(function(&syn::parse_str("async fn f(a: Cow<'static, str>) {}").unwrap()).is_ok());
-        assert!(
-            fn_err("async fn f(a: Tx<Sqlite>, b: AnyTx) {}").contains("at most one transaction")
-        );
         let many = (0..17).map(|i| format!("a{i}: A")).collect::<Vec<_>>();
         let many = format!("async fn f({}) {{}}", many.join(", "));
         assert!(fn_err(&many).contains("at most 16 extractors"));

@@ -3,12 +3,13 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-use crate::clock::Timestamp;
-use crate::error::StoreError;
-use crate::fingerprint::Fingerprint;
-use crate::key::RecordKey;
-use crate::response::StoredResponse;
-use crate::store::{Claim, ClaimRequest, Fence, LeaseToken, Store};
+use bytes::Bytes;
+
+use crate::core::clock::Timestamp;
+use crate::core::error::StoreError;
+use crate::core::fingerprint::Fingerprint;
+use crate::core::key::RecordKey;
+use crate::store::{Claim, ClaimRequest, Completion, Fence, LeaseToken, Store};
 
 const SHARDS: usize = 32;
 
@@ -19,7 +20,8 @@ const SHARDS: usize = 32;
 /// room, or by the sweeper.
 ///
 /// Records do not survive a restart and are not shared between processes: use `SqliteStore`,
-/// `PostgresStore` or `RedisStore` for that.
+/// `PostgresStore` or `RedisStore` for that. The store keeps what the engine needs, not the
+/// operator's columns of the SQL stores (operation name, times), which nothing could read here.
 ///
 /// ```
 /// use idem_runtime::{Idempotency, store::MemoryStore};
@@ -45,7 +47,7 @@ struct Record {
 #[derive(Debug)]
 enum State {
     InFlight { lease_until: Timestamp },
-    Completed(StoredResponse),
+    Completed(Bytes),
 }
 
 impl MemoryStore {
@@ -128,9 +130,9 @@ impl Store for MemoryStore {
         let live = shard.get_mut(req.key).filter(|r| r.expires_at > req.now);
         if let Some(record) = live {
             return Ok(match &record.state {
-                State::Completed(response) => Claim::Completed {
+                State::Completed(payload) => Claim::Completed {
                     fingerprint: record.fingerprint,
-                    response: response.clone(),
+                    payload: payload.clone(),
                 },
                 State::InFlight { lease_until }
                     if *lease_until > req.now || record.fingerprint != *req.fingerprint =>
@@ -176,13 +178,12 @@ impl Store for MemoryStore {
         &self,
         key: &RecordKey,
         token: LeaseToken,
-        response: &StoredResponse,
-        expires_at: Timestamp,
+        completion: Completion<'_>,
     ) -> Result<Fence, StoreError> {
         Ok(self.fenced(key, token, |shard| {
             if let Some(r) = shard.get_mut(key) {
-                r.expires_at = expires_at;
-                r.state = State::Completed(response.clone());
+                r.expires_at = completion.expires_at;
+                r.state = State::Completed(Bytes::copy_from_slice(completion.payload));
             }
         }))
     }

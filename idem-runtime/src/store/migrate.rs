@@ -13,7 +13,7 @@
 
 use sha2::{Digest, Sha256};
 
-use crate::error::StoreError;
+use crate::core::error::StoreError;
 
 /// One embedded schema change.
 #[derive(Debug)]
@@ -69,8 +69,7 @@ pub(crate) fn plan<'m>(
     Ok(pending)
 }
 
-/// Wraps a backend error raised while applying `version` (0: before any migration ran, e.g.
-/// while taking the lock or reading the migrations table).
+/// Wraps a backend error raised while applying migration `version`.
 pub(crate) fn failed(
     version: i64,
 ) -> impl FnOnce(sqlx::Error) -> StoreError + Copy + Send + 'static {

@@ -5,16 +5,26 @@
 //! response until it expires; *release* deletes it so a retry runs again. Every write by an owner
 //! is fenced by its token, so an owner whose lease was taken over cannot touch the new owner's
 //! record. All backends pass one conformance suite (`tests/` in the repository).
+//!
+//! Stores are transport-neutral: a completed record holds an opaque payload (bytes a face
+//! encoded: the HTTP face's response, the programmatic API's serialised output) and never look
+//! inside it. Beside what the engine needs, each record carries what an operator reads: the
+//! operation (endpoint) name, the state, an optional status code (HTTP faces), and when it was
+//! created and completed.
 
 use std::future::Future;
 use std::pin::Pin;
 
-use crate::clock::Timestamp;
-use crate::error::StoreError;
-use crate::fingerprint::Fingerprint;
-use crate::key::RecordKey;
-use crate::response::StoredResponse;
+use bytes::Bytes;
 
+use crate::core::clock::Timestamp;
+use crate::core::error::StoreError;
+use crate::core::fingerprint::Fingerprint;
+use crate::core::key::RecordKey;
+
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+pub mod atomic;
+mod capabilities;
 mod memory;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 mod migrate;
@@ -25,6 +35,7 @@ mod sql;
 #[cfg(feature = "sqlite")]
 pub(crate) mod sqlite;
 
+pub use capabilities::Capabilities;
 pub use memory::MemoryStore;
 #[cfg(feature = "postgres")]
 #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
@@ -72,6 +83,9 @@ pub struct ClaimRequest<'a> {
     pub lease_until: Timestamp,
     /// When a claimed record disappears even if never completed (the endpoint's TTL).
     pub expires_at: Timestamp,
+    /// The operation (endpoint) the record belongs to, kept for operators
+    /// (`module::function` for the attribute, `POST /path` for the layer).
+    pub operation: &'a str,
 }
 
 /// The outcome of [`Store::claim`].
@@ -92,13 +106,26 @@ pub enum Claim {
         /// When the owner's lease lapses.
         lease_until: Timestamp,
     },
-    /// The record holds a completed response.
+    /// The record holds a completed result.
     Completed {
         /// The fingerprint of the request that produced it.
         fingerprint: Fingerprint,
-        /// The response to replay.
-        response: StoredResponse,
+        /// The stored payload, as the face encoded it.
+        payload: Bytes,
     },
+}
+
+/// What [`Store::complete`] writes.
+#[derive(Debug, Clone, Copy)]
+pub struct Completion<'a> {
+    /// The payload to replay, opaque to the store.
+    pub payload: &'a [u8],
+    /// A status code kept beside the payload for operators (HTTP faces); `None` elsewhere.
+    pub status: Option<u16>,
+    /// When the completion happened.
+    pub completed_at: Timestamp,
+    /// When the completed record disappears (completion time plus the TTL).
+    pub expires_at: Timestamp,
 }
 
 /// Whether a fenced write found the caller's token still in place.
@@ -116,7 +143,7 @@ pub enum Fence {
 /// claimers of an absent record, exactly one gets [`Claim::Acquired`].
 #[diagnostic::on_unimplemented(
     message = "`{Self}` is not an idempotency store",
-    note = "use `MemoryStore`, `SqliteStore`, `PostgresStore` or implement `idem_runtime::store::Store`"
+    note = "use `MemoryStore`, `SqliteStore`, `PostgresStore`, `RedisStore` or implement `idem_runtime::store::Store`"
 )]
 pub trait Store: Send + Sync + 'static {
     /// Claims the record for a new request, or reports who holds it.
@@ -125,14 +152,13 @@ pub trait Store: Send + Sync + 'static {
         request: ClaimRequest<'_>,
     ) -> impl Future<Output = Result<Claim, StoreError>> + Send;
 
-    /// Stores the response and marks the record completed until `expires_at`, if `token` still
-    /// owns it.
+    /// Stores the payload and marks the record completed until `completion.expires_at`, if
+    /// `token` still owns it.
     fn complete(
         &self,
         key: &RecordKey,
         token: LeaseToken,
-        response: &StoredResponse,
-        expires_at: Timestamp,
+        completion: Completion<'_>,
     ) -> impl Future<Output = Result<Fence, StoreError>> + Send;
 
     /// Deletes the in-flight record if `token` still owns it, so the next retry runs again.
@@ -156,21 +182,34 @@ pub trait Store: Send + Sync + 'static {
         now: Timestamp,
         limit: u32,
     ) -> impl Future<Output = Result<u64, StoreError>> + Send;
+
+    /// Offers the store's optional capabilities to the engine it is built into, such as the
+    /// transactions of atomic mode ([`Capabilities::offer_atomic`]). The default offers none.
+    fn offer_capabilities(self: &std::sync::Arc<Self>, capabilities: &mut Capabilities)
+    where
+        Self: Sized,
+    {
+        let _ = capabilities;
+    }
+
+    /// Whether an expired record needs the sweeper ([`purge_expired`](Store::purge_expired))
+    /// to go away. `false` for stores whose backend expires records itself (Redis).
+    fn needs_sweeping(&self) -> bool {
+        true
+    }
 }
 
 pub(crate) type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
 /// Object-safe mirror of [`Store`], so the engine can hold any store behind one pointer.
 pub(crate) trait DynStore: Send + Sync + 'static {
-    /// The concrete store, for atomic mode's transactions on SQL stores.
-    fn as_any(&self) -> &dyn std::any::Any;
+    fn needs_sweeping(&self) -> bool;
     fn claim<'a>(&'a self, request: ClaimRequest<'a>) -> BoxFuture<'a, Result<Claim, StoreError>>;
     fn complete<'a>(
         &'a self,
         key: &'a RecordKey,
         token: LeaseToken,
-        response: &'a StoredResponse,
-        expires_at: Timestamp,
+        completion: Completion<'a>,
     ) -> BoxFuture<'a, Result<Fence, StoreError>>;
     fn release<'a>(
         &'a self,
@@ -187,8 +226,8 @@ pub(crate) trait DynStore: Send + Sync + 'static {
 }
 
 impl<T: Store> DynStore for T {
-    fn as_any(&self) -> &dyn std::any::Any {
-        self
+    fn needs_sweeping(&self) -> bool {
+        Store::needs_sweeping(self)
     }
     fn claim<'a>(&'a self, request: ClaimRequest<'a>) -> BoxFuture<'a, Result<Claim, StoreError>> {
         Box::pin(Store::claim(self, request))
@@ -197,10 +236,9 @@ impl<T: Store> DynStore for T {
         &'a self,
         key: &'a RecordKey,
         token: LeaseToken,
-        response: &'a StoredResponse,
-        expires_at: Timestamp,
+        completion: Completion<'a>,
     ) -> BoxFuture<'a, Result<Fence, StoreError>> {
-        Box::pin(Store::complete(self, key, token, response, expires_at))
+        Box::pin(Store::complete(self, key, token, completion))
     }
     fn release<'a>(
         &'a self,

@@ -7,13 +7,15 @@ use sha2::{Digest, Sha256};
 use sqlx::postgres::PgPoolOptions;
 use sqlx::{AssertSqlSafe, PgPool};
 
-use crate::clock::Timestamp;
-use crate::error::StoreError;
-use crate::key::RecordKey;
-use crate::response::StoredResponse;
+use crate::core::clock::Timestamp;
+use crate::core::error::StoreError;
+use crate::core::key::RecordKey;
+use crate::store::atomic::AtomicStore;
 use crate::store::migrate::{self, Migration, failed};
 use crate::store::sql::{fence, held_by};
-use crate::store::{Claim, ClaimRequest, Fence, LeaseToken, Store};
+use crate::store::{
+    BoxFuture, Capabilities, Claim, ClaimRequest, Completion, Fence, LeaseToken, Store,
+};
 
 /// Records in a PostgreSQL table, by default `idem.idempotency_records`, on sqlx.
 ///
@@ -24,6 +26,21 @@ use crate::store::{Claim, ClaimRequest, Fence, LeaseToken, Store};
 /// Every operation is one statement, so one round trip: a claim is an `INSERT .. ON CONFLICT DO
 /// UPDATE` that reports the record it found when it could not take it; completion, release and
 /// lease renewal are `UPDATE`/`DELETE`s fenced on the owner's token.
+///
+/// The store offers atomic mode ([`Tx<sqlx::Postgres>`](crate::Tx)): a handler's writes and the
+/// record's completion commit in one transaction on this database.
+///
+/// Operators can read the table (times are milliseconds since the Unix epoch):
+///
+/// ```sql
+/// -- Which keys are stuck in flight, per endpoint (the owner's lease lapsed)?
+/// SELECT operation, count(*) FROM idem.idempotency_records
+/// WHERE state = 'in_flight' AND lease_until < extract(epoch FROM now()) * 1000
+/// GROUP BY operation;
+/// -- How many completed in the last hour?
+/// SELECT count(*) FROM idem.idempotency_records
+/// WHERE state = 'completed' AND completed_at >= extract(epoch FROM now() - interval '1 hour') * 1000;
+/// ```
 ///
 /// ```no_run
 /// use idem_runtime::{Idempotency, store::PostgresStore};
@@ -42,19 +59,20 @@ pub struct PostgresStore {
 
 impl PostgresStore {
     /// The fenced completion, on the pool or inside a handler's transaction (atomic mode).
-    pub(crate) async fn complete_with<'e>(
+    async fn complete_with<'e>(
         &self,
         executor: impl sqlx::Executor<'e, Database = sqlx::Postgres>,
         key: &RecordKey,
         token: LeaseToken,
-        response: &StoredResponse,
-        expires_at: Timestamp,
+        completion: Completion<'_>,
     ) -> Result<Fence, StoreError> {
         let done = sqlx::query(AssertSqlSafe(self.sql.complete.clone()))
             .bind(key.as_bytes().as_slice())
             .bind(token.as_i64())
-            .bind(response.encode())
-            .bind(expires_at.as_millis())
+            .bind(completion.payload)
+            .bind(completion.expires_at.as_millis())
+            .bind(completion.status.map(|s| s as i16))
+            .bind(completion.completed_at.as_millis())
             .execute(executor)
             .await;
         fence(done.map(|d| d.rows_affected()))
@@ -170,9 +188,9 @@ impl PostgresStoreBuilder {
     /// Validates the names and applies the store's migrations.
     ///
     /// # Errors
-    /// [`StoreError::Migration`] when a migration fails, or with version 0 when a name is not
-    /// a valid identifier (checked before the database is touched) or the database cannot be
-    /// reached.
+    /// [`StoreError::Config`] when a name is not a valid identifier (checked before the
+    /// database is touched), [`StoreError::Unavailable`] when the database cannot be reached,
+    /// [`StoreError::Migration`] when a migration fails.
     pub async fn build(self) -> Result<PostgresStore, StoreError> {
         let names = Names::new(self.schema, self.table)?;
         migrate(&self.pool, &names).await?;
@@ -192,6 +210,8 @@ struct Names {
     records: String,
     /// `"table_expires_at"`, created in the records' schema.
     expires_at_index: String,
+    /// `"table_in_flight"`, created in the records' schema.
+    in_flight_index: String,
     /// `"schema"."idem_migrations"`
     migrations: String,
 }
@@ -207,6 +227,7 @@ impl Names {
         Ok(Self {
             records: format!("{quoted_schema}.{quoted_table}"),
             expires_at_index: format!("\"{table}{EXPIRES_AT_SUFFIX}\""),
+            in_flight_index: format!("\"{table}_in_flight\""),
             migrations: format!("{quoted_schema}.\"idem_migrations\""),
             quoted_schema,
             schema,
@@ -219,6 +240,7 @@ impl Names {
         template
             .replace("{records}", &self.records)
             .replace("{expires_at_index}", &self.expires_at_index)
+            .replace("{in_flight_index}", &self.in_flight_index)
             .replace("{migrations}", &self.migrations)
     }
 }
@@ -232,14 +254,15 @@ fn quote(what: &'static str, name: &str, max: usize) -> Result<String, StoreErro
     if valid {
         Ok(format!("\"{name}\""))
     } else {
-        Err(StoreError::Migration {
-            version: 0,
-            source: Box::new(InvalidName {
+        Err(StoreError::Config(
+            InvalidName {
                 what,
                 name: name.to_owned(),
                 max,
-            }),
-        })
+            }
+            .to_string()
+            .into(),
+        ))
     }
 }
 
@@ -286,7 +309,8 @@ impl Statements {
 /// lapsed lease of the same request (a takeover: one more owner), returning the new `owners`;
 /// otherwise returns the record that stopped it, in one statement.
 ///
-/// `$1` key, `$2` fingerprint, `$3` token, `$4` lease_until, `$5` expires_at, `$6` now.
+/// `$1` key, `$2` fingerprint, `$3` token, `$4` lease_until, `$5` expires_at, `$6` now,
+/// `$7` operation.
 ///
 /// `held` reads first: when the statement's snapshot already shows a live record that cannot be
 /// claimed (a completed response to replay, or an owner in flight), the `INSERT` gets no row to
@@ -305,17 +329,22 @@ WITH held AS (
       AND r.expires_at > $6
       AND NOT (r.state = 'in_flight' AND r.lease_until <= $6 AND r.fingerprint = $2)
 ), claimed AS (
-    INSERT INTO {records} AS r (key, fingerprint, token, state, owners, lease_until, expires_at)
-    SELECT $1, $2, $3, 'in_flight', 1, $4, $5
+    INSERT INTO {records} AS r
+        (key, fingerprint, token, state, owners, lease_until, expires_at, operation, created_at)
+    SELECT $1, $2, $3, 'in_flight', 1, $4, $5, $7, $6
     WHERE NOT EXISTS (SELECT FROM held)
     ON CONFLICT (key) DO UPDATE SET
         fingerprint = excluded.fingerprint,
         token = excluded.token,
         state = 'in_flight',
         owners = CASE WHEN r.expires_at <= $6 THEN 1 ELSE r.owners + 1 END,
+        created_at = CASE WHEN r.expires_at <= $6 THEN $6 ELSE r.created_at END,
         lease_until = excluded.lease_until,
         expires_at = excluded.expires_at,
-        response = NULL
+        operation = excluded.operation,
+        response = NULL,
+        status = NULL,
+        completed_at = NULL
     WHERE r.expires_at <= $6
        OR (r.state = 'in_flight' AND r.lease_until <= $6 AND r.fingerprint = excluded.fingerprint)
     RETURNING r.owners
@@ -328,7 +357,8 @@ SELECT NULL, fingerprint, state, lease_until, response
 FROM held";
 
 const COMPLETE: &str = "\
-UPDATE {records} SET state = 'completed', response = $3, expires_at = $4
+UPDATE {records} SET state = 'completed', response = $3, expires_at = $4, status = $5,
+    completed_at = $6
 WHERE key = $1 AND token = $2 AND state = 'in_flight'";
 
 const RELEASE: &str = "\
@@ -370,6 +400,7 @@ impl Store for PostgresStore {
                 .bind(req.lease_until.as_millis())
                 .bind(req.expires_at.as_millis())
                 .bind(req.now.as_millis())
+                .bind(req.operation)
                 .fetch_optional(&self.pool)
                 .await
                 .map_err(StoreError::unavailable)?;
@@ -394,11 +425,9 @@ impl Store for PostgresStore {
         &self,
         key: &RecordKey,
         token: LeaseToken,
-        response: &StoredResponse,
-        expires_at: Timestamp,
+        completion: Completion<'_>,
     ) -> Result<Fence, StoreError> {
-        self.complete_with(&self.pool, key, token, response, expires_at)
-            .await
+        self.complete_with(&self.pool, key, token, completion).await
     }
 
     async fn release(&self, key: &RecordKey, token: LeaseToken) -> Result<Fence, StoreError> {
@@ -434,16 +463,37 @@ impl Store for PostgresStore {
             .map_err(StoreError::unavailable)?;
         Ok(done.rows_affected())
     }
+
+    fn offer_capabilities(self: &Arc<Self>, capabilities: &mut Capabilities) {
+        capabilities.offer_atomic::<sqlx::Postgres>(self.clone());
+    }
+}
+
+impl AtomicStore<sqlx::Postgres> for PostgresStore {
+    fn pool(&self) -> &PgPool {
+        &self.pool
+    }
+
+    fn complete_in<'a>(
+        &'a self,
+        conn: &'a mut sqlx::PgConnection,
+        key: &'a RecordKey,
+        token: LeaseToken,
+        completion: Completion<'a>,
+    ) -> BoxFuture<'a, Result<Fence, StoreError>> {
+        Box::pin(self.complete_with(conn, key, token, completion))
+    }
 }
 
 /// The schema, in order, as templates over [`Names`]. Never edit a shipped migration: add the
 /// next one.
-const MIGRATIONS: &[Migration] = &[Migration {
-    version: 1,
-    description: "create the records table",
-    // `owners` counts the requests that held the record since it was (re)created: more than
-    // one means a lapsed lease was taken over.
-    sql: "\
+const MIGRATIONS: &[Migration] = &[
+    Migration {
+        version: 1,
+        description: "create the records table",
+        // `owners` counts the requests that held the record since it was (re)created: more than
+        // one means a lapsed lease was taken over.
+        sql: "\
 CREATE TABLE {records} (
     key         bytea   PRIMARY KEY CHECK (octet_length(key) = 32),
     fingerprint bytea   NOT NULL CHECK (octet_length(fingerprint) = 32),
@@ -456,7 +506,21 @@ CREATE TABLE {records} (
     CHECK ((state = 'completed') = (response IS NOT NULL))
 );
 CREATE INDEX {expires_at_index} ON {records} (expires_at);",
-}];
+    },
+    Migration {
+        version: 2,
+        description: "columns for operators: operation, status, created and completed times",
+        // Adding columns with constant defaults rewrites nothing on PostgreSQL 11+. Records
+        // written before keep replaying: their new columns take the defaults.
+        sql: "\
+ALTER TABLE {records}
+    ADD COLUMN operation    text     NOT NULL DEFAULT '',
+    ADD COLUMN status       smallint,
+    ADD COLUMN created_at   bigint   NOT NULL DEFAULT 0,
+    ADD COLUMN completed_at bigint;
+CREATE INDEX {in_flight_index} ON {records} (operation, lease_until) WHERE state = 'in_flight';",
+    },
+];
 
 /// The advisory lock serialising migrations of one schema: 64 bits of SHA-256 of its name.
 fn lock_key(schema: &str) -> i64 {
@@ -469,12 +533,12 @@ fn lock_key(schema: &str) -> i64 {
 /// Applies the missing [`MIGRATIONS`] in one transaction, under an advisory lock so instances
 /// starting at once take turns.
 async fn migrate(pool: &PgPool, names: &Names) -> Result<(), StoreError> {
-    let mut tx = pool.begin().await.map_err(failed(0))?;
+    let mut tx = pool.begin().await.map_err(StoreError::unavailable)?;
     sqlx::query("SELECT pg_advisory_xact_lock($1)")
         .bind(lock_key(&names.schema))
         .execute(&mut *tx)
         .await
-        .map_err(failed(0))?;
+        .map_err(StoreError::unavailable)?;
     // `CREATE .. IF NOT EXISTS` checks the CREATE privilege even when the object exists: look
     // first, so a restart needs no privilege beyond using what a DBA may have set up.
     let (has_schema, has_migrations): (bool, bool) = sqlx::query_as(
@@ -485,7 +549,7 @@ async fn migrate(pool: &PgPool, names: &Names) -> Result<(), StoreError> {
     .bind(&names.migrations)
     .fetch_one(&mut *tx)
     .await
-    .map_err(failed(0))?;
+    .map_err(StoreError::unavailable)?;
     if !has_schema {
         sqlx::raw_sql(AssertSqlSafe(format!(
             "CREATE SCHEMA {}",
@@ -493,7 +557,7 @@ async fn migrate(pool: &PgPool, names: &Names) -> Result<(), StoreError> {
         )))
         .execute(&mut *tx)
         .await
-        .map_err(failed(0))?;
+        .map_err(StoreError::unavailable)?;
     }
     if !has_migrations {
         sqlx::raw_sql(AssertSqlSafe(names.render(
@@ -508,7 +572,7 @@ async fn migrate(pool: &PgPool, names: &Names) -> Result<(), StoreError> {
         )))
         .execute(&mut *tx)
         .await
-        .map_err(failed(0))?;
+        .map_err(StoreError::unavailable)?;
     }
     let applied: Vec<(i64, Vec<u8>)> = sqlx::query_as(AssertSqlSafe(
         names.render("SELECT version, checksum FROM {migrations} WHERE records_table = $1"),
@@ -516,7 +580,7 @@ async fn migrate(pool: &PgPool, names: &Names) -> Result<(), StoreError> {
     .bind(&names.table)
     .fetch_all(&mut *tx)
     .await
-    .map_err(failed(0))?;
+    .map_err(StoreError::unavailable)?;
     for migration in migrate::plan(MIGRATIONS, &applied)? {
         let version = migration.version;
         sqlx::raw_sql(AssertSqlSafe(names.render(migration.sql)))
@@ -542,7 +606,7 @@ async fn migrate(pool: &PgPool, names: &Names) -> Result<(), StoreError> {
             "applied idempotency store migration"
         );
     }
-    tx.commit().await.map_err(failed(0))
+    tx.commit().await.map_err(StoreError::unavailable)
 }
 
 #[cfg(test)]
@@ -571,7 +635,7 @@ mod tests {
             ("s", &"t".repeat(53)),
         ] {
             match Names::new(schema.into(), table.into()) {
-                Err(StoreError::Migration { version: 0, .. }) => {}
+                Err(StoreError::Config(_)) => {}
                 other => panic!("{schema:?}.{table:?} accepted: {:?}", other.map(|_| ())),
             }
         }

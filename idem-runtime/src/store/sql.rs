@@ -1,9 +1,10 @@
 //! What the SQL stores share: reading a record that stopped a claim, and fenced writes.
 
-use crate::clock::Timestamp;
-use crate::error::StoreError;
-use crate::fingerprint::Fingerprint;
-use crate::response::StoredResponse;
+use bytes::Bytes;
+
+use crate::core::clock::Timestamp;
+use crate::core::error::StoreError;
+use crate::core::fingerprint::Fingerprint;
 use crate::store::{Claim, Fence};
 
 /// A fenced write held when it changed the owner's row; zero rows means another owner or none.
@@ -25,12 +26,12 @@ pub(crate) fn held_by(
         .map(Fingerprint::from_bytes)
         .map_err(|_| StoreError::Corrupt("fingerprint is not 32 bytes".into()))?;
     match (state.as_str(), response) {
-        ("completed", Some(response)) => Ok(Claim::Completed {
+        ("completed", Some(payload)) => Ok(Claim::Completed {
             fingerprint,
-            response: StoredResponse::decode(&response)?,
+            payload: Bytes::from(payload),
         }),
         ("completed", None) => Err(StoreError::Corrupt(
-            "completed record without a response".into(),
+            "completed record without a payload".into(),
         )),
         ("in_flight", _) => Ok(Claim::InFlight {
             fingerprint,

@@ -6,13 +6,15 @@ use std::time::Duration;
 use sqlx::SqlitePool;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
 
-use crate::clock::Timestamp;
-use crate::error::StoreError;
-use crate::key::RecordKey;
-use crate::response::StoredResponse;
+use crate::core::clock::Timestamp;
+use crate::core::error::StoreError;
+use crate::core::key::RecordKey;
+use crate::store::atomic::AtomicStore;
 use crate::store::migrate::{self, Migration, failed};
 use crate::store::sql::{fence, held_by};
-use crate::store::{Claim, ClaimRequest, Fence, LeaseToken, Store};
+use crate::store::{
+    BoxFuture, Capabilities, Claim, ClaimRequest, Completion, Fence, LeaseToken, Store,
+};
 
 /// Records in a SQLite database, in the table `idem_records`, on sqlx.
 ///
@@ -25,6 +27,20 @@ use crate::store::{Claim, ClaimRequest, Fence, LeaseToken, Store};
 /// acquires it; a claim that finds a live record reads it with one more statement (a replay).
 /// Writers waiting for the lock wait up to [`SqliteStore::BUSY_TIMEOUT`] instead of failing with
 /// `SQLITE_BUSY`.
+///
+/// The store offers atomic mode ([`Tx<sqlx::Sqlite>`](crate::Tx)): a handler's writes and the
+/// record's completion commit in one transaction on this database.
+///
+/// Operators can read the table (times are milliseconds since the Unix epoch):
+///
+/// ```sql
+/// -- Which keys are stuck in flight, per endpoint (the owner's lease lapsed)?
+/// SELECT operation, count(*) FROM idem_records
+/// WHERE state = 'in_flight' AND lease_until < unixepoch('subsec') * 1000 GROUP BY operation;
+/// -- How many completed in the last hour?
+/// SELECT count(*) FROM idem_records
+/// WHERE state = 'completed' AND completed_at >= (unixepoch('subsec') - 3600) * 1000;
+/// ```
 ///
 /// ```no_run
 /// use idem_runtime::{Idempotency, store::SqliteStore};
@@ -146,18 +162,21 @@ impl Store for SqliteStore {
             // over a lapsed lease of the same request (one more owner). A live record is left
             // alone and nothing is returned.
             let owners: Option<i64> = sqlx::query_scalar(
-                "INSERT INTO idem_records \
-                    (key, fingerprint, token, state, owners, lease_until, expires_at) \
-                 VALUES (?1, ?2, ?3, 'in_flight', 1, ?4, ?5) \
+                "INSERT INTO idem_records (key, fingerprint, token, state, owners, lease_until, \
+                    expires_at, operation, created_at) \
+                 VALUES (?1, ?2, ?3, 'in_flight', 1, ?4, ?5, ?7, ?6) \
                  ON CONFLICT (key) DO UPDATE SET \
                     fingerprint = excluded.fingerprint, \
                     token = excluded.token, \
                     state = 'in_flight', \
                     owners = CASE WHEN idem_records.expires_at <= ?6 THEN 1 \
                                   ELSE idem_records.owners + 1 END, \
+                    created_at = CASE WHEN idem_records.expires_at <= ?6 THEN ?6 \
+                                      ELSE idem_records.created_at END, \
                     lease_until = excluded.lease_until, \
                     expires_at = excluded.expires_at, \
-                    response = NULL \
+                    operation = excluded.operation, \
+                    response = NULL, status = NULL, completed_at = NULL \
                  WHERE idem_records.expires_at <= ?6 \
                     OR (idem_records.state = 'in_flight' AND idem_records.lease_until <= ?6 \
                         AND idem_records.fingerprint = excluded.fingerprint) \
@@ -169,6 +188,7 @@ impl Store for SqliteStore {
             .bind(req.lease_until.as_millis())
             .bind(req.expires_at.as_millis())
             .bind(req.now.as_millis())
+            .bind(req.operation)
             .fetch_optional(&self.pool)
             .await
             .map_err(StoreError::unavailable)?;
@@ -190,10 +210,9 @@ impl Store for SqliteStore {
         &self,
         key: &RecordKey,
         token: LeaseToken,
-        response: &StoredResponse,
-        expires_at: Timestamp,
+        completion: Completion<'_>,
     ) -> Result<Fence, StoreError> {
-        complete_with(&self.pool, key, token, response, expires_at).await
+        complete_with(&self.pool, key, token, completion).await
     }
 
     async fn release(&self, key: &RecordKey, token: LeaseToken) -> Result<Fence, StoreError> {
@@ -238,36 +257,59 @@ impl Store for SqliteStore {
         .map_err(StoreError::unavailable)?;
         Ok(done.rows_affected())
     }
+
+    fn offer_capabilities(self: &std::sync::Arc<Self>, capabilities: &mut Capabilities) {
+        capabilities.offer_atomic::<sqlx::Sqlite>(self.clone());
+    }
+}
+
+impl AtomicStore<sqlx::Sqlite> for SqliteStore {
+    fn pool(&self) -> &SqlitePool {
+        &self.pool
+    }
+
+    fn complete_in<'a>(
+        &'a self,
+        conn: &'a mut sqlx::SqliteConnection,
+        key: &'a RecordKey,
+        token: LeaseToken,
+        completion: Completion<'a>,
+    ) -> BoxFuture<'a, Result<Fence, StoreError>> {
+        Box::pin(complete_with(conn, key, token, completion))
+    }
 }
 
 /// The fenced completion, on the pool or inside a handler's transaction (atomic mode).
-pub(crate) async fn complete_with<'e>(
+async fn complete_with<'e>(
     executor: impl sqlx::Executor<'e, Database = sqlx::Sqlite>,
     key: &RecordKey,
     token: LeaseToken,
-    response: &StoredResponse,
-    expires_at: Timestamp,
+    completion: Completion<'_>,
 ) -> Result<Fence, StoreError> {
     let done = sqlx::query(
-        "UPDATE idem_records SET state = 'completed', response = ?3, expires_at = ?4 \
+        "UPDATE idem_records SET state = 'completed', response = ?3, expires_at = ?4, \
+            status = ?5, completed_at = ?6 \
          WHERE key = ?1 AND token = ?2 AND state = 'in_flight'",
     )
     .bind(key.as_bytes().as_slice())
     .bind(token.as_i64())
-    .bind(response.encode())
-    .bind(expires_at.as_millis())
+    .bind(completion.payload)
+    .bind(completion.expires_at.as_millis())
+    .bind(completion.status.map(i64::from))
+    .bind(completion.completed_at.as_millis())
     .execute(executor)
     .await;
     fence(done.map(|d| d.rows_affected()))
 }
 
 /// The schema, in order. Never edit a shipped migration: add the next one.
-const MIGRATIONS: &[Migration] = &[Migration {
-    version: 1,
-    description: "create idem_records",
-    // `owners` counts the requests that held the record since it was (re)created: more than
-    // one means a lapsed lease was taken over. A rowid table, since responses can be large.
-    sql: "CREATE TABLE idem_records (
+const MIGRATIONS: &[Migration] = &[
+    Migration {
+        version: 1,
+        description: "create idem_records",
+        // `owners` counts the requests that held the record since it was (re)created: more than
+        // one means a lapsed lease was taken over. A rowid table, since responses can be large.
+        sql: "CREATE TABLE idem_records (
             key         BLOB    NOT NULL PRIMARY KEY CHECK (length(key) = 32),
             fingerprint BLOB    NOT NULL CHECK (length(fingerprint) = 32),
             token       INTEGER NOT NULL,
@@ -279,7 +321,20 @@ const MIGRATIONS: &[Migration] = &[Migration {
             CHECK ((state = 'completed') = (response IS NOT NULL))
         );
         CREATE INDEX idem_records_expires_at ON idem_records (expires_at);",
-}];
+    },
+    Migration {
+        version: 2,
+        description: "columns for operators: operation, status, created and completed times",
+        // Records written before this migration keep replaying: their new columns take the
+        // defaults (operation '', created_at 0).
+        sql: "ALTER TABLE idem_records ADD COLUMN operation TEXT NOT NULL DEFAULT '';
+        ALTER TABLE idem_records ADD COLUMN status INTEGER;
+        ALTER TABLE idem_records ADD COLUMN created_at INTEGER NOT NULL DEFAULT 0;
+        ALTER TABLE idem_records ADD COLUMN completed_at INTEGER;
+        CREATE INDEX idem_records_in_flight ON idem_records (operation, lease_until)
+            WHERE state = 'in_flight';",
+    },
+];
 
 /// Applies the missing [`MIGRATIONS`]. `BEGIN IMMEDIATE` takes the write lock up front, so
 /// processes opening one file at once take turns (within the busy timeout).
@@ -287,7 +342,7 @@ async fn migrate(pool: &SqlitePool) -> Result<(), StoreError> {
     let mut tx = pool
         .begin_with("BEGIN IMMEDIATE")
         .await
-        .map_err(failed(0))?;
+        .map_err(StoreError::unavailable)?;
     sqlx::raw_sql(
         "CREATE TABLE IF NOT EXISTS idem_migrations (
             version     INTEGER NOT NULL PRIMARY KEY,
@@ -298,12 +353,12 @@ async fn migrate(pool: &SqlitePool) -> Result<(), StoreError> {
     )
     .execute(&mut *tx)
     .await
-    .map_err(failed(0))?;
+    .map_err(StoreError::unavailable)?;
     let applied: Vec<(i64, Vec<u8>)> =
         sqlx::query_as("SELECT version, checksum FROM idem_migrations")
             .fetch_all(&mut *tx)
             .await
-            .map_err(failed(0))?;
+            .map_err(StoreError::unavailable)?;
     for migration in migrate::plan(MIGRATIONS, &applied)? {
         let version = migration.version;
         sqlx::raw_sql(migration.sql)
@@ -325,5 +380,5 @@ async fn migrate(pool: &SqlitePool) -> Result<(), StoreError> {
             "applied idempotency store migration"
         );
     }
-    tx.commit().await.map_err(failed(0))
+    tx.commit().await.map_err(StoreError::unavailable)
 }

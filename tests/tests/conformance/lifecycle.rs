@@ -242,6 +242,7 @@ pub(crate) async fn expired_records_are_invisible<S: Store + Clone>(store: S) {
             now: at(ms(0)),
             lease_until: at(HOUR * 10),
             expires_at: at(HOUR),
+            operation: OPERATION,
         })
         .await
         .unwrap();

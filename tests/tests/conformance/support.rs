@@ -5,12 +5,14 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::{HeaderName, HeaderValue, StatusCode};
 use idem_runtime::clock::Timestamp;
-use idem_runtime::store::{Claim, ClaimRequest, Fence, LeaseToken, Store};
+use idem_runtime::store::{Claim, ClaimRequest, Completion, Fence, LeaseToken, Store};
 use idem_runtime::{Fingerprint, RecordKey, StoredResponse};
 
 pub(crate) const LEASE: Duration = Duration::from_secs(30);
 pub(crate) const TTL: Duration = Duration::from_secs(24 * 3600);
 pub(crate) const HOUR: Duration = Duration::from_secs(3600);
+/// The operation every record of the suite belongs to.
+pub(crate) const OPERATION: &str = "conformance::create";
 
 /// The suite's epoch plus `offset`: every time in the suite is one of these.
 pub(crate) fn at(offset: Duration) -> Timestamp {
@@ -83,6 +85,7 @@ pub(crate) async fn claim_until<S: Store>(
             now,
             lease_until: now.after(LEASE),
             expires_at,
+            operation: OPERATION,
         })
         .await
         .expect("claim")
@@ -101,7 +104,7 @@ pub(crate) fn in_flight(fingerprint: Fingerprint, lease_until: Timestamp) -> Cla
 pub(crate) fn completed(fingerprint: Fingerprint, response: &StoredResponse) -> Claim {
     Claim::Completed {
         fingerprint,
-        response: response.clone(),
+        payload: Bytes::from(response.encode()),
     }
 }
 
@@ -112,8 +115,15 @@ pub(crate) async fn complete<S: Store>(
     response: &StoredResponse,
     expires_at: Timestamp,
 ) -> Fence {
+    let payload = response.encode();
+    let completion = Completion {
+        payload: &payload,
+        status: Some(response.status().as_u16()),
+        completed_at: at(ms(0)),
+        expires_at,
+    };
     store
-        .complete(key, token, response, expires_at)
+        .complete(key, token, completion)
         .await
         .expect("complete")
 }
@@ -148,10 +158,10 @@ pub(crate) async fn round_trip<S: Store>(
     match claim(store, &k, &f, token(2), at(ms(1))).await {
         Claim::Completed {
             fingerprint,
-            response,
+            payload,
         } => {
             assert_eq!(fingerprint, f);
-            response
+            StoredResponse::decode(&payload).expect("the payload decodes")
         }
         other => panic!("expected a completed record, got {other:?}"),
     }

@@ -1,6 +1,11 @@
-//! The compile-time registry of `#[idempotent]` endpoints.
+//! The compile-time registry of `#[idempotent]` endpoints, and what an HTTP operation is.
 
+use std::borrow::Cow;
+use std::fmt;
 use std::time::Duration;
+
+use crate::engine::OpName;
+use crate::store::Capabilities;
 
 /// What to do with a request that carries no idempotency key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -26,14 +31,61 @@ pub enum InFlightMode {
 
 /// One `#[idempotent]` handler, as declared in its attribute. Created by the macro; listed by
 /// [`Idempotency::endpoints`](crate::Idempotency::endpoints).
-#[derive(Debug)]
 pub struct Endpoint {
     name: &'static str,
     scope: &'static str,
     ttl: Duration,
     key: KeyMode,
     in_flight: InFlightMode,
-    atomic: Option<&'static str>,
+    atomic: fn() -> Option<AtomicNeed>,
+}
+
+impl fmt::Debug for Endpoint {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Endpoint")
+            .field("name", &self.name)
+            .field("scope", &self.scope)
+            .field("ttl", &self.ttl)
+            .field("key", &self.key)
+            .field("in_flight", &self.in_flight)
+            .field("atomic", &self.atomic())
+            .finish()
+    }
+}
+
+/// What an endpoint in atomic mode needs from the store: transactions on its database.
+#[derive(Clone, Copy)]
+pub struct AtomicNeed {
+    database: &'static str,
+    is_met: fn(&Capabilities) -> bool,
+}
+
+impl AtomicNeed {
+    pub(crate) const fn new(database: &'static str, is_met: fn(&Capabilities) -> bool) -> Self {
+        Self { database, is_met }
+    }
+
+    /// The database (`"SQLite"`, `"PostgreSQL"`, or `"any database"` for `AnyTx`).
+    pub const fn database(&self) -> &'static str {
+        self.database
+    }
+
+    /// Whether a store with `capabilities` can serve the endpoint.
+    pub fn is_met(&self, capabilities: &Capabilities) -> bool {
+        (self.is_met)(capabilities)
+    }
+}
+
+impl fmt::Debug for AtomicNeed {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("AtomicNeed")
+            .field("database", &self.database)
+            .finish_non_exhaustive()
+    }
+}
+
+fn plain() -> Option<AtomicNeed> {
+    None
 }
 
 impl Endpoint {
@@ -51,20 +103,31 @@ impl Endpoint {
             ttl: Duration::from_secs(ttl_secs),
             key,
             in_flight,
-            atomic: None,
+            atomic: plain,
         }
     }
 
+    /// Sets how to find whether the handler takes a transaction (generated per parameter).
     #[doc(hidden)]
-    pub const fn with_atomic(mut self, database: &'static str) -> Self {
-        self.atomic = Some(database);
+    pub const fn with_atomic(mut self, atomic: fn() -> Option<AtomicNeed>) -> Self {
+        self.atomic = atomic;
         self
     }
 
-    /// The database of the handler's `Tx` parameter (`"sqlite"`, `"postgres"`) when
-    /// it runs in atomic mode.
-    pub const fn atomic(&self) -> Option<&'static str> {
-        self.atomic
+    /// What the handler's `Tx` parameter needs from the store, when it runs in atomic mode.
+    pub fn atomic(&self) -> Option<AtomicNeed> {
+        (self.atomic)()
+    }
+
+    /// The operation as the HTTP flow runs it.
+    pub(crate) fn spec(&self) -> Spec {
+        Spec {
+            name: Cow::Borrowed(self.name),
+            scope: self.scope,
+            ttl: self.ttl,
+            key: self.key,
+            in_flight: self.in_flight,
+        }
     }
 
     /// The endpoint's identity: module path and function name, e.g. `payments::create_charge`.
@@ -107,3 +170,14 @@ pub(crate) fn registered() -> impl Iterator<Item = &'static Endpoint> {
 
 /// The scope every endpoint may name without a resolver: one key space for all callers.
 pub const GLOBAL_SCOPE: &str = "global";
+
+/// An idempotent HTTP operation as the flow runs it: an `#[idempotent]` endpoint, or a route
+/// under the layer.
+#[derive(Debug, Clone)]
+pub(crate) struct Spec {
+    pub(crate) name: OpName,
+    pub(crate) scope: &'static str,
+    pub(crate) ttl: Duration,
+    pub(crate) key: KeyMode,
+    pub(crate) in_flight: InFlightMode,
+}

@@ -2,10 +2,9 @@
 
 use std::fmt;
 
-use http::{HeaderMap, HeaderName};
 use sha2::{Digest, Sha256};
 
-use crate::error::KeyError;
+use crate::core::error::KeyError;
 
 /// The longest key accepted, in characters (after removing RFC 8941 quoting).
 pub const MAX_KEY_LEN: usize = 255;
@@ -50,19 +49,6 @@ impl IdempotencyKey {
         String::from_utf8(key)
             .map(Self)
             .map_err(|_| KeyError::Malformed)
-    }
-
-    /// Reads the key from `headers`: `Ok(None)` when the header is absent, an error when it is
-    /// malformed or present more than once.
-    pub fn from_headers(headers: &HeaderMap, name: &HeaderName) -> Result<Option<Self>, KeyError> {
-        let mut values = headers.get_all(name).iter();
-        let Some(first) = values.next() else {
-            return Ok(None);
-        };
-        if values.next().is_some() {
-            return Err(KeyError::Duplicate);
-        }
-        Self::parse(first.as_bytes()).map(Some)
     }
 
     /// The key's characters. Handle with care: this is the client's secret-ish token.
@@ -164,7 +150,6 @@ pub(crate) fn hex(bytes: &[u8]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use http::HeaderValue;
 
     #[test]
     fn bare_and_quoted_forms_are_the_same_key() {
@@ -216,24 +201,6 @@ mod tests {
     #[test]
     fn surrounding_whitespace_is_not_part_of_the_key() {
         assert_eq!(IdempotencyKey::parse(b"  abc\t").unwrap().as_str(), "abc");
-    }
-
-    #[test]
-    fn duplicate_header_fields_are_rejected() {
-        let name = HeaderName::from_static("idempotency-key");
-        let mut headers = HeaderMap::new();
-        assert_eq!(IdempotencyKey::from_headers(&headers, &name), Ok(None));
-        headers.append(&name, HeaderValue::from_static("a"));
-        assert!(
-            IdempotencyKey::from_headers(&headers, &name)
-                .unwrap()
-                .is_some()
-        );
-        headers.append(&name, HeaderValue::from_static("a"));
-        assert_eq!(
-            IdempotencyKey::from_headers(&headers, &name),
-            Err(KeyError::Duplicate)
-        );
     }
 
     #[test]

@@ -1,109 +1,12 @@
-//! Error types: what clients see (problem+json), what stores report, what the builder rejects.
+//! What clients see when the engine answers itself: `application/problem+json` (RFC 9457).
 
-use std::borrow::Cow;
 use std::time::Duration;
 
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use http::{HeaderValue, StatusCode, header};
 
-/// Why a client's idempotency key was refused.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[non_exhaustive]
-pub enum KeyError {
-    /// The header is present but empty.
-    #[error("the key is empty")]
-    Empty,
-    /// More than [`MAX_KEY_LEN`](crate::key::MAX_KEY_LEN) characters.
-    #[error("the key is {len} characters long; the limit is 255")]
-    TooLong {
-        /// Length of the key that was sent.
-        len: usize,
-    },
-    /// A character outside visible ASCII (`!` ..= `~`).
-    #[error("the key has a character outside visible ASCII at position {position}")]
-    InvalidCharacter {
-        /// Zero-based byte offset of the first offending character.
-        position: usize,
-    },
-    /// A quoted key with a bad escape or a missing closing quote.
-    #[error("the key is not a valid RFC 8941 string")]
-    Malformed,
-    /// The header field appears more than once.
-    #[error("the header was sent more than once")]
-    Duplicate,
-}
-
-/// An error from a [`Store`](crate::store::Store). The engine answers 503 and never runs the
-/// handler when a claim fails with one of these (fail closed).
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum StoreError {
-    /// The backend could not be reached or failed the operation.
-    #[error("idempotency store unavailable")]
-    Unavailable(#[source] Box<dyn std::error::Error + Send + Sync>),
-    /// The store is full of live records and will not evict one that may still be replayed.
-    #[error("idempotency store is full ({limit} live records)")]
-    Full {
-        /// The configured capacity.
-        limit: usize,
-    },
-    /// A stored record could not be decoded.
-    #[error("stored idempotency record is corrupt: {0}")]
-    Corrupt(Cow<'static, str>),
-    /// Applying the store's schema migrations failed.
-    #[error("idempotency store migration {version} failed")]
-    Migration {
-        /// The migration that failed.
-        version: i64,
-        /// What the backend said.
-        #[source]
-        source: Box<dyn std::error::Error + Send + Sync>,
-    },
-}
-
-impl StoreError {
-    /// Wraps any backend error as [`StoreError::Unavailable`].
-    pub fn unavailable(err: impl std::error::Error + Send + Sync + 'static) -> Self {
-        Self::Unavailable(Box::new(err))
-    }
-}
-
-/// A misconfigured [`Idempotency`](crate::Idempotency) engine, reported by
-/// [`Builder::build`](crate::Builder::build) at start-up rather than by the first request.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[non_exhaustive]
-pub enum BuildError {
-    /// No store was given to the builder.
-    #[error("no idempotency store configured: call `.store(..)` on the builder")]
-    MissingStore,
-    /// An annotated endpoint names a scope that has no resolver.
-    #[error(
-        "endpoint `{endpoint}` uses scope \"{scope}\", which has no resolver: \
-         call `.scope(\"{scope}\", |parts| ..)` on the builder"
-    )]
-    UnresolvedScope {
-        /// The endpoint (module path and function name).
-        endpoint: &'static str,
-        /// The scope it names.
-        scope: &'static str,
-    },
-    /// An endpoint takes a `Tx` for a database the engine's store does not live in.
-    #[error(
-        "endpoint `{endpoint}` runs in atomic mode on {database}, but the engine's store is not \
-         the {database} store: build the engine with that store, on the database holding the \
-         endpoint's tables"
-    )]
-    AtomicStoreMismatch {
-        /// The endpoint (module path and function name).
-        endpoint: &'static str,
-        /// The database of its `Tx` (`"sqlite"`, `"postgres"`).
-        database: &'static str,
-    },
-    /// `"global"` is built in and cannot be given a resolver.
-    #[error("scope \"global\" is built in and takes no resolver")]
-    ReservedScope,
-}
+use crate::core::error::KeyError;
 
 /// Why the engine answered a request itself instead of running (or replaying) the handler.
 ///
@@ -153,6 +56,39 @@ pub enum Rejection {
         /// Sent as `Retry-After`.
         retry_after: Duration,
     },
+    /// `400 request_body_unreadable`: the request body could not be read (the client went
+    /// away or sent a malformed chunked body); the handler did not run.
+    #[error("the request body could not be read")]
+    BodyUnreadable,
+    /// `409 idempotency_response_too_large`: a request with this key completed, but its
+    /// response was over the replay limit and was not kept; the operation did not run again.
+    #[error(
+        "a request with this idempotency key already completed with status {original_status}, \
+         but its response exceeded the replay limit and was not kept; the operation was not run \
+         again"
+    )]
+    ResponseTooLarge {
+        /// The status of the response the first request got (a member of the document).
+        original_status: u16,
+    },
+    /// `500 response_body_failed`: the handler's response body failed while it was read; the
+    /// record was released, so a retry runs again.
+    #[error("the response body failed while it was being read; nothing was stored")]
+    ResponseFailed,
+    /// `500 idempotency_scope_unknown`: the endpoint names a scope the engine has no resolver
+    /// for (only when the start-up checks skipped the endpoint).
+    #[error("this endpoint's idempotency scope \"{scope}\" has no resolver on the engine")]
+    ScopeUnknown {
+        /// The endpoint's scope.
+        scope: &'static str,
+    },
+    /// `500 idempotency_misconfigured`: the endpoint needs something the engine cannot give
+    /// (a transaction from a store that offers none); the handler did not run.
+    #[error("this endpoint is misconfigured: {reason}")]
+    Misconfigured {
+        /// What is missing.
+        reason: &'static str,
+    },
 }
 
 impl Rejection {
@@ -166,14 +102,24 @@ impl Rejection {
             Self::ScopeUnresolved { .. } => "idempotency_scope_unresolved",
             Self::PayloadTooLarge => "payload_too_large",
             Self::StoreUnavailable { .. } => "idempotency_store_unavailable",
+            Self::BodyUnreadable => "request_body_unreadable",
+            Self::ResponseTooLarge { .. } => "idempotency_response_too_large",
+            Self::ResponseFailed => "response_body_failed",
+            Self::ScopeUnknown { .. } => "idempotency_scope_unknown",
+            Self::Misconfigured { .. } => "idempotency_misconfigured",
         }
     }
 
     /// The HTTP status of the response.
     pub fn status(&self) -> StatusCode {
         match self {
-            Self::KeyMissing { .. } | Self::KeyInvalid { .. } => StatusCode::BAD_REQUEST,
-            Self::InProgress { .. } => StatusCode::CONFLICT,
+            Self::KeyMissing { .. } | Self::KeyInvalid { .. } | Self::BodyUnreadable => {
+                StatusCode::BAD_REQUEST
+            }
+            Self::InProgress { .. } | Self::ResponseTooLarge { .. } => StatusCode::CONFLICT,
+            Self::ScopeUnknown { .. } | Self::Misconfigured { .. } | Self::ResponseFailed => {
+                StatusCode::INTERNAL_SERVER_ERROR
+            }
             Self::KeyReused => StatusCode::UNPROCESSABLE_ENTITY,
             Self::ScopeUnresolved { .. } => StatusCode::UNAUTHORIZED,
             Self::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
@@ -191,10 +137,22 @@ impl Rejection {
     }
 }
 
+impl Rejection {
+    /// The problem document's parts: status, content type, body.
+    pub(crate) fn to_parts(&self) -> (StatusCode, [(header::HeaderName, HeaderValue); 1], Bytes) {
+        let extra: &[(&str, serde_json::Value)] = match self {
+            Self::ResponseTooLarge { original_status } => {
+                &[("original_status", serde_json::Value::from(*original_status))]
+            }
+            _ => &[],
+        };
+        problem(self.status(), self.code(), &self.to_string(), extra)
+    }
+}
+
 impl IntoResponse for Rejection {
     fn into_response(self) -> Response {
-        let mut response =
-            problem(self.status(), self.code(), &self.to_string(), &[]).into_response();
+        let mut response = self.to_parts().into_response();
         if let Some(after) = self.retry_after() {
             let secs = after.as_secs() + u64::from(after.subsec_nanos() > 0);
             response
@@ -206,7 +164,7 @@ impl IntoResponse for Rejection {
 }
 
 /// Builds an RFC 9457 problem document. `extra` members are written as JSON values.
-pub(crate) fn problem(
+fn problem(
     status: StatusCode,
     code: &str,
     detail: &str,
@@ -250,6 +208,27 @@ mod tests {
         let cases = [
             (Rejection::KeyReused, 422, "idempotency_key_reused"),
             (Rejection::PayloadTooLarge, 413, "payload_too_large"),
+            (Rejection::BodyUnreadable, 400, "request_body_unreadable"),
+            (Rejection::ResponseFailed, 500, "response_body_failed"),
+            (
+                Rejection::ResponseTooLarge {
+                    original_status: 201,
+                },
+                409,
+                "idempotency_response_too_large",
+            ),
+            (
+                Rejection::ScopeUnknown { scope: "org" },
+                500,
+                "idempotency_scope_unknown",
+            ),
+            (
+                Rejection::Misconfigured {
+                    reason: "no transactions",
+                },
+                500,
+                "idempotency_misconfigured",
+            ),
             (
                 Rejection::ScopeUnresolved { scope: "org" },
                 401,

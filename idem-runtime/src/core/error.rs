@@ -1,0 +1,69 @@
+//! Errors of the transport-neutral core: a refused key, a failed store.
+
+use std::borrow::Cow;
+
+/// Why a client's idempotency key was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum KeyError {
+    /// The header is present but empty.
+    #[error("the key is empty")]
+    Empty,
+    /// More than [`MAX_KEY_LEN`](crate::core::key::MAX_KEY_LEN) characters.
+    #[error("the key is {len} characters long; the limit is 255")]
+    TooLong {
+        /// Length of the key that was sent.
+        len: usize,
+    },
+    /// A character outside visible ASCII (`!` ..= `~`).
+    #[error("the key has a character outside visible ASCII at position {position}")]
+    InvalidCharacter {
+        /// Zero-based byte offset of the first offending character.
+        position: usize,
+    },
+    /// A quoted key with a bad escape or a missing closing quote.
+    #[error("the key is not a valid RFC 8941 string")]
+    Malformed,
+    /// The header field appears more than once.
+    #[error("the header was sent more than once")]
+    Duplicate,
+}
+
+/// An error from a [`Store`](crate::store::Store). The engine answers 503 and never runs the
+/// handler when a claim fails with one of these (fail closed).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StoreError {
+    /// The backend could not be reached or failed the operation.
+    #[error("idempotency store unavailable")]
+    Unavailable(#[source] Box<dyn std::error::Error + Send + Sync>),
+    /// The store is full of live records and will not evict one that may still be replayed.
+    #[error("idempotency store is full ({limit} live records)")]
+    Full {
+        /// The configured capacity.
+        limit: usize,
+    },
+    /// A stored record could not be decoded.
+    #[error("stored idempotency record is corrupt: {0}")]
+    Corrupt(Cow<'static, str>),
+    /// The store was given a setting it cannot use (a table name that is not an identifier,
+    /// say). Checked before the backend is touched.
+    #[error("invalid idempotency store configuration: {0}")]
+    Config(Cow<'static, str>),
+    /// Applying the store's schema migrations failed.
+    #[error("idempotency store migration {version} failed")]
+    Migration {
+        /// The migration that failed.
+        version: i64,
+        /// What the backend said.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+}
+
+impl StoreError {
+    /// Wraps any backend error as [`StoreError::Unavailable`].
+    pub fn unavailable(err: impl std::error::Error + Send + Sync + 'static) -> Self {
+        Self::Unavailable(Box::new(err))
+    }
+}

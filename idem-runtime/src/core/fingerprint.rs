@@ -1,0 +1,292 @@
+//! Fingerprints: what makes a retry "the same request", for any input.
+//!
+//! A fingerprint is SHA-256 over a domain tag and the input. JSON input is canonicalised first
+//! (object keys sorted, insignificant whitespace dropped, a repeated key keeps its last value),
+//! so two serialisations of one document have one fingerprint; any other input is hashed byte for
+//! byte. Faces build their fingerprints from these pieces: the HTTP face over method, path and
+//! query, and body; the programmatic API over the serialised input.
+
+use std::borrow::Cow;
+use std::fmt;
+use std::io::Write as _;
+
+use serde::de::{Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
+use sha2::{Digest, Sha256};
+
+/// SHA-256 of a request or an input: two requests with one fingerprint are the same request.
+///
+/// ```
+/// use idem_runtime::Fingerprint;
+///
+/// let a = Fingerprint::of_json(br#"{"amount":1,"currency":"usd"}"#);
+/// let b = Fingerprint::of_json(b"{ \"currency\": \"usd\", \"amount\": 1 }");
+/// assert_eq!(a, b);
+/// assert_ne!(a, Fingerprint::of_bytes(br#"{"amount":1,"currency":"usd"}"#));
+/// ```
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Fingerprint([u8; 32]);
+
+impl Fingerprint {
+    /// The fingerprint of a JSON document, canonicalised; input that is not JSON is hashed as
+    /// raw bytes, as [`Fingerprint::of_bytes`] would, under another tag.
+    pub fn of_json(input: &[u8]) -> Self {
+        let mut hasher = Hasher::new(b"idem.input.v1\0");
+        hasher.body(input, true);
+        hasher.finish()
+    }
+
+    /// The fingerprint of raw bytes.
+    pub fn of_bytes(input: &[u8]) -> Self {
+        let mut hasher = Hasher::new(b"idem.input.v1\0");
+        hasher.body(input, false);
+        hasher.finish()
+    }
+
+    /// Builds a fingerprint from its 32 raw bytes (as read back from a store).
+    pub const fn from_bytes(bytes: [u8; 32]) -> Self {
+        Self(bytes)
+    }
+
+    /// The 32 raw bytes.
+    pub const fn as_bytes(&self) -> &[u8; 32] {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Fingerprint {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Fingerprint({})", crate::core::key::hex(&self.0[..8]))
+    }
+}
+
+/// A fingerprint being computed: a domain tag, then the parts a face chooses.
+pub(crate) struct Hasher(Sha256);
+
+impl Hasher {
+    pub(crate) fn new(domain: &[u8]) -> Self {
+        let mut sha = Sha256::new();
+        sha.update(domain);
+        Self(sha)
+    }
+
+    /// Adds bytes as they are; the caller separates parts.
+    pub(crate) fn update(&mut self, bytes: &[u8]) {
+        self.0.update(bytes);
+    }
+
+    /// Adds a body: canonical JSON (`json\0` and the canonical form) when `json` is set and the
+    /// body parses, otherwise `raw\0` and the bytes.
+    pub(crate) fn body(&mut self, body: &[u8], json: bool) {
+        match json.then(|| canonical_json(body)).flatten() {
+            Some(canonical) => {
+                self.0.update(b"json\0");
+                self.0.update(&canonical);
+            }
+            None => {
+                self.0.update(b"raw\0");
+                self.0.update(body);
+            }
+        }
+    }
+
+    pub(crate) fn finish(self) -> Fingerprint {
+        Fingerprint(self.0.finalize().into())
+    }
+}
+
+/// The canonical form of a JSON document: object keys sorted (by their UTF-8 bytes), no
+/// insignificant whitespace, strings escaped as serde_json escapes them, a key repeated in one
+/// object keeping its last value. `None` when `input` is not JSON.
+///
+/// ```
+/// assert_eq!(
+///     idem_runtime::canonical_json(br#" {"b": [1, 2], "a": "\u0041"} "#).as_deref(),
+///     Some(&br#"{"a":"A","b":[1,2]}"#[..])
+/// );
+/// ```
+pub fn canonical_json(input: &[u8]) -> Option<Vec<u8>> {
+    let value = serde_json::from_slice::<Canon<'_>>(input).ok()?;
+    // One buffer, hashed in one update: SHA-256 is fed whole blocks instead of a call per token.
+    let mut buf = Vec::with_capacity(input.len());
+    write_canonical(&mut buf, &value);
+    Some(buf)
+}
+
+/// A JSON document as the fingerprint needs it: strings borrowed from the body where they have
+/// no escapes, objects as vectors sorted by key. Parsing into this instead of a
+/// `serde_json::Value` skips a `String` per key and a B-tree per object, and gives the same
+/// canonical bytes: numbers are serde_json's `Number` (as `Value` holds them), and a key repeated
+/// in one object keeps its last value (as `Value`'s map does).
+enum Canon<'a> {
+    Null,
+    Bool(bool),
+    Number(serde_json::Number),
+    String(Cow<'a, str>),
+    Array(Vec<Canon<'a>>),
+    Object(Vec<(Cow<'a, str>, Canon<'a>)>),
+}
+
+impl<'de> Deserialize<'de> for Canon<'de> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_any(CanonVisitor)
+    }
+}
+
+struct CanonVisitor;
+
+impl<'de> Visitor<'de> for CanonVisitor {
+    type Value = Canon<'de>;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("any JSON value")
+    }
+    fn visit_bool<E>(self, v: bool) -> Result<Canon<'de>, E> {
+        Ok(Canon::Bool(v))
+    }
+    fn visit_i64<E>(self, v: i64) -> Result<Canon<'de>, E> {
+        Ok(Canon::Number(v.into()))
+    }
+    fn visit_u64<E>(self, v: u64) -> Result<Canon<'de>, E> {
+        Ok(Canon::Number(v.into()))
+    }
+    fn visit_f64<E>(self, v: f64) -> Result<Canon<'de>, E> {
+        Ok(serde_json::Number::from_f64(v).map_or(Canon::Null, Canon::Number))
+    }
+    fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Canon<'de>, E> {
+        Ok(Canon::String(Cow::Borrowed(v)))
+    }
+    fn visit_str<E>(self, v: &str) -> Result<Canon<'de>, E> {
+        Ok(Canon::String(Cow::Owned(v.to_owned())))
+    }
+    fn visit_string<E>(self, v: String) -> Result<Canon<'de>, E> {
+        Ok(Canon::String(Cow::Owned(v)))
+    }
+    fn visit_unit<E>(self) -> Result<Canon<'de>, E> {
+        Ok(Canon::Null)
+    }
+    fn visit_none<E>(self) -> Result<Canon<'de>, E> {
+        Ok(Canon::Null)
+    }
+    fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Canon<'de>, D::Error> {
+        Canon::deserialize(d)
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Canon<'de>, A::Error> {
+        let mut items = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(4096));
+        while let Some(item) = seq.next_element()? {
+            items.push(item);
+        }
+        Ok(Canon::Array(items))
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Canon<'de>, A::Error> {
+        let mut entries: Vec<(Cow<'de, str>, Canon<'de>)> =
+            Vec::with_capacity(map.size_hint().unwrap_or(0).min(4096));
+        while let Some(Key(key)) = map.next_key()? {
+            entries.push((key, map.next_value()?));
+        }
+        if !entries.is_sorted_by(|a, b| a.0 < b.0) {
+            // Stable, so repeated keys stay in document order; the last one wins.
+            entries.sort_by(|a, b| a.0.cmp(&b.0));
+            entries.reverse();
+            entries.dedup_by(|later, earlier| later.0 == earlier.0);
+            entries.reverse();
+        }
+        Ok(Canon::Object(entries))
+    }
+}
+
+/// An object key, borrowed from the body when it has no escapes.
+struct Key<'a>(Cow<'a, str>);
+
+impl<'de> Deserialize<'de> for Key<'de> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct KeyVisitor;
+        impl<'de> Visitor<'de> for KeyVisitor {
+            type Value = Key<'de>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("an object key")
+            }
+            fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Key<'de>, E> {
+                Ok(Key(Cow::Borrowed(v)))
+            }
+            fn visit_str<E>(self, v: &str) -> Result<Key<'de>, E> {
+                Ok(Key(Cow::Owned(v.to_owned())))
+            }
+            fn visit_string<E>(self, v: String) -> Result<Key<'de>, E> {
+                Ok(Key(Cow::Owned(v)))
+            }
+        }
+        deserializer.deserialize_str(KeyVisitor)
+    }
+}
+
+/// Writes `value` with sorted object keys and no whitespace.
+fn write_canonical(out: &mut Vec<u8>, value: &Canon<'_>) {
+    match value {
+        Canon::Null => out.extend_from_slice(b"null"),
+        Canon::Bool(true) => out.extend_from_slice(b"true"),
+        Canon::Bool(false) => out.extend_from_slice(b"false"),
+        Canon::Number(n) => {
+            // `Display`, as `to_string` was, without the intermediate `String`.
+            let _ = write!(out, "{n}");
+        }
+        Canon::String(s) => write_string(out, s),
+        Canon::Array(items) => {
+            out.push(b'[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                write_canonical(out, item);
+            }
+            out.push(b']');
+        }
+        Canon::Object(entries) => {
+            out.push(b'{');
+            for (i, (k, v)) in entries.iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                write_string(out, k);
+                out.push(b':');
+                write_canonical(out, v);
+            }
+            out.push(b'}');
+        }
+    }
+}
+
+fn write_string(out: &mut Vec<u8>, s: &str) {
+    // Writing a string to a `Vec` cannot fail.
+    let _ = serde_json::to_writer(&mut *out, s);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn json_and_bytes_are_told_apart() {
+        let doc = br#"{"b":2,"a":1}"#;
+        assert_eq!(
+            Fingerprint::of_json(doc),
+            Fingerprint::of_json(br#"{"a":1,"b":2}"#)
+        );
+        assert_ne!(Fingerprint::of_json(doc), Fingerprint::of_bytes(doc));
+        assert_ne!(
+            Fingerprint::of_bytes(doc),
+            Fingerprint::of_bytes(br#"{"a":1,"b":2}"#)
+        );
+        // Not JSON: hashed raw under the JSON entry point, still stable.
+        assert_eq!(Fingerprint::of_json(b"{x"), Fingerprint::of_bytes(b"{x"));
+    }
+
+    #[test]
+    fn canonical_form_sorts_keys_and_keeps_the_last_repeated_key() {
+        let canonical = canonical_json(br#"{"y":{"b":1,"a":2},"x":[3,"\u00e9"],"y":0}"#);
+        assert_eq!(
+            canonical.as_deref(),
+            Some("{\"x\":[3,\"\u{e9}\"],\"y\":0}".as_bytes())
+        );
+        assert_eq!(canonical_json(b"{not json"), None);
+    }
+}

@@ -1,0 +1,505 @@
+//! One HTTP request through the engine, shared by the attribute and the layer.
+//!
+//! Generated handlers call, in order: [`begin`] (key validation, before any extractor),
+//! their `FromRequestParts` extractors, [`Pending::body`] (scope resolution, body buffering and
+//! fingerprinting), their body extractor, and [`Ready::run`] (claim, execute or replay, store).
+//! Extractor rejections return early from the generated code, so they are never stored. The
+//! layer calls the same steps around its inner service.
+
+use std::future::Future;
+use std::panic::resume_unwind;
+
+use axum::RequestExt;
+use axum::body::Body;
+use axum::extract::Request;
+use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
+use http::request::Parts;
+use http::{Method, header};
+use http_body_util::BodyExt;
+use tracing::Instrument;
+
+use crate::core::fingerprint::Fingerprint;
+use crate::core::key::{IdempotencyKey, RecordKey};
+use crate::engine::{self, Attempt, Claimed, Outcome, Owner, record};
+use crate::face::endpoint::{Endpoint, InFlightMode, KeyMode, Spec};
+use crate::http::rejection::Rejection;
+use crate::http::response::StoredResponse;
+use crate::idempotency::Idempotency;
+use crate::store::Fence;
+
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+use crate::face::tx::TxOffer;
+/// Without a SQL store feature there are no transactions to offer.
+#[cfg(not(any(feature = "sqlite", feature = "postgres")))]
+#[derive(Clone)]
+pub(crate) struct TxOffer;
+#[cfg(not(any(feature = "sqlite", feature = "postgres")))]
+impl TxOffer {
+    fn new(_: &crate::store::Capabilities) -> Option<Self> {
+        None
+    }
+}
+
+/// Marks a request an outer [`IdempotencyLayer`](crate::IdempotencyLayer) already made
+/// idempotent, so an `#[idempotent]` handler under it does not claim a second record.
+#[derive(Clone, Copy)]
+pub(crate) struct Covered;
+
+/// Step 1: decide whether this request is idempotent, validate its key, and offer the store's
+/// transactions to a `Tx` extractor.
+#[doc(hidden)]
+// The error is the response to send back as it is; boxing it would only add an allocation.
+#[allow(clippy::result_large_err)]
+pub fn begin(
+    engine: &Idempotency,
+    endpoint: &'static Endpoint,
+    parts: &mut Parts,
+) -> Result<Pending, Response> {
+    if parts.extensions.get::<Covered>().is_some() {
+        return Ok(Pending::passthrough());
+    }
+    start(engine, &endpoint.spec(), parts)
+}
+
+#[allow(clippy::result_large_err)]
+pub(crate) fn start(
+    engine: &Idempotency,
+    spec: &Spec,
+    parts: &mut Parts,
+) -> Result<Pending, Response> {
+    let tx = TxOffer::new(&engine.engine().capabilities);
+    if let Some(offer) = &tx {
+        parts.extensions.insert(offer.clone());
+    }
+    if matches!(parts.method, Method::GET | Method::HEAD | Method::OPTIONS) {
+        return Ok(Pending { key: None, tx });
+    }
+    let header = engine.header_name();
+    match IdempotencyKey::from_headers(&parts.headers, header) {
+        Ok(Some(key)) => Ok(Pending { key: Some(key), tx }),
+        Ok(None) if spec.key == KeyMode::Required => {
+            record(&spec.name, Outcome::Invalid);
+            Err(Rejection::KeyMissing {
+                header: header.clone(),
+            }
+            .into_response())
+        }
+        Ok(None) => Ok(Pending { key: None, tx }),
+        Err(reason) => {
+            record(&spec.name, Outcome::Invalid);
+            tracing::debug!(endpoint = &*spec.name, %reason, "invalid idempotency key");
+            Err(Rejection::KeyInvalid {
+                header: header.clone(),
+                reason,
+            }
+            .into_response())
+        }
+    }
+}
+
+/// A request whose key is valid (or that is not idempotent), before its body is read.
+#[doc(hidden)]
+pub struct Pending {
+    key: Option<IdempotencyKey>,
+    tx: Option<TxOffer>,
+}
+
+impl std::fmt::Debug for Pending {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pending")
+            .field("key", &self.key)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Pending {
+    fn passthrough() -> Self {
+        Self {
+            key: None,
+            tx: None,
+        }
+    }
+
+    /// Step 2: resolve the scope, buffer the body (honouring `DefaultBodyLimit`) and fingerprint
+    /// the request. Returns the request to give the body extractor.
+    pub async fn body(
+        self,
+        engine: &Idempotency,
+        endpoint: &'static Endpoint,
+        parts: Parts,
+        body: Body,
+    ) -> Result<(Ready, Request), Response> {
+        self.prepare(engine, &endpoint.spec(), parts, body).await
+    }
+
+    pub(crate) async fn prepare(
+        self,
+        engine: &Idempotency,
+        spec: &Spec,
+        parts: Parts,
+        body: Body,
+    ) -> Result<(Ready, Request), Response> {
+        let Some(key) = self.key else {
+            let ready = Ready {
+                prepared: None,
+                tx: self.tx,
+            };
+            return Ok((ready, Request::from_parts(parts, body)));
+        };
+        let scope_value = match engine.resolve_scope(spec.scope, &parts) {
+            Ok(Some(value)) => value,
+            Ok(None) => {
+                record(&spec.name, Outcome::Invalid);
+                let scope = spec.scope;
+                return Err(Rejection::ScopeUnresolved { scope }.into_response());
+            }
+            Err(()) => {
+                tracing::error!(
+                    endpoint = &*spec.name,
+                    scope = spec.scope,
+                    "no resolver for the endpoint's scope"
+                );
+                let scope = spec.scope;
+                return Err(Rejection::ScopeUnknown { scope }.into_response());
+            }
+        };
+        let (parts, body) = Request::from_parts(parts, body)
+            .with_limited_body()
+            .into_parts();
+        let bytes = match body.collect().await {
+            Ok(collected) => collected.to_bytes(),
+            Err(error) if is_length_limit(&error) => {
+                record(&spec.name, Outcome::Invalid);
+                return Err(Rejection::PayloadTooLarge.into_response());
+            }
+            Err(error) => {
+                record(&spec.name, Outcome::Invalid);
+                tracing::debug!(
+                    error = &error as &dyn std::error::Error,
+                    "could not read request body"
+                );
+                return Err(Rejection::BodyUnreadable.into_response());
+            }
+        };
+        let fingerprint = Fingerprint::of_request(
+            &parts.method,
+            &parts.uri,
+            parts.headers.get(header::CONTENT_TYPE),
+            &bytes,
+        );
+        let record_key = RecordKey::derive(spec.scope, &scope_value, &spec.name, &key);
+        let ready = Ready {
+            prepared: Some(Prepared {
+                record_key,
+                fingerprint,
+            }),
+            tx: self.tx,
+        };
+        Ok((ready, Request::from_parts(parts, Body::from(bytes))))
+    }
+}
+
+fn is_length_limit(error: &axum::Error) -> bool {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(error);
+    while let Some(e) = source {
+        if e.is::<http_body_util::LengthLimitError>() {
+            return true;
+        }
+        source = e.source();
+    }
+    false
+}
+
+/// A request whose extractors all succeeded: ready to claim and run.
+#[doc(hidden)]
+pub struct Ready {
+    prepared: Option<Prepared>,
+    tx: Option<TxOffer>,
+}
+
+impl std::fmt::Debug for Ready {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Ready")
+            .field("prepared", &self.prepared)
+            .finish_non_exhaustive()
+    }
+}
+
+#[derive(Debug)]
+struct Prepared {
+    record_key: RecordKey,
+    fingerprint: Fingerprint,
+}
+
+impl Ready {
+    /// Step 3: claim the record, then run `handler`, replay, or refuse.
+    pub async fn run<F>(
+        self,
+        engine: &Idempotency,
+        endpoint: &'static Endpoint,
+        handler: F,
+    ) -> Response
+    where
+        F: Future<Output = Response> + Send,
+    {
+        self.execute(engine, &endpoint.spec(), handler).await
+    }
+
+    pub(crate) async fn execute<F>(self, engine: &Idempotency, spec: &Spec, handler: F) -> Response
+    where
+        F: Future<Output = Response> + Send,
+    {
+        let Some(prepared) = self.prepared else {
+            return run_without_key(engine, handler, self.tx).await;
+        };
+        let span = engine::span(&spec.name, &prepared.record_key);
+        claim_and_run(engine, spec, prepared, handler, self.tx)
+            .instrument(span)
+            .await
+    }
+}
+
+async fn claim_and_run<F>(
+    engine: &Idempotency,
+    spec: &Spec,
+    prepared: Prepared,
+    handler: F,
+    tx: Option<TxOffer>,
+) -> Response
+where
+    F: Future<Output = Response> + Send,
+{
+    let policy = &engine.engine().policy;
+    let attempt = Attempt {
+        key: prepared.record_key,
+        fingerprint: prepared.fingerprint,
+        operation: &spec.name,
+        ttl: spec.ttl,
+        wait: spec.in_flight == InFlightMode::Wait,
+    };
+    match engine.engine().claim(&attempt).await {
+        Claimed::Owner(owner) => {
+            #[cfg(any(feature = "sqlite", feature = "postgres"))]
+            if let Some(offer) = &tx {
+                offer.bind(owner.key());
+            }
+            run_owned(engine, spec, owner, handler, tx).await
+        }
+        Claimed::Replay(payload) => match StoredResponse::decode(&payload) {
+            Ok(stored) => {
+                record(&spec.name, Outcome::Replayed);
+                stored.into_replay()
+            }
+            Err(error) => {
+                record(&spec.name, Outcome::StoreError);
+                tracing::error!(
+                    error = &error as &dyn std::error::Error,
+                    "stored response could not be decoded; refusing the request"
+                );
+                unavailable(engine)
+            }
+        },
+        Claimed::Reused => Rejection::KeyReused.into_response(),
+        Claimed::InFlight => Rejection::InProgress {
+            retry_after: policy.retry_after,
+        }
+        .into_response(),
+        Claimed::Unavailable => unavailable(engine),
+    }
+}
+
+fn unavailable(engine: &Idempotency) -> Response {
+    Rejection::StoreUnavailable {
+        retry_after: engine.engine().policy.retry_after,
+    }
+    .into_response()
+}
+
+/// The owner's path: run the handler under the lease, then store what it answered, or release
+/// the record when it failed (5xx, panic, broken body) so a retry runs again.
+async fn run_owned<F>(
+    engine: &Idempotency,
+    spec: &Spec,
+    owner: Owner,
+    handler: F,
+    tx: Option<TxOffer>,
+) -> Response
+where
+    F: Future<Output = Response> + Send,
+{
+    let outcome = owner.run(handler).await;
+    // A transaction the handler began is back in the offer once its `Tx` was dropped.
+    let pending = tx.as_ref().and_then(returned);
+    let response = match outcome {
+        Ok(response) => response,
+        Err(panic) => {
+            drop(pending); // rolls back
+            release(owner, spec).await;
+            resume_unwind(panic)
+        }
+    };
+    if response.status().is_server_error() {
+        drop(pending);
+        release(owner, spec).await;
+        return response;
+    }
+    let Some((parts, bytes, stored)) = capture(engine, response).await else {
+        drop(pending);
+        release(owner, spec).await;
+        return Rejection::ResponseFailed.into_response();
+    };
+    let payload = Bytes::from(stored.encode());
+    let status = Some(stored.status().as_u16());
+    #[cfg(any(feature = "sqlite", feature = "postgres"))]
+    if let Some(pending) = pending {
+        return complete_atomic(engine, spec, owner, pending, &payload, status)
+            .await
+            .unwrap_or_else(|| Response::from_parts(parts, Body::from(bytes)));
+    }
+    #[cfg(not(any(feature = "sqlite", feature = "postgres")))]
+    let _ = pending;
+    match owner.complete(payload, status, spec.ttl).await {
+        Ok(Fence::Held) => record(&spec.name, Outcome::Executed),
+        Ok(Fence::Lost) => {
+            record(&spec.name, Outcome::Executed);
+            tracing::warn!(
+                "lease lost while the handler ran: another request took over; this response was not stored"
+            );
+        }
+        Err(error) => {
+            record(&spec.name, Outcome::StoreError);
+            tracing::error!(
+                error = &error as &dyn std::error::Error,
+                "could not store the response; the record frees when its lease lapses and a retry would run again"
+            );
+        }
+    }
+    Response::from_parts(parts, Body::from(bytes))
+}
+
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+fn returned(offer: &TxOffer) -> Option<Box<dyn crate::face::tx::PendingTx>> {
+    offer.returned()
+}
+#[cfg(not(any(feature = "sqlite", feature = "postgres")))]
+fn returned(_: &TxOffer) -> Option<()> {
+    None
+}
+
+/// Atomic mode: the completion rides in the handler's transaction. `None` when both committed
+/// (send the handler's response); otherwise the answer to send instead.
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+async fn complete_atomic(
+    engine: &Idempotency,
+    spec: &Spec,
+    owner: Owner,
+    pending: Box<dyn crate::face::tx::PendingTx>,
+    payload: &[u8],
+    status: Option<u16>,
+) -> Option<Response> {
+    let (completed_at, expires_at) = owner.completion_times(spec.ttl);
+    let completion = crate::store::Completion {
+        payload,
+        status,
+        completed_at,
+        expires_at,
+    };
+    let (key, token) = (*owner.key(), owner.token());
+    match pending.complete_and_commit(&key, token, completion).await {
+        Ok(Fence::Held) => {
+            owner.disarm();
+            record(&spec.name, Outcome::Executed);
+            None
+        }
+        Ok(Fence::Lost) => {
+            // Another request took the record over: our writes were rolled back.
+            owner.disarm();
+            record(&spec.name, Outcome::InProgress);
+            tracing::warn!("lease lost while the handler ran; its transaction was rolled back");
+            Some(
+                Rejection::InProgress {
+                    retry_after: engine.engine().policy.retry_after,
+                }
+                .into_response(),
+            )
+        }
+        Err(error) => {
+            // Nothing of the attempt committed: free the key so a retry runs it.
+            tracing::error!(
+                error = &error as &dyn std::error::Error,
+                "could not commit the handler's writes with the response; rolled back"
+            );
+            let _ = owner.release().await;
+            record(&spec.name, Outcome::StoreError);
+            Some(unavailable(engine))
+        }
+    }
+}
+
+async fn release(owner: Owner, spec: &Spec) {
+    if let Err(error) = owner.release().await {
+        tracing::warn!(
+            error = &error as &dyn std::error::Error,
+            "could not release the record; it frees when its lease lapses"
+        );
+    }
+    record(&spec.name, Outcome::Released);
+}
+
+/// No idempotency key: the handler runs as it would without idem. A transaction it began
+/// commits unless the response is a 5xx.
+async fn run_without_key<F>(engine: &Idempotency, handler: F, tx: Option<TxOffer>) -> Response
+where
+    F: Future<Output = Response> + Send,
+{
+    let response = handler.await;
+    #[cfg(any(feature = "sqlite", feature = "postgres"))]
+    if let Some(pending) = tx.as_ref().and_then(returned) {
+        if response.status().is_server_error() {
+            return response; // `pending` rolls back when dropped
+        }
+        if let Err(error) = pending.commit().await {
+            tracing::error!(error = &error as &dyn std::error::Error, "commit failed");
+            return unavailable(engine);
+        }
+    }
+    #[cfg(not(any(feature = "sqlite", feature = "postgres")))]
+    let _ = (engine, tx);
+    response
+}
+
+/// Buffers a handler's response and builds what to store: the response itself, or the
+/// too-large marker. `None` when the body stream failed.
+async fn capture(
+    engine: &Idempotency,
+    response: Response,
+) -> Option<(http::response::Parts, Bytes, StoredResponse)> {
+    let (parts, body) = response.into_parts();
+    let bytes = match body.collect().await {
+        Ok(collected) => collected.to_bytes(),
+        Err(error) => {
+            tracing::error!(
+                error = &error as &dyn std::error::Error,
+                "handler response body failed; releasing the record"
+            );
+            return None;
+        }
+    };
+    let limit = engine.http().max_response_bytes;
+    let stored = if bytes.len() <= limit {
+        StoredResponse::capture(parts.status, &parts.headers, bytes.clone())
+    } else {
+        tracing::warn!(
+            len = bytes.len(),
+            limit,
+            "response over the replay limit: retries get 409 idempotency_response_too_large"
+        );
+        let (status, headers, body) = Rejection::ResponseTooLarge {
+            original_status: parts.status.as_u16(),
+        }
+        .to_parts();
+        StoredResponse::new(status, headers, body)
+    };
+    Some((parts, bytes, stored))
+}

@@ -1,0 +1,395 @@
+//! Atomic mode, as the HTTP faces offer it: the handler's database writes and the stored
+//! response commit together.
+//!
+//! The engine puts a [`TxOffer`] in the request's extensions when its store lends transactions
+//! ([`Capabilities`]); the [`Tx`] and [`AnyTx`] extractors take it. When the handler returns,
+//! the transaction it began is handed back through the offer, and the engine completes the
+//! record inside it before committing.
+
+use std::fmt;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+
+use axum::extract::FromRequestParts;
+use http::request::Parts;
+use sha2::{Digest, Sha256};
+use sqlx::Transaction;
+
+use crate::core::error::StoreError;
+use crate::core::key::RecordKey;
+use crate::face::endpoint::AtomicNeed;
+use crate::http::rejection::Rejection;
+use crate::store::atomic::{AtomicDatabase, AtomicStore};
+use crate::store::{BoxFuture, Capabilities, Completion, Fence, LeaseToken};
+
+/// A database transaction that commits together with the idempotency record.
+///
+/// Take it as a handler parameter, under any name or alias (it is an extractor, so atomic mode
+/// is chosen by the type, not by how the parameter is spelled), and send every write of the
+/// operation through [`Tx::conn`]:
+///
+/// ```standalone_crate
+/// use axum::{Json, http::StatusCode};
+/// use idem_runtime::{Tx, idempotent};
+/// use sqlx::Sqlite;
+/// # #[derive(serde::Deserialize)] struct NewOrder { item: String }
+///
+/// #[idempotent(scope = "global")]
+/// async fn create_order(mut tx: Tx<Sqlite>, Json(order): Json<NewOrder>)
+///     -> Result<StatusCode, StatusCode>
+/// {
+///     sqlx::query("INSERT INTO orders (item) VALUES (?)")
+///         .bind(&order.item)
+///         .execute(tx.conn().await.map_err(|_| StatusCode::INTERNAL_SERVER_ERROR)?)
+///         .await
+///         .map_err(|_| StatusCode::INTERNAL_SERVER_ERROR)?;
+///     Ok(StatusCode::CREATED)
+/// }
+/// ```
+///
+/// - A 2xx, 3xx or 4xx response is stored in the transaction, which then commits: the writes
+///   and the stored response become visible together.
+/// - A 5xx response, an error, a panic or a dropped request rolls the transaction back and
+///   releases the key, so the retry runs against a database the failed attempt never touched.
+/// - If the process dies before the commit, nothing of the attempt is left but its claim, which
+///   a retry takes over once the lease lapses: the operation's database effects happen exactly
+///   once.
+/// - Without an idempotency key the handler still runs in a transaction, committed unless the
+///   response is a 5xx.
+///
+/// The transaction begins at the first [`Tx::conn`] call, not before the handler: slow work done
+/// before the first query (a call to a payment processor, say) holds no database lock. On
+/// SQLite it begins with `BEGIN IMMEDIATE`, taking the single write lock up front, so a handler
+/// that reads and then writes cannot fail with `SQLITE_BUSY` halfway; keep slow non-database
+/// work before the first query.
+///
+/// The application's tables must live in the store's database (the engine's `SqliteStore` or
+/// `PostgresStore` pool, or any store implementing
+/// [`AtomicStore`](crate::store::atomic::AtomicStore)); [`Builder::build`](crate::Builder::build)
+/// fails when an `#[idempotent]` endpoint takes a `Tx` on a database whose transactions the store
+/// does not offer. The extractor works under `#[idempotent]` and under
+/// [`IdempotencyLayer`](crate::IdempotencyLayer); anywhere else it answers
+/// `500 idempotency_misconfigured`. Take at most one per handler. A `Tx` must not outlive its
+/// handler: writes made through it after the handler returned are rolled back.
+pub struct Tx<DB: AtomicDatabase> {
+    store: Arc<dyn AtomicStore<DB>>,
+    tx: Option<Transaction<'static, DB>>,
+    offer: TxOffer,
+}
+
+impl<DB: AtomicDatabase> Tx<DB> {
+    /// The transaction's connection, beginning the transaction on first use.
+    ///
+    /// ```
+    /// # async fn f(mut tx: idem_runtime::Tx<sqlx::Postgres>) -> Result<(), sqlx::Error> {
+    /// sqlx::query("UPDATE accounts SET balance = balance - 10 WHERE id = 1")
+    ///     .execute(tx.conn().await?)
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn conn(&mut self) -> Result<&mut DB::Connection, sqlx::Error> {
+        if self.tx.is_none() {
+            self.tx = Some(self.store.pool().begin_with(DB::BEGIN).await?);
+        }
+        Ok(self.tx.as_deref_mut().expect("begun above"))
+    }
+
+    /// A key for a call to another service that is stable across every retry of this request,
+    /// including a retry that takes over after a crash: pass it as that service's idempotency
+    /// key so the downstream effect happens once too. `purpose` tells apart several calls made
+    /// by one request (`"charge"`, `"refund"`).
+    ///
+    /// The key is a UUID (version 8) derived from the idempotency record, never from the
+    /// client's key in clear. Without an idempotency key it is random.
+    pub fn downstream_key(&self, purpose: &str) -> String {
+        self.offer.downstream_key(purpose)
+    }
+}
+
+impl<DB: AtomicDatabase> Drop for Tx<DB> {
+    fn drop(&mut self) {
+        // Hand the transaction back to the engine, which commits or rolls it back.
+        if let Some(tx) = self.tx.take() {
+            self.offer.hand_back(Box::new(Begun {
+                tx,
+                store: self.store.clone(),
+            }));
+        }
+    }
+}
+
+impl<DB: AtomicDatabase> fmt::Debug for Tx<DB> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Tx")
+            .field("database", &<DB as AtomicDatabase>::NAME)
+            .field("begun", &self.tx.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<S: Send + Sync, DB: AtomicDatabase> FromRequestParts<S> for Tx<DB> {
+    type Rejection = Rejection;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Rejection> {
+        let offer = TxOffer::take(parts)?;
+        let store = offer.0.capabilities.atomic::<DB>().cloned().ok_or(
+            Rejection::Misconfigured {
+                reason: "the idempotency store offers no transactions on this handler's database",
+            },
+        )?;
+        Ok(Self {
+            store,
+            tx: None,
+            offer,
+        })
+    }
+}
+
+/// A transaction on whichever store the engine was built with, for applications that choose the
+/// store at start-up (as the `payments` example does from `DATABASE_URL` and `IDEM_STORE`).
+///
+/// Take it as a handler parameter instead of [`Tx`]; match on it to reach the typed
+/// transaction, which behaves exactly as a [`Tx`] parameter would. When the engine's store is not
+/// a SQL store (`MemoryStore`), there is no transaction to share: the handler gets
+/// [`AnyTx::None`], writes on its own connections and runs as without atomic mode.
+///
+/// ```
+/// use axum::http::StatusCode;
+/// use idem_runtime::{AnyTx, idempotent};
+///
+/// #[idempotent(scope = "global")]
+/// async fn create_order(mut tx: AnyTx) -> Result<StatusCode, StatusCode> {
+///     let insert = "INSERT INTO orders (item) VALUES ('book')";
+///     let done = match &mut tx {
+///         AnyTx::Sqlite(tx) => sqlx::query(insert).execute(tx.conn().await.map_err(internal)?).await.map(drop),
+///         AnyTx::Postgres(tx) => sqlx::query(insert).execute(tx.conn().await.map_err(internal)?).await.map(drop),
+///         _ => Ok(()), // a memory store: write through the app's own pool here
+///     };
+///     done.map_err(internal)?;
+///     Ok(StatusCode::CREATED)
+/// }
+/// # fn internal(_: sqlx::Error) -> StatusCode { StatusCode::INTERNAL_SERVER_ERROR }
+/// ```
+#[cfg(all(feature = "sqlite", feature = "postgres"))]
+#[cfg_attr(docsrs, doc(cfg(all(feature = "sqlite", feature = "postgres"))))]
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum AnyTx {
+    /// The engine's store lends SQLite transactions (`SqliteStore`).
+    Sqlite(Tx<sqlx::Sqlite>),
+    /// The engine's store lends PostgreSQL transactions (`PostgresStore`).
+    Postgres(Tx<sqlx::Postgres>),
+    /// The engine's store has no transactions to lend (`MemoryStore`, `RedisStore`): write as
+    /// without atomic mode.
+    None,
+}
+
+#[cfg(all(feature = "sqlite", feature = "postgres"))]
+impl AnyTx {
+    /// [`Tx::downstream_key`] of the transaction held; `None` without one.
+    pub fn downstream_key(&self, purpose: &str) -> Option<String> {
+        match self {
+            Self::Sqlite(tx) => Some(tx.downstream_key(purpose)),
+            Self::Postgres(tx) => Some(tx.downstream_key(purpose)),
+            Self::None => None,
+        }
+    }
+}
+
+#[cfg(all(feature = "sqlite", feature = "postgres"))]
+impl<S: Send + Sync> FromRequestParts<S> for AnyTx {
+    type Rejection = Rejection;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Rejection> {
+        let Some(offer) = parts.extensions.get::<TxOffer>() else {
+            return Ok(Self::None);
+        };
+        if offer.0.capabilities.atomic::<sqlx::Postgres>().is_some() {
+            Tx::from_request_parts(parts, state)
+                .await
+                .map(Self::Postgres)
+        } else if offer.0.capabilities.atomic::<sqlx::Sqlite>().is_some() {
+            Tx::from_request_parts(parts, state).await.map(Self::Sqlite)
+        } else {
+            Ok(Self::None)
+        }
+    }
+}
+
+/// A handler parameter that puts the handler in atomic mode ([`Tx`] or `AnyTx`): what it needs
+/// from the store, checked by [`Builder::build`](crate::Builder::build).
+pub trait AtomicParam {
+    /// The transactions the parameter needs.
+    fn need() -> AtomicNeed;
+}
+
+impl<DB: AtomicDatabase> AtomicParam for Tx<DB> {
+    fn need() -> AtomicNeed {
+        AtomicNeed::new(<DB as AtomicDatabase>::NAME, |capabilities| {
+            capabilities.atomic::<DB>().is_some()
+        })
+    }
+}
+
+#[cfg(all(feature = "sqlite", feature = "postgres"))]
+impl AtomicParam for AnyTx {
+    fn need() -> AtomicNeed {
+        // Falls back to `AnyTx::None` on a store without transactions.
+        AtomicNeed::new("any database", |_| true)
+    }
+}
+
+/// What the engine offers a request's `Tx` extractor: the store's transactions, the seed of its
+/// downstream keys, and where the handler's transaction is handed back.
+#[derive(Clone)]
+pub(crate) struct TxOffer(Arc<OfferInner>);
+
+struct OfferInner {
+    capabilities: Capabilities,
+    seed: OnceLock<[u8; 32]>,
+    taken: AtomicBool,
+    returned: Mutex<Option<Box<dyn PendingTx>>>,
+}
+
+impl TxOffer {
+    /// An offer for one request, when the engine's store lends transactions.
+    pub(crate) fn new(capabilities: &Capabilities) -> Option<Self> {
+        capabilities.has_atomic().then(|| {
+            Self(Arc::new(OfferInner {
+                capabilities: capabilities.clone(),
+                seed: OnceLock::new(),
+                taken: AtomicBool::new(false),
+                returned: Mutex::new(None),
+            }))
+        })
+    }
+
+    /// Binds downstream keys to the request's record.
+    pub(crate) fn bind(&self, key: &RecordKey) {
+        let _ = self.0.seed.set(*key.as_bytes());
+    }
+
+    /// The transaction the handler began and handed back, if any.
+    pub(crate) fn returned(&self) -> Option<Box<dyn PendingTx>> {
+        self.0
+            .returned
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take()
+    }
+
+    fn take(parts: &Parts) -> Result<Self, Rejection> {
+        let offer = parts
+            .extensions
+            .get::<Self>()
+            .ok_or(Rejection::Misconfigured {
+                reason: "a `Tx` works only in an `#[idempotent]` handler or under `IdempotencyLayer`, \
+                         with a store that lends transactions",
+            })?;
+        if offer.0.taken.swap(true, Ordering::AcqRel) {
+            return Err(Rejection::Misconfigured {
+                reason: "a handler takes at most one `Tx`",
+            });
+        }
+        Ok(offer.clone())
+    }
+
+    fn hand_back(&self, tx: Box<dyn PendingTx>) {
+        *self
+            .0
+            .returned
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Some(tx);
+    }
+
+    fn downstream_key(&self, purpose: &str) -> String {
+        let seed = self
+            .0
+            .seed
+            .get_or_init(|| std::array::from_fn(|_| fastrand::u8(..)));
+        downstream_key(seed, purpose)
+    }
+}
+
+/// A handler's transaction, handed back for the engine to finish. Dropping it rolls back.
+pub(crate) trait PendingTx: Send {
+    /// Completes the record inside the transaction and commits both. Anything but
+    /// `Ok(Fence::Held)` leaves nothing of the attempt committed.
+    fn complete_and_commit<'a>(
+        self: Box<Self>,
+        key: &'a RecordKey,
+        token: LeaseToken,
+        completion: Completion<'a>,
+    ) -> BoxFuture<'a, Result<Fence, StoreError>>;
+
+    /// Commits the transaction alone (a request without an idempotency key).
+    fn commit(self: Box<Self>) -> BoxFuture<'static, Result<(), StoreError>>;
+}
+
+struct Begun<DB: AtomicDatabase> {
+    tx: Transaction<'static, DB>,
+    store: Arc<dyn AtomicStore<DB>>,
+}
+
+impl<DB: AtomicDatabase> PendingTx for Begun<DB> {
+    fn complete_and_commit<'a>(
+        self: Box<Self>,
+        key: &'a RecordKey,
+        token: LeaseToken,
+        completion: Completion<'a>,
+    ) -> BoxFuture<'a, Result<Fence, StoreError>> {
+        Box::pin(async move {
+            let Begun { mut tx, store } = *self;
+            match store.complete_in(&mut tx, key, token, completion).await? {
+                // Another request took the record over: our writes must not commit beside its
+                // own. Dropping the transaction rolls it back.
+                Fence::Lost => Ok(Fence::Lost),
+                Fence::Held => {
+                    tx.commit().await.map_err(StoreError::unavailable)?;
+                    Ok(Fence::Held)
+                }
+            }
+        })
+    }
+
+    fn commit(self: Box<Self>) -> BoxFuture<'static, Result<(), StoreError>> {
+        Box::pin(async move { self.tx.commit().await.map_err(StoreError::unavailable) })
+    }
+}
+
+pub(crate) fn downstream_key(seed: &[u8; 32], purpose: &str) -> String {
+    let mut hasher = Sha256::new();
+    hasher.update(b"idem.downstream.v1");
+    hasher.update(seed);
+    hasher.update((purpose.len() as u64).to_be_bytes());
+    hasher.update(purpose.as_bytes());
+    let mut b: [u8; 16] = hasher.finalize()[..16].try_into().expect("16 of 32 bytes");
+    b[6] = (b[6] & 0x0f) | 0x80; // version 8
+    b[8] = (b[8] & 0x3f) | 0x80; // RFC 9562 variant
+    let hex = crate::core::key::hex(&b);
+    format!(
+        "{}-{}-{}-{}-{}",
+        &hex[..8],
+        &hex[8..12],
+        &hex[12..16],
+        &hex[16..20],
+        &hex[20..]
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn downstream_keys_are_stable_distinct_uuids() {
+        let seed = [7u8; 32];
+        let a = downstream_key(&seed, "charge");
+        assert_eq!(a, downstream_key(&seed, "charge"));
+        assert_ne!(a, downstream_key(&seed, "refund"));
+        assert_ne!(a, downstream_key(&[8u8; 32], "charge"));
+        assert_eq!(a.len(), 36);
+        assert_eq!(&a[14..15], "8", "version 8: {a}");
+        assert!(matches!(&a[19..20], "8" | "9" | "a" | "b"), "variant: {a}");
+    }
+}

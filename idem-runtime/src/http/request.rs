@@ -1,0 +1,196 @@
+//! What the HTTP faces read from a request: the key from its header, and the fingerprint.
+
+use http::{HeaderMap, HeaderName, HeaderValue, Method, Uri};
+
+use crate::core::error::KeyError;
+use crate::core::fingerprint::{Fingerprint, Hasher};
+use crate::core::key::IdempotencyKey;
+
+impl IdempotencyKey {
+    /// Reads the key from `headers`: `Ok(None)` when the header is absent, an error when it is
+    /// malformed or present more than once.
+    pub fn from_headers(headers: &HeaderMap, name: &HeaderName) -> Result<Option<Self>, KeyError> {
+        let mut values = headers.get_all(name).iter();
+        let Some(first) = values.next() else {
+            return Ok(None);
+        };
+        if values.next().is_some() {
+            return Err(KeyError::Duplicate);
+        }
+        Self::parse(first.as_bytes()).map(Some)
+    }
+}
+
+impl Fingerprint {
+    /// Fingerprints one HTTP request: SHA-256 over the method, the path and query, and the body.
+    ///
+    /// JSON bodies (`application/json` or any `+json` media type) are canonicalised first, so
+    /// `{"a":1, "b":2}` and `{"b":2,"a":1}` are the same request. Any other body is hashed byte
+    /// for byte.
+    ///
+    /// ```
+    /// use http::{HeaderValue, Method, Uri};
+    /// use idem_runtime::Fingerprint;
+    ///
+    /// let json = HeaderValue::from_static("application/json");
+    /// let uri = Uri::from_static("/v1/charges");
+    /// let a = Fingerprint::of_request(&Method::POST, &uri, Some(&json), br#"{"amount":1,"currency":"usd"}"#);
+    /// let b = Fingerprint::of_request(&Method::POST, &uri, Some(&json), b"{ \"currency\": \"usd\", \"amount\": 1 }");
+    /// assert_eq!(a, b);
+    /// ```
+    pub fn of_request(
+        method: &Method,
+        uri: &Uri,
+        content_type: Option<&HeaderValue>,
+        body: &[u8],
+    ) -> Self {
+        let mut hasher = Hasher::new(b"idem.fingerprint.v1\0");
+        hasher.update(method.as_str().as_bytes());
+        hasher.update(b"\0");
+        let path_and_query = uri.path_and_query().map_or("/", |pq| pq.as_str());
+        hasher.update(path_and_query.as_bytes());
+        hasher.update(b"\0");
+        hasher.body(body, is_json(content_type));
+        hasher.finish()
+    }
+}
+
+fn is_json(content_type: Option<&HeaderValue>) -> bool {
+    let Some(ct) = content_type.and_then(|v| v.to_str().ok()) else {
+        return false;
+    };
+    let essence = ct.split(';').next().unwrap_or("").trim();
+    let Some((kind, subtype)) = essence.split_once('/') else {
+        return false;
+    };
+    kind.eq_ignore_ascii_case("application")
+        && (subtype.eq_ignore_ascii_case("json")
+            || subtype.len() > 5 && subtype[subtype.len() - 5..].eq_ignore_ascii_case("+json"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http::HeaderName;
+
+    fn fp(method: Method, uri: &'static str, ct: Option<&'static str>, body: &[u8]) -> Fingerprint {
+        let ct = ct.map(HeaderValue::from_static);
+        Fingerprint::of_request(&method, &Uri::from_static(uri), ct.as_ref(), body)
+    }
+
+    const JSON: Option<&str> = Some("application/json");
+
+    #[test]
+    fn json_key_order_and_whitespace_do_not_matter() {
+        let a = fp(
+            Method::POST,
+            "/c",
+            JSON,
+            br#"{"a":1,"b":{"y":[1,2],"x":null}}"#,
+        );
+        let b = fp(
+            Method::POST,
+            "/c",
+            JSON,
+            b" { \"b\" : { \"x\":null, \"y\":[ 1, 2 ] }, \"a\":1 }\n",
+        );
+        assert_eq!(a, b);
+    }
+
+    #[test]
+    fn json_values_and_array_order_matter() {
+        let a = fp(Method::POST, "/c", JSON, br#"{"a":[1,2]}"#);
+        assert_ne!(a, fp(Method::POST, "/c", JSON, br#"{"a":[2,1]}"#));
+        assert_ne!(a, fp(Method::POST, "/c", JSON, br#"{"a":[1,3]}"#));
+        assert_ne!(a, fp(Method::POST, "/c", JSON, br#"{"a":"[1,2]"}"#));
+    }
+
+    #[test]
+    fn method_path_and_query_matter() {
+        let a = fp(Method::POST, "/c?x=1", None, b"body");
+        assert_ne!(a, fp(Method::PUT, "/c?x=1", None, b"body"));
+        assert_ne!(a, fp(Method::POST, "/c?x=2", None, b"body"));
+        assert_ne!(a, fp(Method::POST, "/d?x=1", None, b"body"));
+        assert_eq!(a, fp(Method::POST, "/c?x=1", None, b"body"));
+    }
+
+    #[test]
+    fn non_json_bodies_are_hashed_raw() {
+        let a = fp(Method::POST, "/c", Some("text/plain"), br#"{"a":1,"b":2}"#);
+        let b = fp(Method::POST, "/c", Some("text/plain"), br#"{"b":2,"a":1}"#);
+        assert_ne!(a, b);
+    }
+
+    #[test]
+    fn json_media_types_are_recognised() {
+        assert!(is_json(Some(&HeaderValue::from_static("application/json"))));
+        assert!(is_json(Some(&HeaderValue::from_static(
+            "Application/JSON; charset=utf-8"
+        ))));
+        assert!(is_json(Some(&HeaderValue::from_static(
+            "application/merge-patch+json"
+        ))));
+        assert!(!is_json(Some(&HeaderValue::from_static("text/json5"))));
+        assert!(!is_json(Some(&HeaderValue::from_static(
+            "application/jsonx"
+        ))));
+        assert!(!is_json(None));
+    }
+
+    #[test]
+    fn invalid_json_falls_back_to_raw_bytes() {
+        let a = fp(Method::POST, "/c", JSON, b"{not json");
+        assert_eq!(a, fp(Method::POST, "/c", JSON, b"{not json"));
+        assert_ne!(a, fp(Method::POST, "/c", JSON, b"{not json "));
+    }
+
+    #[test]
+    fn strings_are_escaped_canonically() {
+        // "\u0041" and "A" are the same JSON string.
+        let a = fp(Method::POST, "/c", JSON, br#"{"k":"\u0041"}"#);
+        assert_eq!(a, fp(Method::POST, "/c", JSON, br#"{"k":"A"}"#));
+    }
+
+    #[test]
+    fn digests_are_stable_across_releases() {
+        // Pinned from the first release's implementation: records in flight during a deploy
+        // must keep matching their retries.
+        let hex = |fp: Fingerprint| -> String { crate::core::key::hex(fp.as_bytes()) };
+        assert_eq!(
+            hex(fp(
+                Method::POST,
+                "/v1/charges",
+                JSON,
+                br#"{"amount":1,"currency":"usd"}"#
+            )),
+            "78c8fdd4047736fa0661ac7c3c036424b3268f2911a4306f8198bc2a4d8053c4"
+        );
+        // Nested objects, repeated keys (the last wins), escapes in keys and strings.
+        assert_eq!(
+            hex(fp(
+                Method::POST,
+                "/v1/charges",
+                JSON,
+                br#"{"b":[1,2.5,-3e10,null,true,"\u0041\n\"q\""],"a":{"y":1,"x":2,"y":3},"ab":1,"a\u0062":2}"#
+            )),
+            "ba6c3ac37295173177a63c23fa38898f213cd2f3c6867977b4e0791645c71164"
+        );
+    }
+    #[test]
+    fn duplicate_header_fields_are_rejected() {
+        let name = HeaderName::from_static("idempotency-key");
+        let mut headers = HeaderMap::new();
+        assert_eq!(IdempotencyKey::from_headers(&headers, &name), Ok(None));
+        headers.append(&name, HeaderValue::from_static("a"));
+        assert!(
+            IdempotencyKey::from_headers(&headers, &name)
+                .unwrap()
+                .is_some()
+        );
+        headers.append(&name, HeaderValue::from_static("a"));
+        assert_eq!(
+            IdempotencyKey::from_headers(&headers, &name),
+            Err(KeyError::Duplicate)
+        );
+    }
+}
