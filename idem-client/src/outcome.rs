@@ -156,7 +156,9 @@ impl fmt::Display for RetryNote {
             }
             RetryReason::Timeout(after) => write!(f, "got no response within {after:?}")?,
         }
-        write!(f, "; retrying in {:?}", self.delay)?;
+        // Whole milliseconds: jitter's nanoseconds are noise to a reader.
+        let delay = Duration::from_millis(self.delay.as_millis().try_into().unwrap_or(u64::MAX));
+        write!(f, "; retrying in {delay:?}")?;
         if self.from_retry_after {
             f.write_str(" (Retry-After)")?;
         }
@@ -228,7 +230,7 @@ mod tests {
             RetryNote {
                 attempt: 1,
                 reason: RetryReason::Connection("connection closed\nbefore".into()),
-                delay: Duration::from_millis(80),
+                delay: Duration::from_micros(80_400),
                 from_retry_after: false,
             },
         ];

@@ -214,6 +214,21 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_defaults_are_the_documented_ones() {
+        let policy = RetryPolicy::default();
+        assert_eq!(policy.get_max_attempts(), 5);
+        assert_eq!(policy.get_max_elapsed(), Duration::from_secs(60));
+        assert_eq!(policy.get_attempt_timeout(), Duration::from_secs(30));
+        assert_eq!(policy.backoff_ceiling(1), Duration::from_millis(100));
+        assert_eq!(policy.backoff_ceiling(30), Duration::from_secs(10));
+        assert_eq!(
+            policy.delay(1, Some(Duration::from_secs(3600)), 0.0),
+            Duration::from_secs(30)
+        );
+        assert!(policy.is_retryable(StatusCode::INTERNAL_SERVER_ERROR, None));
+    }
+
+    #[test]
     fn retried_statuses_are_exactly_the_transient_ones() {
         let policy = RetryPolicy::default();
         let retried: Vec<u16> = (100..=599)
