@@ -175,6 +175,11 @@ impl Server {
         ServerBuilder::default()
     }
 
+    /// Where the server listens.
+    pub(crate) fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
     /// Everything the process printed so far.
     pub(crate) fn output(&self) -> String {
         self.log.lock().unwrap().clone()
