@@ -1,5 +1,5 @@
-//! A crash mid-request (SPEC section 3, rule 4: "in flight but the lease expired (the owner
-//! crashed) -> take it over"), over real processes: `payments` is SIGKILLed while a charge runs,
+//! A crash mid-request (the README's "in flight, owner's lease lapsed (crash): take it over"),
+//! over real processes: `payments` is SIGKILLed while a charge runs,
 //! a new process starts on the same database, and the client's retry with the same key is
 //! answered 409 until the dead owner's lease lapses, then runs the charge once.
 

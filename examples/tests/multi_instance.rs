@@ -1,5 +1,4 @@
-//! Many app instances on one PostgreSQL database (SPEC section 4: "production, many app
-//! instances"): two `payments` processes share the idempotency records, so a key claimed on one
+//! Many app instances on one PostgreSQL database: two `payments` processes share the idempotency records, so a key claimed on one
 //! is in flight, or replayed, on the other. Duplicates split across both run the charge once.
 
 mod common;

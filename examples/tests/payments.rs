@@ -1,4 +1,4 @@
-//! The payments service's HTTP contract (SPEC section 6), end to end over TCP against the real
+//! The payments service's HTTP contract, end to end over TCP against the real
 //! binary on its default store (a SQLite file per test).
 
 mod common;

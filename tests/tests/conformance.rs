@@ -4,7 +4,8 @@
 //! explicit `Timestamp`s: no sleeps, no timing assertions.
 //!
 //! A new backend is one `impl TestStore` in `tests/src/db.rs` and one `backend!` line below.
-//! [`sql`] holds what only the SQL stores have: migrations, connection settings.
+//! [`sql`] holds what only the SQL stores have: migrations, connection settings; [`operators`]
+//! the upgrade from the first release's schema and the operator queries the README documents.
 //!
 //! ```text
 //! cargo test -p idem-tests --test conformance
@@ -14,6 +15,8 @@
 mod bulk;
 #[path = "conformance/lifecycle.rs"]
 mod lifecycle;
+#[path = "conformance/operators.rs"]
+mod operators;
 #[path = "conformance/sql.rs"]
 mod sql;
 #[path = "conformance/support.rs"]
