@@ -11,7 +11,7 @@ use http::request::Parts;
 
 use crate::core::clock::{Clock, SystemClock};
 use crate::core::error::StoreError;
-use crate::engine::{Engine, Policy};
+use crate::engine::{Engine, Policy, Timed};
 use crate::face::endpoint::{self, Endpoint, GLOBAL_SCOPE};
 use crate::store::{Capabilities, DynStore, Store};
 
@@ -66,6 +66,7 @@ struct Inner {
 pub(crate) struct HttpPolicy {
     pub(crate) header: HeaderName,
     pub(crate) max_response_bytes: usize,
+    pub(crate) max_request_bytes: usize,
 }
 
 impl Idempotency {
@@ -195,10 +196,12 @@ impl Default for Builder {
                 lease: Duration::from_secs(30),
                 wait_timeout: Duration::from_secs(10),
                 retry_after: Duration::from_secs(1),
+                store_timeout: Duration::from_secs(5),
             },
             http: HttpPolicy {
                 header: HeaderName::from_static("idempotency-key"),
                 max_response_bytes: 2 * 1024 * 1024,
+                max_request_bytes: 2 * 1024 * 1024,
             },
             clock: Arc::new(SystemClock),
         }
@@ -259,6 +262,22 @@ impl Builder {
     /// the original status. The operation is never run again for that key.
     pub fn max_response_bytes(mut self, limit: usize) -> Self {
         self.http.max_response_bytes = limit;
+        self
+    }
+
+    /// The largest request body an idempotent request may have (default 2 MiB, as axum's
+    /// `DefaultBodyLimit`; both limits apply). A request whose `Content-Length` says more is
+    /// answered `413 payload_too_large` before any of its body is read.
+    pub fn max_request_bytes(mut self, limit: usize) -> Self {
+        self.http.max_request_bytes = limit;
+        self
+    }
+
+    /// How long any one call to the store may take (default 5 s). Past it the request fails
+    /// closed: `503 idempotency_store_unavailable` with `Retry-After`, the handler not run. A
+    /// completion or release that times out is retried in the background.
+    pub fn store_timeout(mut self, timeout: Duration) -> Self {
+        self.policy.store_timeout = timeout.max(Duration::from_millis(10));
         self
     }
 
@@ -327,7 +346,7 @@ impl Builder {
         Ok(Idempotency {
             inner: Arc::new(Inner {
                 engine: Engine {
-                    store,
+                    store: Arc::new(Timed::new(store, self.policy.store_timeout)),
                     store_name,
                     capabilities,
                     clock: self.clock,

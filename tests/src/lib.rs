@@ -6,6 +6,7 @@
 
 pub mod db;
 pub mod gate;
+pub mod proxy;
 
 pub use db::{TestStore, postgres_store, postgres_url, sqlite_store};
 pub use gate::Gate;

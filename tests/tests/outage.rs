@@ -5,7 +5,6 @@
 //! The outage is real: the store connects through a TCP proxy on loopback that the test cuts
 //! (dropping live connections and refusing new ones) and restores.
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
@@ -18,10 +17,9 @@ use axum::{Json, Router};
 use http_body_util::BodyExt;
 use idem_runtime::store::PostgresStore;
 use idem_runtime::{Idempotency, idempotent};
+use idem_tests::proxy::{Proxy, postgres_target};
 use serde_json::Value;
 use sqlx::postgres::PgPoolOptions;
-use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::watch;
 use tower::ServiceExt;
 
 #[derive(Clone, FromRef)]
@@ -37,59 +35,6 @@ async fn create(
 ) -> (StatusCode, Json<Value>) {
     calls.fetch_add(1, Ordering::SeqCst);
     (StatusCode::CREATED, Json(body))
-}
-
-/// A loopback TCP proxy to PostgreSQL that can be cut and restored.
-struct Proxy {
-    addr: SocketAddr,
-    up: watch::Sender<bool>,
-}
-
-impl Proxy {
-    async fn start(target: SocketAddr) -> Self {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let (up, _) = watch::channel(true);
-        let state = up.clone();
-        tokio::spawn(async move {
-            loop {
-                let Ok((mut client, _)) = listener.accept().await else {
-                    return;
-                };
-                let mut down = state.subscribe();
-                if !*down.borrow_and_update() {
-                    drop(client); // refused: the server is "unreachable"
-                    continue;
-                }
-                tokio::spawn(async move {
-                    let Ok(mut server) = TcpStream::connect(target).await else {
-                        return;
-                    };
-                    tokio::select! {
-                        _ = tokio::io::copy_bidirectional(&mut client, &mut server) => {}
-                        _ = down.wait_for(|up| !*up) => {} // cut: both ends are dropped
-                    }
-                });
-            }
-        });
-        Self { addr, up }
-    }
-
-    fn set_up(&self, up: bool) {
-        self.up.send_replace(up);
-    }
-}
-
-fn postgres_target() -> (SocketAddr, String) {
-    let url = idem_tests::postgres_url();
-    let rest = url.split_once("://").map_or(url.as_str(), |(_, r)| r);
-    let host_port = rest.split_once('@').map_or(rest, |(_, r)| r);
-    let host_port = host_port.split(['/', '?']).next().unwrap();
-    let addr: SocketAddr = host_port
-        .replace("localhost", "127.0.0.1")
-        .parse()
-        .expect("this test needs DATABASE_URL with a numeric host:port");
-    (addr, url.replacen(host_port, "{proxy}", 1))
 }
 
 async fn send(app: &Router, key: &str) -> (StatusCode, Option<String>, Value) {

@@ -37,11 +37,19 @@ pub enum StoreError {
     /// The backend could not be reached or failed the operation.
     #[error("idempotency store unavailable")]
     Unavailable(#[source] Box<dyn std::error::Error + Send + Sync>),
-    /// The store is full of live records and will not evict one that may still be replayed.
+    /// The store did not answer within the engine's deadline
+    /// ([`Builder::store_timeout`](crate::Builder::store_timeout)).
+    #[error("idempotency store did not answer within {0:?}")]
+    Timeout(std::time::Duration),
+    /// The store is full of live records (or the tenant used up its share) and will not evict
+    /// one that may still be replayed.
     #[error("idempotency store is full ({limit} live records)")]
     Full {
         /// The configured capacity.
         limit: usize,
+        /// When room is expected to free up (the earliest expiry of a record that holds it),
+        /// as a duration from now; `None` when unknown.
+        retry_after: Option<std::time::Duration>,
     },
     /// A stored record could not be decoded.
     #[error("stored idempotency record is corrupt: {0}")]

@@ -131,6 +131,19 @@ impl RecordKey {
     }
 }
 
+/// The tenant a record belongs to, as stores may see it: a keyed hash of the scope and its value
+/// (the organisation, the user), so a store can keep one tenant from filling a shared budget.
+/// The hash key is random per process: values cannot be chosen to collide.
+pub(crate) fn tenant_of(scope: &str, scope_value: &str) -> u64 {
+    use std::hash::{BuildHasher, Hasher as _};
+    static KEYS: std::sync::OnceLock<std::hash::RandomState> = std::sync::OnceLock::new();
+    let mut hasher = KEYS.get_or_init(std::hash::RandomState::new).build_hasher();
+    hasher.write(scope.as_bytes());
+    hasher.write_u8(0xff); // not UTF-8: separates the parts
+    hasher.write(scope_value.as_bytes());
+    hasher.finish()
+}
+
 impl fmt::Debug for RecordKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "RecordKey({})", self.short())

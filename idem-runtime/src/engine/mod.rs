@@ -15,9 +15,11 @@ use crate::store::{Capabilities, Claim, ClaimRequest, DynStore, LeaseToken};
 
 mod outcome;
 mod owner;
+mod timed;
 
-pub(crate) use outcome::{OpName, Outcome, record};
-pub(crate) use owner::Owner;
+pub(crate) use outcome::{CancelGuard, OpName, Outcome, record};
+pub(crate) use owner::{Owner, Settled};
+pub(crate) use timed::Timed;
 
 /// A store, its capabilities, a clock and the policy every face follows.
 pub(crate) struct Engine {
@@ -38,6 +40,8 @@ pub(crate) struct Policy {
     pub(crate) wait_timeout: Duration,
     /// What callers are told to wait before retrying after a 409 or a store failure.
     pub(crate) retry_after: Duration,
+    /// How long any one store call may take before the request fails closed.
+    pub(crate) store_timeout: Duration,
 }
 
 /// One attempt to run an operation once.
@@ -46,6 +50,8 @@ pub(crate) struct Attempt<'a> {
     pub(crate) key: RecordKey,
     pub(crate) fingerprint: Fingerprint,
     pub(crate) operation: &'a OpName,
+    /// The tenant (hash of scope and scope value) for stores that share a budget.
+    pub(crate) tenant: u64,
     /// How long a completed result is replayed.
     pub(crate) ttl: Duration,
     /// Whether a duplicate of a running attempt waits (up to the policy's wait timeout) for its
@@ -63,8 +69,12 @@ pub(crate) enum Claimed {
     Reused,
     /// The first request is still running.
     InFlight,
-    /// The store failed (logged here): refuse (fail closed).
-    Unavailable,
+    /// The store failed (logged here): refuse (fail closed), asking the caller to come back
+    /// after `retry_after`.
+    Unavailable {
+        /// The policy's `Retry-After`, or when a full store expects room.
+        retry_after: Duration,
+    },
 }
 
 impl Engine {
@@ -76,6 +86,13 @@ impl Engine {
     /// it reused or running, or (wait mode) polls a running duplicate until its result appears.
     /// Outcomes other than ownership and replay are counted here.
     pub(crate) async fn claim(&self, attempt: &Attempt<'_>) -> Claimed {
+        let cancelled = CancelGuard::new(attempt.operation);
+        let claimed = self.claim_until_settled(attempt).await;
+        cancelled.disarm();
+        claimed
+    }
+
+    async fn claim_until_settled(&self, attempt: &Attempt<'_>) -> Claimed {
         let waiting_since = Instant::now();
         let mut backoff = Duration::from_millis(10);
         loop {
@@ -89,6 +106,7 @@ impl Engine {
                 lease_until: now.after(self.policy.lease),
                 expires_at: now.after(attempt.ttl),
                 operation: attempt.operation,
+                tenant: attempt.tenant,
             };
             let started = Instant::now();
             let claim = self.store.claim(request).await;
@@ -99,13 +117,21 @@ impl Engine {
                         error = &error as &dyn std::error::Error,
                         "idempotency store failed; refusing the request"
                     );
-                    (Outcome::StoreError, Claimed::Unavailable)
+                    let retry_after = match error {
+                        StoreError::Full {
+                            retry_after: Some(after),
+                            ..
+                        } => after,
+                        _ => self.policy.retry_after,
+                    };
+                    (Outcome::StoreError, Claimed::Unavailable { retry_after })
                 }
                 Ok(Claim::Acquired { took_over }) => {
                     if took_over {
                         tracing::warn!("took over a record whose owner's lease lapsed");
                     }
-                    return Claimed::Owner(self.owner(attempt.key, token));
+                    let expires_at = request.expires_at;
+                    return Claimed::Owner(self.owner(attempt, token, expires_at));
                 }
                 Ok(Claim::Completed { fingerprint, .. } | Claim::InFlight { fingerprint, .. })
                     if fingerprint != attempt.fingerprint =>
@@ -133,13 +159,13 @@ impl Engine {
         }
     }
 
-    fn owner(&self, key: RecordKey, token: LeaseToken) -> Owner {
+    fn owner(&self, attempt: &Attempt<'_>, token: LeaseToken, expires_at: Timestamp) -> Owner {
         Owner::new(
             self.store.clone(),
             self.clock.clone(),
             self.policy.lease,
-            key,
-            token,
+            (attempt.key, token, expires_at),
+            attempt.operation.clone(),
         )
     }
 

@@ -19,6 +19,12 @@ pub(crate) enum Outcome {
     Released,
     /// The store failed; the request was refused (fail closed).
     StoreError,
+    /// The operation failed, and releasing its record failed too: the engine keeps trying in
+    /// the background until the store answers (or the record expires).
+    ReleaseFailed,
+    /// The request was dropped (the client went away, a timeout layer fired) after its claim
+    /// was made and before it was answered.
+    Cancelled,
 }
 
 impl Outcome {
@@ -31,6 +37,8 @@ impl Outcome {
             Self::Invalid => "invalid",
             Self::Released => "released",
             Self::StoreError => "store_error",
+            Self::ReleaseFailed => "release_failed",
+            Self::Cancelled => "cancelled",
         }
     }
 }
@@ -38,6 +46,34 @@ impl Outcome {
 /// An operation's name: `module::function` for the attribute, `POST /path` for the layer, the
 /// caller's name for the programmatic API.
 pub(crate) type OpName = Cow<'static, str>;
+
+/// Counts [`Outcome::Cancelled`] for a request dropped while this guard is armed.
+pub(crate) struct CancelGuard<'a> {
+    operation: &'a OpName,
+    armed: bool,
+}
+
+impl<'a> CancelGuard<'a> {
+    pub(crate) fn new(operation: &'a OpName) -> Self {
+        Self {
+            operation,
+            armed: true,
+        }
+    }
+
+    /// The request settled: count nothing on drop.
+    pub(crate) fn disarm(mut self) {
+        self.armed = false;
+    }
+}
+
+impl Drop for CancelGuard<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            record(self.operation, Outcome::Cancelled);
+        }
+    }
+}
 
 /// Counts `outcome` for `operation` and records it on the current span.
 pub(crate) fn record(operation: &OpName, outcome: Outcome) {

@@ -11,27 +11,47 @@ use std::time::Duration;
 
 use bytes::Bytes;
 
+use super::outcome::{OpName, Outcome, record};
 use crate::core::clock::{Clock, Timestamp};
 use crate::core::error::StoreError;
 use crate::core::key::RecordKey;
 use crate::store::{Completion, DynStore, Fence, LeaseToken};
 
-/// Owns an in-flight record until it is completed or released. If the owner is dropped first
-/// (client gone, timeout layer), `Drop` finishes the job on a spawned task: a record whose
-/// operation never finished is released so a retry runs again; one whose result was already
-/// captured is completed, so the effect that happened is replayed rather than repeated.
+/// Owns an in-flight record until it is completed or released.
+///
+/// A completion or release that fails because the store blinked is not given up: a background
+/// task keeps the lease alive and retries it, with backoff, until it lands or the record's TTL
+/// ends, so duplicates meanwhile see the record in flight (409) and never run the operation
+/// again. Only a dead process, or one cut from the store for longer than its lease, can be taken
+/// over. If the owner is dropped first (client gone, timeout layer), `Drop` finishes the job the
+/// same way: a record whose operation never finished is released so a retry runs again; one
+/// whose result was already captured is completed, so the effect that happened is replayed
+/// rather than repeated.
 pub(crate) struct Owner {
     store: Arc<dyn DynStore>,
     clock: Arc<dyn Clock>,
     lease: Duration,
     key: RecordKey,
     token: LeaseToken,
+    /// When the claimed record expires: retries of its completion or release stop there.
+    expires_at: Timestamp,
+    operation: OpName,
     state: State,
+}
+
+/// How a completion or a release ended.
+#[derive(Debug)]
+pub(crate) enum Settled {
+    /// The store answered: the write held, or another owner has the record now.
+    Done(Fence),
+    /// The store failed; a background task retries until it answers.
+    Deferred(StoreError),
 }
 
 enum State {
     Running,
     Completing(Pending),
+    Releasing,
     Done,
 }
 
@@ -59,8 +79,8 @@ impl Owner {
         store: Arc<dyn DynStore>,
         clock: Arc<dyn Clock>,
         lease: Duration,
-        key: RecordKey,
-        token: LeaseToken,
+        (key, token, expires_at): (RecordKey, LeaseToken, Timestamp),
+        operation: OpName,
     ) -> Self {
         Self {
             store,
@@ -68,6 +88,8 @@ impl Owner {
             lease,
             key,
             token,
+            expires_at,
+            operation,
             state: State::Running,
         }
     }
@@ -119,13 +141,13 @@ impl Owner {
     }
 
     /// Stores `payload` as the record's result, kept for `ttl` from now, if this owner still
-    /// holds the record.
+    /// holds the record; if the store fails, retries in the background.
     pub(crate) async fn complete(
         mut self,
         payload: Bytes,
         status: Option<u16>,
         ttl: Duration,
-    ) -> Result<Fence, StoreError> {
+    ) -> Settled {
         let (completed_at, expires_at) = self.completion_times(ttl);
         self.state = State::Completing(Pending {
             payload,
@@ -133,22 +155,34 @@ impl Owner {
             completed_at,
             expires_at,
         });
-        let State::Completing(pending) = &self.state else {
-            unreachable!("set above")
-        };
-        let result = self
-            .store
-            .complete(&self.key, self.token, pending.completion())
-            .await;
-        self.state = State::Done;
-        result
+        self.settle().await
     }
 
-    /// Deletes the in-flight record so a retry runs again.
-    pub(crate) async fn release(mut self) -> Result<Fence, StoreError> {
-        let result = self.store.release(&self.key, self.token).await;
-        self.state = State::Done;
-        result
+    /// Deletes the in-flight record so a retry runs again; if the store fails, retries in the
+    /// background.
+    pub(crate) async fn release(mut self) -> Settled {
+        self.state = State::Releasing;
+        self.settle().await
+    }
+
+    /// Tries the pending write once; on a store error hands it to a background task.
+    async fn settle(mut self) -> Settled {
+        let result = match &self.state {
+            State::Completing(pending) => {
+                self.store
+                    .complete(&self.key, self.token, pending.completion())
+                    .await
+            }
+            _ => self.store.release(&self.key, self.token).await,
+        };
+        match result {
+            Ok(fence) => {
+                self.state = State::Done;
+                Settled::Done(fence)
+            }
+            // `Drop` spawns the retries.
+            Err(error) => Settled::Deferred(error),
+        }
     }
 
     /// Gives up ownership without touching the record: it was settled some other way (atomic
@@ -164,23 +198,77 @@ impl Drop for Owner {
         if matches!(state, State::Done) {
             return;
         }
+        if matches!(state, State::Running) {
+            record(&self.operation, Outcome::Cancelled);
+        }
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            tracing::warn!(key = %self.key.short(), "no runtime to release an abandoned idempotency record; it frees when its lease lapses");
+            tracing::warn!(key = %self.key.short(), "no runtime to settle an abandoned idempotency record; it frees when its lease lapses");
             return;
         };
-        let (store, key, token) = (self.store.clone(), self.key, self.token);
-        runtime.spawn(async move {
-            let result = match &state {
-                State::Completing(pending) => {
-                    store.complete(&key, token, pending.completion()).await
+        let retry = Retry {
+            store: self.store.clone(),
+            clock: self.clock.clone(),
+            lease: self.lease,
+            key: self.key,
+            token: self.token,
+            until: self.expires_at,
+            pending: match state {
+                State::Completing(pending) => Some(pending),
+                _ => None,
+            },
+        };
+        runtime.spawn(retry.run());
+    }
+}
+
+/// A completion (or, without `pending`, a release) retried until the store answers or the
+/// record expires, keeping the lease alive in between so no duplicate takes the record over
+/// while the store blinks.
+struct Retry {
+    store: Arc<dyn DynStore>,
+    clock: Arc<dyn Clock>,
+    lease: Duration,
+    key: RecordKey,
+    token: LeaseToken,
+    until: Timestamp,
+    pending: Option<Pending>,
+}
+
+impl Retry {
+    const FIRST: Duration = Duration::from_millis(50);
+    const MAX: Duration = Duration::from_secs(2);
+
+    async fn run(self) {
+        let mut backoff = Duration::ZERO;
+        loop {
+            tokio::time::sleep(backoff).await;
+            backoff = (backoff * 2).clamp(Self::FIRST, Self::MAX);
+            let result = match &self.pending {
+                Some(pending) => {
+                    self.store
+                        .complete(&self.key, self.token, pending.completion())
+                        .await
                 }
-                _ => store.release(&key, token).await,
+                None => self.store.release(&self.key, self.token).await,
             };
-            if let Err(error) = result {
-                tracing::warn!(key = %key.short(), error = &error as &dyn std::error::Error,
-                    "could not settle an abandoned idempotency record; it frees when its lease lapses");
+            let error = match result {
+                Ok(fence) => {
+                    tracing::info!(key = %self.key.short(), ?fence, "settled an idempotency record after a store failure");
+                    return;
+                }
+                Err(error) => error,
+            };
+            if self.clock.now() >= self.until {
+                tracing::warn!(key = %self.key.short(), error = &error as &dyn std::error::Error,
+                    "gave up settling an idempotency record: it expired");
+                return;
             }
-        });
+            let until = self.clock.now().after(self.lease);
+            if let Ok(Fence::Lost) = self.store.renew(&self.key, self.token, until).await {
+                // Another owner holds the record now (we were cut off longer than the lease).
+                return;
+            }
+        }
     }
 }
 

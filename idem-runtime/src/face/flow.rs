@@ -20,8 +20,8 @@ use http_body_util::BodyExt;
 use tracing::Instrument;
 
 use crate::core::fingerprint::Fingerprint;
-use crate::core::key::{IdempotencyKey, RecordKey};
-use crate::engine::{self, Attempt, Claimed, Outcome, Owner, record};
+use crate::core::key::{IdempotencyKey, RecordKey, tenant_of};
+use crate::engine::{self, Attempt, Claimed, Outcome, Owner, Settled, record};
 use crate::face::endpoint::{Endpoint, InFlightMode, KeyMode, Spec};
 use crate::http::rejection::Rejection;
 use crate::http::response::StoredResponse;
@@ -164,21 +164,25 @@ impl Pending {
                 return Err(Rejection::ScopeUnknown { scope }.into_response());
             }
         };
+        let limit = engine.http().max_request_bytes;
+        if declared_length(&parts.headers).is_some_and(|len| len > limit as u64) {
+            // Refused from the header: no `100 Continue`, not a byte of the body read.
+            record(&spec.name, Outcome::Invalid);
+            return Err(Rejection::PayloadTooLarge.into_response());
+        }
         let (parts, body) = Request::from_parts(parts, body)
             .with_limited_body()
             .into_parts();
+        let body = http_body_util::Limited::new(body, limit);
         let bytes = match body.collect().await {
             Ok(collected) => collected.to_bytes(),
-            Err(error) if is_length_limit(&error) => {
+            Err(error) if is_length_limit(&*error) => {
                 record(&spec.name, Outcome::Invalid);
                 return Err(Rejection::PayloadTooLarge.into_response());
             }
             Err(error) => {
                 record(&spec.name, Outcome::Invalid);
-                tracing::debug!(
-                    error = &error as &dyn std::error::Error,
-                    "could not read request body"
-                );
+                tracing::debug!(error = &*error, "could not read request body");
                 return Err(Rejection::BodyUnreadable.into_response());
             }
         };
@@ -193,6 +197,7 @@ impl Pending {
             prepared: Some(Prepared {
                 record_key,
                 fingerprint,
+                tenant: tenant_of(spec.scope, &scope_value),
             }),
             tx: self.tx,
         };
@@ -200,7 +205,17 @@ impl Pending {
     }
 }
 
-fn is_length_limit(error: &axum::Error) -> bool {
+/// The request's `Content-Length`, when it declares one.
+fn declared_length(headers: &http::HeaderMap) -> Option<u64> {
+    headers
+        .get(header::CONTENT_LENGTH)?
+        .to_str()
+        .ok()?
+        .parse()
+        .ok()
+}
+
+fn is_length_limit(error: &(dyn std::error::Error + 'static)) -> bool {
     let mut source: Option<&(dyn std::error::Error + 'static)> = Some(error);
     while let Some(e) = source {
         if e.is::<http_body_util::LengthLimitError>() {
@@ -230,6 +245,7 @@ impl std::fmt::Debug for Ready {
 struct Prepared {
     record_key: RecordKey,
     fingerprint: Fingerprint,
+    tenant: u64,
 }
 
 impl Ready {
@@ -275,6 +291,7 @@ where
         key: prepared.record_key,
         fingerprint: prepared.fingerprint,
         operation: &spec.name,
+        tenant: prepared.tenant,
         ttl: spec.ttl,
         wait: spec.in_flight == InFlightMode::Wait,
     };
@@ -305,7 +322,9 @@ where
             retry_after: policy.retry_after,
         }
         .into_response(),
-        Claimed::Unavailable => unavailable(engine),
+        Claimed::Unavailable { retry_after } => {
+            Rejection::StoreUnavailable { retry_after }.into_response()
+        }
     }
 }
 
@@ -359,21 +378,16 @@ where
     }
     #[cfg(not(any(feature = "sqlite", feature = "postgres")))]
     let _ = pending;
+    record(&spec.name, Outcome::Executed);
     match owner.complete(payload, status, spec.ttl).await {
-        Ok(Fence::Held) => record(&spec.name, Outcome::Executed),
-        Ok(Fence::Lost) => {
-            record(&spec.name, Outcome::Executed);
-            tracing::warn!(
-                "lease lost while the handler ran: another request took over; this response was not stored"
-            );
-        }
-        Err(error) => {
-            record(&spec.name, Outcome::StoreError);
-            tracing::error!(
-                error = &error as &dyn std::error::Error,
-                "could not store the response; the record frees when its lease lapses and a retry would run again"
-            );
-        }
+        Settled::Done(Fence::Held) => {}
+        Settled::Done(Fence::Lost) => tracing::warn!(
+            "lease lost while the handler ran: another request took over; this response was not stored"
+        ),
+        Settled::Deferred(error) => tracing::warn!(
+            error = &error as &dyn std::error::Error,
+            "could not store the response yet: retrying in the background while holding the lease; duplicates get 409 until it lands"
+        ),
     }
     Response::from_parts(parts, Body::from(bytes))
 }
@@ -430,21 +444,23 @@ async fn complete_atomic(
                 error = &error as &dyn std::error::Error,
                 "could not commit the handler's writes with the response; rolled back"
             );
-            let _ = owner.release().await;
-            record(&spec.name, Outcome::StoreError);
+            release(owner, spec).await;
             Some(unavailable(engine))
         }
     }
 }
 
 async fn release(owner: Owner, spec: &Spec) {
-    if let Err(error) = owner.release().await {
-        tracing::warn!(
-            error = &error as &dyn std::error::Error,
-            "could not release the record; it frees when its lease lapses"
-        );
+    match owner.release().await {
+        Settled::Done(_) => record(&spec.name, Outcome::Released),
+        Settled::Deferred(error) => {
+            record(&spec.name, Outcome::ReleaseFailed);
+            tracing::warn!(
+                error = &error as &dyn std::error::Error,
+                "could not release the record yet: retrying in the background"
+            );
+        }
     }
-    record(&spec.name, Outcome::Released);
 }
 
 /// No idempotency key: the handler runs as it would without idem. A transaction it began

@@ -1,7 +1,8 @@
 //! An in-process store: for tests and single-instance services.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
 
 use bytes::Bytes;
 
@@ -13,11 +14,25 @@ use crate::store::{Claim, ClaimRequest, Completion, Fence, LeaseToken, Store};
 
 const SHARDS: usize = 32;
 
+/// What a record costs the byte budget besides its payload: its key, fingerprint, times and
+/// map entry, rounded up.
+const RECORD_OVERHEAD: usize = 256;
+
 /// Records in memory, in 32 independently locked shards so requests with different keys do not
-/// contend. Bounded: when a shard is full of live records a claim fails with
-/// [`StoreError::Full`] (the engine answers 503) rather than evicting a record that a retry may
-/// still need. Expired records are invisible at once and dropped on the next claim that needs
-/// room, or by the sweeper.
+/// contend.
+///
+/// Bounded twice, and per tenant: at most [`max_records`](Self::max_records) live records and
+/// [`max_bytes`](Self::max_bytes) of them (stored payloads plus a fixed overhead per record),
+/// of which one tenant (one scope value: an organisation, a user) may hold at most its
+/// [`tenant_share`](Self::tenant_share). When a new claim would go over, it fails with
+/// [`StoreError::Full`] (the engine answers 503, with `Retry-After` saying when the earliest
+/// record holding the room expires) rather than evicting a record a retry may still need; other
+/// tenants keep their room. The check is made when a record is claimed, before the operation
+/// runs, so the store may go over its byte budget by the responses of the requests in flight at
+/// that moment (each at most the engine's `max_response_bytes`).
+///
+/// Expired records are invisible at once and dropped on the next claim that needs room, or by
+/// the sweeper.
 ///
 /// Records do not survive a restart and are not shared between processes: use `SqliteStore`,
 /// `PostgresStore` or `RedisStore` for that. The store keeps what the engine needs, not the
@@ -26,14 +41,33 @@ const SHARDS: usize = 32;
 /// ```
 /// use idem_runtime::{Idempotency, store::MemoryStore};
 ///
-/// let engine = Idempotency::builder().store(MemoryStore::new()).build().unwrap();
+/// let store = MemoryStore::new()
+///     .max_bytes(64 * 1024 * 1024) // 64 MiB of records
+///     .tenant_share(0.25);         // one tenant may hold a quarter of it
+/// let engine = Idempotency::builder().store(store).build().unwrap();
 /// # let _ = engine;
 /// ```
 #[derive(Clone)]
 pub struct MemoryStore {
     shards: Arc<[Mutex<HashMap<RecordKey, Record>>]>,
-    per_shard: usize,
-    capacity: usize,
+    usage: Arc<Mutex<Usage>>,
+    limits: Limits,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Limits {
+    records: usize,
+    bytes: usize,
+    share: f64,
+}
+
+impl Limits {
+    fn tenant_records(&self) -> usize {
+        ((self.records as f64 * self.share) as usize).max(1)
+    }
+    fn tenant_bytes(&self) -> usize {
+        ((self.bytes as f64 * self.share) as usize).max(RECORD_OVERHEAD)
+    }
 }
 
 #[derive(Debug)]
@@ -41,7 +75,18 @@ struct Record {
     fingerprint: Fingerprint,
     token: LeaseToken,
     expires_at: Timestamp,
+    tenant: u64,
     state: State,
+}
+
+impl Record {
+    fn cost(&self) -> usize {
+        RECORD_OVERHEAD
+            + match &self.state {
+                State::Completed(payload) => payload.len(),
+                State::InFlight { .. } => 0,
+            }
+    }
 }
 
 #[derive(Debug)]
@@ -50,34 +95,138 @@ enum State {
     Completed(Bytes),
 }
 
-impl MemoryStore {
-    /// The default capacity: 100 000 live records.
-    pub const DEFAULT_CAPACITY: usize = 100_000;
+/// What the records hold, in all and per tenant, and when the room they hold frees up.
+#[derive(Debug, Default)]
+struct Usage {
+    all: Room,
+    tenants: HashMap<u64, Room>,
+}
 
-    /// A store holding up to [`MemoryStore::DEFAULT_CAPACITY`] live records.
-    pub fn new() -> Self {
-        Self::with_capacity(Self::DEFAULT_CAPACITY)
+#[derive(Debug, Default)]
+struct Room {
+    records: usize,
+    bytes: usize,
+    /// Expiry (ms) -> how many records expire then: the earliest tells when room frees.
+    expiries: BTreeMap<i64, u32>,
+}
+
+impl Room {
+    fn add(&mut self, cost: usize, expires_at: Timestamp) {
+        self.records += 1;
+        self.bytes += cost;
+        *self.expiries.entry(expires_at.as_millis()).or_default() += 1;
     }
 
-    /// A store holding up to `capacity` live records (spread over its shards).
-    pub fn with_capacity(capacity: usize) -> Self {
-        let capacity = capacity.max(1);
-        let shards = (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect();
-        Self {
-            shards,
-            per_shard: capacity.div_ceil(SHARDS),
-            capacity,
+    fn remove(&mut self, cost: usize, expires_at: Timestamp) {
+        self.records -= 1;
+        self.bytes -= cost;
+        if let Some(n) = self.expiries.get_mut(&expires_at.as_millis()) {
+            *n -= 1;
+            if *n == 0 {
+                self.expiries.remove(&expires_at.as_millis());
+            }
         }
+    }
+
+    fn frees_in(&self, now: Timestamp) -> Option<Duration> {
+        let first = self.expiries.keys().next()?;
+        Some(
+            now.until(Timestamp::from_millis(*first))
+                .max(Duration::from_secs(1)),
+        )
+    }
+}
+
+impl Usage {
+    fn add(&mut self, record: &Record) {
+        let cost = record.cost();
+        self.all.add(cost, record.expires_at);
+        self.tenants
+            .entry(record.tenant)
+            .or_default()
+            .add(cost, record.expires_at);
+    }
+
+    fn remove(&mut self, record: &Record) {
+        let cost = record.cost();
+        self.all.remove(cost, record.expires_at);
+        if let Some(room) = self.tenants.get_mut(&record.tenant) {
+            room.remove(cost, record.expires_at);
+            if room.records == 0 {
+                self.tenants.remove(&record.tenant);
+            }
+        }
+    }
+}
+
+impl MemoryStore {
+    /// The default bound on live records: 100 000.
+    pub const DEFAULT_MAX_RECORDS: usize = 100_000;
+    /// The default byte budget: 256 MiB of stored payloads and record overhead.
+    pub const DEFAULT_MAX_BYTES: usize = 256 * 1024 * 1024;
+    /// The default share of either bound one tenant may hold: a tenth.
+    pub const DEFAULT_TENANT_SHARE: f64 = 0.1;
+
+    /// A store with the default bounds.
+    pub fn new() -> Self {
+        Self {
+            shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
+            usage: Arc::default(),
+            limits: Limits {
+                records: Self::DEFAULT_MAX_RECORDS,
+                bytes: Self::DEFAULT_MAX_BYTES,
+                share: Self::DEFAULT_TENANT_SHARE,
+            },
+        }
+    }
+
+    /// A store holding up to `capacity` live records, with the default byte budget and share.
+    pub fn with_capacity(capacity: usize) -> Self {
+        Self::new().max_records(capacity)
+    }
+
+    /// At most `records` live records (default [`DEFAULT_MAX_RECORDS`](Self::DEFAULT_MAX_RECORDS)).
+    #[must_use]
+    pub fn max_records(mut self, records: usize) -> Self {
+        self.limits.records = records.max(1);
+        self
+    }
+
+    /// At most `bytes` held by live records: stored payloads plus a fixed overhead per record
+    /// (default [`DEFAULT_MAX_BYTES`](Self::DEFAULT_MAX_BYTES)).
+    #[must_use]
+    pub fn max_bytes(mut self, bytes: usize) -> Self {
+        self.limits.bytes = bytes.max(RECORD_OVERHEAD);
+        self
+    }
+
+    /// The fraction of each bound one tenant may hold, in `(0, 1]` (default
+    /// [`DEFAULT_TENANT_SHARE`](Self::DEFAULT_TENANT_SHARE)). `1.0` lets one tenant fill the
+    /// store; with a single scope value (`scope = "global"`) there is one tenant, so use `1.0`.
+    #[must_use]
+    pub fn tenant_share(mut self, share: f64) -> Self {
+        self.limits.share = if share.is_finite() {
+            share.clamp(1e-6, 1.0)
+        } else {
+            1.0
+        };
+        self
     }
 
     /// Records currently held, expired ones included until they are dropped.
     pub fn len(&self) -> usize {
-        (0..SHARDS).map(|i| self.lock(i).len()).sum()
+        self.usage().all.records
     }
 
     /// Whether no record is held.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+
+    /// Bytes currently held by records (payloads plus overhead), expired ones included until
+    /// they are dropped.
+    pub fn bytes(&self) -> usize {
+        self.usage().all.bytes
     }
 
     fn shard_of(key: &RecordKey) -> usize {
@@ -93,6 +242,12 @@ impl MemoryStore {
             .unwrap_or_else(PoisonError::into_inner)
     }
 
+    /// Locked after a shard, never before one.
+    fn usage(&self) -> MutexGuard<'_, Usage> {
+        self.usage.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Applies `f` to the record if `token` owns it in flight, keeping the usage in step.
     fn fenced(
         &self,
         key: &RecordKey,
@@ -102,11 +257,64 @@ impl MemoryStore {
         let mut shard = self.lock(Self::shard_of(key));
         match shard.get(key) {
             Some(r) if r.token == token && matches!(r.state, State::InFlight { .. }) => {
+                let mut usage = self.usage();
+                if let Some(old) = shard.get(key) {
+                    usage.remove(old);
+                }
                 f(&mut shard);
+                if let Some(new) = shard.get(key) {
+                    usage.add(new);
+                }
                 Fence::Held
             }
             _ => Fence::Lost,
         }
+    }
+
+    /// Whether a new record of `tenant` fits; if not, when room is expected.
+    fn admit(&self, usage: &Usage, tenant: u64, now: Timestamp) -> Result<(), StoreError> {
+        let limits = self.limits;
+        let room = usage.tenants.get(&tenant);
+        let tenant_full = room.is_some_and(|r| {
+            r.records >= limits.tenant_records()
+                || r.bytes + RECORD_OVERHEAD > limits.tenant_bytes()
+        });
+        let all_full =
+            usage.all.records >= limits.records || usage.all.bytes + RECORD_OVERHEAD > limits.bytes;
+        if !tenant_full && !all_full {
+            return Ok(());
+        }
+        let frees = if tenant_full { room } else { Some(&usage.all) };
+        Err(StoreError::Full {
+            limit: limits.records,
+            retry_after: frees.and_then(|r| r.frees_in(now)),
+        })
+    }
+
+    /// Drops every expired record, keeping the usage in step; returns how many.
+    fn drop_expired(&self, now: Timestamp, mut limit: usize) -> usize {
+        let mut dropped = 0;
+        for i in 0..SHARDS {
+            if limit == 0 {
+                break;
+            }
+            let mut shard = self.lock(i);
+            let expired: Vec<RecordKey> = shard
+                .iter()
+                .filter(|(_, r)| r.expires_at <= now)
+                .map(|(k, _)| *k)
+                .take(limit)
+                .collect();
+            let mut usage = self.usage();
+            for k in &expired {
+                if let Some(record) = shard.remove(k) {
+                    usage.remove(&record);
+                }
+            }
+            limit -= expired.len();
+            dropped += expired.len();
+        }
+        dropped
     }
 }
 
@@ -119,14 +327,15 @@ impl Default for MemoryStore {
 impl std::fmt::Debug for MemoryStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("MemoryStore")
-            .field("capacity", &self.capacity)
+            .field("limits", &self.limits)
             .finish_non_exhaustive()
     }
 }
 
 impl Store for MemoryStore {
     async fn claim(&self, req: ClaimRequest<'_>) -> Result<Claim, StoreError> {
-        let mut shard = self.lock(Self::shard_of(req.key));
+        let shard_index = Self::shard_of(req.key);
+        let mut shard = self.lock(shard_index);
         let live = shard.get_mut(req.key).filter(|r| r.expires_at > req.now);
         if let Some(record) = live {
             return Ok(match &record.state {
@@ -143,34 +352,47 @@ impl Store for MemoryStore {
                     }
                 }
                 State::InFlight { .. } => {
+                    let mut usage = self.usage();
+                    usage.remove(record);
                     record.token = req.token;
                     record.expires_at = req.expires_at;
                     record.state = State::InFlight {
                         lease_until: req.lease_until,
                     };
+                    usage.add(record);
                     Claim::Acquired { took_over: true }
                 }
             });
         }
-        if !shard.contains_key(req.key) && shard.len() >= self.per_shard {
-            shard.retain(|_, r| r.expires_at > req.now);
-            if shard.len() >= self.per_shard {
-                return Err(StoreError::Full {
-                    limit: self.capacity,
-                });
-            }
-        }
-        shard.insert(
-            *req.key,
-            Record {
-                fingerprint: *req.fingerprint,
-                token: req.token,
-                expires_at: req.expires_at,
-                state: State::InFlight {
-                    lease_until: req.lease_until,
-                },
+        let new = Record {
+            fingerprint: *req.fingerprint,
+            token: req.token,
+            expires_at: req.expires_at,
+            tenant: req.tenant,
+            state: State::InFlight {
+                lease_until: req.lease_until,
             },
-        );
+        };
+        let mut usage = self.usage();
+        if let Some(expired) = shard.remove(req.key) {
+            usage.remove(&expired);
+        }
+        if let Err(full) = self.admit(&usage, req.tenant, req.now) {
+            // Make room from what has expired before refusing; when nothing has, refuse at once
+            // (no scan: a flood of refused claims costs no more than the claims themselves).
+            let earliest = usage.all.expiries.keys().next().copied();
+            if earliest.is_none_or(|ms| ms > req.now.as_millis()) {
+                return Err(full);
+            }
+            drop(usage);
+            drop(shard);
+            self.drop_expired(req.now, usize::MAX);
+            shard = self.lock(shard_index);
+            usage = self.usage();
+            self.admit(&usage, req.tenant, req.now)?;
+        }
+        usage.add(&new);
+        shard.insert(*req.key, new);
         Ok(Claim::Acquired { took_over: false })
     }
 
@@ -208,23 +430,6 @@ impl Store for MemoryStore {
     }
 
     async fn purge_expired(&self, now: Timestamp, limit: u32) -> Result<u64, StoreError> {
-        let mut left = limit as usize;
-        for i in 0..SHARDS {
-            if left == 0 {
-                break;
-            }
-            let mut shard = self.lock(i);
-            let expired: Vec<RecordKey> = shard
-                .iter()
-                .filter(|(_, r)| r.expires_at <= now)
-                .map(|(k, _)| *k)
-                .take(left)
-                .collect();
-            left -= expired.len();
-            for k in &expired {
-                shard.remove(k);
-            }
-        }
-        Ok(u64::from(limit) - left as u64)
+        Ok(self.drop_expired(now, limit as usize) as u64)
     }
 }

@@ -86,6 +86,9 @@ pub struct ClaimRequest<'a> {
     /// The operation (endpoint) the record belongs to, kept for operators
     /// (`module::function` for the attribute, `POST /path` for the layer).
     pub operation: &'a str,
+    /// The tenant the record belongs to: an opaque hash of its scope and scope value. A store
+    /// with a shared budget ([`MemoryStore`]) uses it so one tenant cannot fill it for all.
+    pub tenant: u64,
 }
 
 /// The outcome of [`Store::claim`].

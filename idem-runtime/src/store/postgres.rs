@@ -85,12 +85,20 @@ impl PostgresStore {
 
     /// Connects a pool to `url` (sqlx's defaults, up to 10 connections, but without the ping
     /// before each acquire) and applies the store's migrations in the default schema.
+    ///
+    /// The pool's sessions have a `statement_timeout` and a `lock_timeout` of 5 s, so a stalled
+    /// database fails a statement on the server too, not only in the engine's deadline
+    /// ([`Builder::store_timeout`](crate::Builder::store_timeout)).
     pub async fn connect(url: &str) -> Result<Self, StoreError> {
+        let options = url
+            .parse::<sqlx::postgres::PgConnectOptions>()
+            .map_err(StoreError::unavailable)?
+            .options([("statement_timeout", "5s"), ("lock_timeout", "5s")]);
         let pool = PgPoolOptions::new()
             // No `Sync` round trip before every statement: each is one autocommit statement,
             // so a dead connection fails it (503, fail closed) and sqlx drops the connection.
             .test_before_acquire(false)
-            .connect(url)
+            .connect_with(options)
             .await
             .map_err(StoreError::unavailable)?;
         Self::from_pool(pool).await

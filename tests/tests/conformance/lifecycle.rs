@@ -243,6 +243,7 @@ pub(crate) async fn expired_records_are_invisible<S: Store + Clone>(store: S) {
             lease_until: at(HOUR * 10),
             expires_at: at(HOUR),
             operation: OPERATION,
+            tenant: 0,
         })
         .await
         .unwrap();

@@ -73,6 +73,7 @@ fn claim_at(now: Timestamp, token: i64) -> ClaimRequest<'static> {
         lease_until: now.after(Duration::from_secs(30)),
         expires_at: now.after(Duration::from_secs(3600)),
         operation: "operators::create",
+        tenant: 0,
     }
 }
 
@@ -200,6 +201,7 @@ async fn operator_fixture(store: &impl Store) {
             lease_until: at.after(lease),
             expires_at: now.after(Duration::from_secs(86_400)),
             operation,
+            tenant: 0,
         };
         assert_eq!(
             store.claim(request).await.unwrap(),

@@ -28,6 +28,7 @@ fn request(token: i64) -> ClaimRequest<'static> {
         lease_until: NOW.after(Duration::from_secs(30)),
         expires_at: NOW.after(Duration::from_secs(3600)),
         operation: "sql::create_charge",
+        tenant: 0,
     }
 }
 
@@ -224,6 +225,17 @@ async fn postgres_connect_uses_the_idem_schema_and_its_own_migrations_table() {
     let database = TestDatabase::create().await;
     let store = PostgresStore::connect(&database.url).await.unwrap();
     assert_eq!(store.schema(), "idem");
+    let timeouts: (String, String) = sqlx::query_as(
+        "SELECT current_setting('statement_timeout'), current_setting('lock_timeout')",
+    )
+    .fetch_one(store.pool())
+    .await
+    .unwrap();
+    assert_eq!(
+        timeouts,
+        ("5s".to_owned(), "5s".to_owned()),
+        "a stalled database fails statements server-side"
+    );
     assert_eq!(store.table(), "idempotency_records");
     store_one(&store).await;
     let pool = store.pool();

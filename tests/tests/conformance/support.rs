@@ -86,6 +86,7 @@ pub(crate) async fn claim_until<S: Store>(
             lease_until: now.after(LEASE),
             expires_at,
             operation: OPERATION,
+            tenant: 0,
         })
         .await
         .expect("claim")

@@ -1,0 +1,453 @@
+//! Faults an attacker or a flaky network brings, through real seams: a loopback proxy that cuts
+//! the PostgreSQL link, a table lock that stalls the store, requests dropped mid-flight, a
+//! declared body too large to read, a tenant flooding a memory store. Each test fails on an
+//! engine that gives up a completion or release when the store blinks, waits on a stalled
+//! store, reads a body it must refuse, or lets one tenant fill the store for all.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+use axum::body::Body;
+use axum::extract::{FromRef, State};
+use axum::http::{Request, StatusCode};
+use axum::routing::post;
+use axum::{Json, Router};
+use http_body_util::BodyExt;
+use idem_runtime::store::{MemoryStore, PostgresStore};
+use idem_runtime::{Idempotency, idempotent};
+use idem_tests::Gate;
+use idem_tests::proxy::{Proxy, postgres_target};
+use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+use serde_json::{Value, json};
+use sqlx::AssertSqlSafe;
+use sqlx::postgres::PgPoolOptions;
+use tower::ServiceExt;
+
+#[derive(Clone, FromRef)]
+struct App {
+    idem: Idempotency,
+    calls: Arc<AtomicUsize>,
+    gate: Gate,
+}
+
+/// Counts its runs, waits at the gate when asked, answers with the run's number (so a second
+/// execution is visible in the response) or with the status the body asks for.
+#[idempotent(scope = "org")]
+async fn create(
+    State(calls): State<Arc<AtomicUsize>>,
+    State(gate): State<Gate>,
+    Json(body): Json<Value>,
+) -> (StatusCode, Json<Value>) {
+    let run = calls.fetch_add(1, Ordering::SeqCst) + 1;
+    if body["gated"] == true {
+        gate.pass().await;
+    }
+    let status = body["status"].as_u64().unwrap_or(201) as u16;
+    (
+        StatusCode::from_u16(status).unwrap(),
+        Json(json!({ "run": run })),
+    )
+}
+
+/// Answers `size` random (incompressible) bytes: a large stored response.
+#[idempotent(scope = "org")]
+async fn large(Json(body): Json<Value>) -> (StatusCode, Vec<u8>) {
+    let size = body["size"].as_u64().unwrap_or(0) as usize;
+    (
+        StatusCode::CREATED,
+        (0..size).map(|_| fastrand::u8(..)).collect(),
+    )
+}
+
+fn metrics() -> &'static PrometheusHandle {
+    static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
+    HANDLE.get_or_init(|| {
+        let recorder = PrometheusBuilder::new().build_recorder();
+        let handle = recorder.handle();
+        metrics::set_global_recorder(recorder).unwrap();
+        handle
+    })
+}
+
+fn count(outcome: &str) -> u64 {
+    let text = metrics().render();
+    let needle = format!("outcome=\"{outcome}\"");
+    text.lines()
+        .filter(|l| l.starts_with("idempotency_requests_total{") && l.contains(&needle))
+        .filter(|l| l.contains("endpoint=\"faults::create\""))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+        .sum()
+}
+
+fn org(parts: &axum::http::request::Parts) -> Option<String> {
+    parts.headers.get("x-org")?.to_str().ok().map(str::to_owned)
+}
+
+fn router(idem: Idempotency, calls: Arc<AtomicUsize>, gate: Gate) -> Router {
+    Router::new()
+        .route("/create", post(create))
+        .route("/large", post(large))
+        .with_state(App { idem, calls, gate })
+}
+
+#[derive(Debug)]
+struct Reply {
+    status: StatusCode,
+    retry_after: Option<String>,
+    replayed: bool,
+    body: Value,
+}
+
+fn request(path: &str, key: &str, org: &str, body: Value) -> Request<Body> {
+    Request::post(path)
+        .header("idempotency-key", key)
+        .header("x-org", org)
+        .header("content-type", "application/json")
+        .body(Body::from(body.to_string()))
+        .unwrap()
+}
+
+async fn send(app: &Router, request: Request<Body>) -> Reply {
+    let response = tokio::time::timeout(Duration::from_secs(20), app.clone().oneshot(request))
+        .await
+        .expect("a request must not hang")
+        .unwrap();
+    let status = response.status();
+    let (retry_after, replayed) = (
+        header(response.headers(), "retry-after"),
+        header(response.headers(), "idempotent-replayed"),
+    );
+    let body = response.into_body().collect().await.unwrap().to_bytes();
+    Reply {
+        status,
+        retry_after,
+        replayed: replayed.is_some(),
+        body: serde_json::from_slice(&body).unwrap_or(Value::Null),
+    }
+}
+
+fn header(headers: &axum::http::HeaderMap, name: &str) -> Option<String> {
+    Some(headers.get(name)?.to_str().ok()?.to_owned())
+}
+
+/// A PostgreSQL store reached through `proxy`, on the schema of `direct`.
+async fn proxied_store(proxy: &Proxy, template: &str, direct: &PostgresStore) -> PostgresStore {
+    let url = template.replace("{proxy}", &proxy.addr.to_string());
+    let pool = PgPoolOptions::new()
+        .max_connections(4)
+        .acquire_timeout(Duration::from_secs(1))
+        .connect_lazy(&url)
+        .unwrap();
+    PostgresStore::builder(pool)
+        .schema(direct.schema())
+        .build()
+        .await
+        .unwrap()
+}
+
+/// Sends `request()` until `done` holds (bounded), returning the last reply.
+async fn until(
+    app: &Router,
+    request: impl Fn() -> Request<Body>,
+    done: impl Fn(&Reply) -> bool,
+) -> Reply {
+    let deadline = Instant::now() + Duration::from_secs(8);
+    loop {
+        let reply = send(app, request()).await;
+        if done(&reply) || Instant::now() > deadline {
+            return reply;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_completion_lost_to_a_store_blip_lands_later_and_the_operation_never_runs_twice() {
+    metrics();
+    let (target, template) = postgres_target();
+    let direct = idem_tests::postgres_store().await;
+    let proxy = Proxy::start(target).await;
+    let store = proxied_store(&proxy, &template, &direct).await;
+    let idem = Idempotency::builder()
+        .store(store)
+        .scope("org", org)
+        .lease(Duration::from_secs(3))
+        .store_timeout(Duration::from_secs(1))
+        .build()
+        .unwrap();
+    let (calls, gate) = (Arc::new(AtomicUsize::new(0)), Gate::default());
+    let app = router(idem, calls.clone(), gate.clone());
+    let first = || request("/create", "blip", "acme", json!({ "gated": true }));
+
+    let owner = tokio::spawn({
+        let (app, request) = (app.clone(), first());
+        async move { send(&app, request).await }
+    });
+    gate.entered().await;
+    proxy.set_up(false); // the store blinks while the handler runs
+    gate.open();
+    let answered = owner.await.unwrap();
+    assert_eq!(
+        answered.status,
+        StatusCode::CREATED,
+        "the first client gets its answer"
+    );
+    assert_eq!(answered.body["run"], 1);
+    let during = send(&app, first()).await;
+    assert_eq!(
+        during.status,
+        StatusCode::SERVICE_UNAVAILABLE,
+        "{:?}",
+        during.body
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    proxy.set_up(true);
+
+    // The completion lands once the store is back: duplicates get the first answer, replayed.
+    let replay = until(&app, first, |r| r.replayed).await;
+    assert_eq!(
+        (replay.status, replay.replayed),
+        (StatusCode::CREATED, true),
+        "{:?}",
+        replay.body
+    );
+    assert_eq!(
+        replay.body["run"], 1,
+        "every client of the key sees the same response"
+    );
+    // Past the lease, still the same answer: nothing was taken over.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let later = send(&app, first()).await;
+    assert_eq!(later.body["run"], 1);
+    assert_eq!(calls.load(Ordering::SeqCst), 1, "the operation ran once");
+    idem_tests::db::drop_postgres_store(&direct).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_lost_to_a_store_blip_frees_the_key_as_soon_as_the_store_is_back() {
+    metrics();
+    let (target, template) = postgres_target();
+    let direct = idem_tests::postgres_store().await;
+    let proxy = Proxy::start(target).await;
+    let store = proxied_store(&proxy, &template, &direct).await;
+    let idem = Idempotency::builder()
+        .store(store)
+        .scope("org", org)
+        .store_timeout(Duration::from_secs(1))
+        .build()
+        .unwrap(); // the default 30 s lease: a stuck record would answer 409 for that long
+    let (calls, gate) = (Arc::new(AtomicUsize::new(0)), Gate::default());
+    let app = router(idem, calls.clone(), gate.clone());
+    let failing = || {
+        request(
+            "/create",
+            "release",
+            "acme",
+            json!({ "gated": true, "status": 500 }),
+        )
+    };
+    let before = count("release_failed");
+
+    let owner = tokio::spawn({
+        let (app, request) = (app.clone(), failing());
+        async move { send(&app, request).await }
+    });
+    gate.entered().await;
+    proxy.set_up(false);
+    gate.open();
+    assert_eq!(
+        owner.await.unwrap().status,
+        StatusCode::INTERNAL_SERVER_ERROR
+    );
+    assert_eq!(
+        count("release_failed"),
+        before + 1,
+        "a failed release is counted as such"
+    );
+    proxy.set_up(true);
+
+    let retry = || request("/create", "release", "acme", json!({ "status": 201 }));
+    let reply = until(&app, retry, |r| r.status == StatusCode::CREATED).await;
+    assert_eq!(reply.status, StatusCode::CREATED, "{:?}", reply.body);
+    assert_eq!(
+        calls.load(Ordering::SeqCst),
+        2,
+        "the failed run, then the retry's"
+    );
+    idem_tests::db::drop_postgres_store(&direct).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_store_fails_closed_within_the_deadline() {
+    metrics();
+    let store = idem_tests::postgres_store().await;
+    let idem = Idempotency::builder()
+        .store(store.clone())
+        .scope("org", org)
+        .store_timeout(Duration::from_millis(500))
+        .build()
+        .unwrap();
+    let calls = Arc::new(AtomicUsize::new(0));
+    let app = router(idem, calls.clone(), Gate::default());
+
+    // Another session holds the records table locked: every statement on it waits.
+    let mut lock = store.pool().begin().await.unwrap();
+    let table = format!("\"{}\".idempotency_records", store.schema());
+    sqlx::raw_sql(AssertSqlSafe(format!(
+        "LOCK TABLE {table} IN ACCESS EXCLUSIVE MODE"
+    )))
+    .execute(&mut *lock)
+    .await
+    .unwrap();
+    let started = Instant::now();
+    let reply = send(&app, request("/create", "stall", "acme", json!({}))).await;
+    let waited = started.elapsed();
+    assert_eq!(
+        reply.status,
+        StatusCode::SERVICE_UNAVAILABLE,
+        "{:?}",
+        reply.body
+    );
+    assert_eq!(reply.body["code"], "idempotency_store_unavailable");
+    assert!(reply.retry_after.is_some());
+    assert!(
+        waited < Duration::from_secs(3),
+        "answered after {waited:?}, not within the deadline"
+    );
+    assert_eq!(calls.load(Ordering::SeqCst), 0, "the handler did not run");
+
+    lock.rollback().await.unwrap();
+    let reply = until(
+        &app,
+        || request("/create", "stall", "acme", json!({})),
+        |r| r.status == StatusCode::CREATED,
+    )
+    .await;
+    assert_eq!(
+        reply.status,
+        StatusCode::CREATED,
+        "service resumes once the lock is gone"
+    );
+    idem_tests::db::drop_postgres_store(&store).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_request_is_counted_and_frees_its_key() {
+    metrics();
+    let idem = Idempotency::builder()
+        .store(MemoryStore::new())
+        .scope("org", org)
+        .build()
+        .unwrap();
+    let (calls, gate) = (Arc::new(AtomicUsize::new(0)), Gate::default());
+    let app = router(idem, calls.clone(), gate.clone());
+    let before = count("cancelled");
+    let client = tokio::spawn({
+        let app = app.clone();
+        async move {
+            send(
+                &app,
+                request("/create", "gone", "acme", json!({ "gated": true })),
+            )
+            .await
+        }
+    });
+    gate.entered().await;
+    client.abort(); // the client goes away mid-request
+    assert!(client.await.unwrap_err().is_cancelled());
+    assert_eq!(count("cancelled"), before + 1);
+    let retry = until(
+        &app,
+        || request("/create", "gone", "acme", json!({})),
+        |r| r.status == StatusCode::CREATED,
+    )
+    .await;
+    assert_eq!(
+        retry.status,
+        StatusCode::CREATED,
+        "the abandoned record was released"
+    );
+    gate.open(); // let the orphaned handler future go (it was dropped; nothing waits)
+}
+
+#[tokio::test]
+async fn a_declared_body_over_the_limit_is_refused_before_it_is_read() {
+    let idem = Idempotency::builder()
+        .store(MemoryStore::new())
+        .scope("org", org)
+        .build()
+        .unwrap();
+    let app = router(idem, Arc::default(), Gate::default());
+    // A body that never arrives: reading it would hang.
+    let body = Body::new(Never);
+    let request = Request::post("/create")
+        .header("idempotency-key", "huge")
+        .header("x-org", "acme")
+        .header("content-type", "application/json")
+        .header("content-length", "104857600")
+        .body(body)
+        .unwrap();
+    let reply = send(&app, request).await;
+    assert_eq!(reply.status, StatusCode::PAYLOAD_TOO_LARGE);
+    assert_eq!(reply.body["code"], "payload_too_large");
+}
+
+/// A request body whose bytes never come.
+struct Never;
+
+impl http_body::Body for Never {
+    type Data = axum::body::Bytes;
+    type Error = std::io::Error;
+
+    fn poll_frame(
+        self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
+        std::task::Poll::Pending
+    }
+}
+
+#[tokio::test]
+async fn one_tenant_cannot_fill_the_memory_store_for_all() {
+    let store = MemoryStore::new().max_bytes(8 << 20).tenant_share(0.5);
+    let idem = Idempotency::builder()
+        .store(store.clone())
+        .scope("org", org)
+        .build()
+        .unwrap();
+    let app = router(idem, Arc::default(), Gate::default());
+    let mega = json!({ "size": 1 << 20 });
+    let mut refused = None;
+    for i in 0..20 {
+        let reply = send(
+            &app,
+            request("/large", &format!("flood-{i}"), "mallory", mega.clone()),
+        )
+        .await;
+        if reply.status == StatusCode::SERVICE_UNAVAILABLE {
+            refused = Some((i, reply));
+            break;
+        }
+        assert_eq!(reply.status, StatusCode::CREATED);
+    }
+    let (i, reply) = refused.expect("the flooding tenant runs out of its share");
+    assert!(
+        (3..=5).contains(&i),
+        "refused after {i} responses of 1 MiB in a 4 MiB share"
+    );
+    assert_eq!(reply.body["code"], "idempotency_store_unavailable");
+    let retry_after: u64 = reply.retry_after.unwrap().parse().unwrap();
+    assert!(
+        retry_after > 86_000,
+        "room frees when the first record expires: {retry_after} s"
+    );
+    assert!(
+        store.bytes() <= (5 << 20) + 4096,
+        "{} bytes held",
+        store.bytes()
+    );
+    // Another tenant still has its room.
+    let other = send(&app, request("/large", "fair", "acme", mega)).await;
+    assert_eq!(other.status, StatusCode::CREATED);
+}
