@@ -39,6 +39,10 @@ async fn create(
     State(gate): State<Gate>,
     Json(body): Json<Value>,
 ) -> (StatusCode, Json<Value>) {
+    respond(&calls, &gate, &body).await
+}
+
+async fn respond(calls: &AtomicUsize, gate: &Gate, body: &Value) -> (StatusCode, Json<Value>) {
     let run = calls.fetch_add(1, Ordering::SeqCst) + 1;
     if body["gated"] == true {
         gate.pass().await;
@@ -48,6 +52,16 @@ async fn create(
         StatusCode::from_u16(status).unwrap(),
         Json(json!({ "run": run })),
     )
+}
+
+/// The same as `create`, under a name of its own so its counters are this test's alone.
+#[idempotent(scope = "org")]
+async fn tally(
+    State(calls): State<Arc<AtomicUsize>>,
+    State(gate): State<Gate>,
+    Json(body): Json<Value>,
+) -> (StatusCode, Json<Value>) {
+    respond(&calls, &gate, &body).await
 }
 
 /// Answers `size` random (incompressible) bytes: a large stored response.
@@ -71,11 +85,16 @@ fn metrics() -> &'static PrometheusHandle {
 }
 
 fn count(outcome: &str) -> u64 {
+    count_for("faults::create", outcome)
+}
+
+fn count_for(endpoint: &str, outcome: &str) -> u64 {
     let text = metrics().render();
     let needle = format!("outcome=\"{outcome}\"");
+    let endpoint = format!("endpoint=\"{endpoint}\"");
     text.lines()
         .filter(|l| l.starts_with("idempotency_requests_total{") && l.contains(&needle))
-        .filter(|l| l.contains("endpoint=\"faults::create\""))
+        .filter(|l| l.contains(&endpoint))
         .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
         .sum()
 }
@@ -88,6 +107,7 @@ fn router(idem: Idempotency, calls: Arc<AtomicUsize>, gate: Gate) -> Router {
     Router::new()
         .route("/create", post(create))
         .route("/large", post(large))
+        .route("/tally", post(tally))
         .with_state(App { idem, calls, gate })
 }
 
@@ -450,4 +470,106 @@ async fn one_tenant_cannot_fill_the_memory_store_for_all() {
     // Another tenant still has its room.
     let other = send(&app, request("/large", "fair", "acme", mega)).await;
     assert_eq!(other.status, StatusCode::CREATED);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handler_running_longer_than_its_lease_keeps_it() {
+    let idem = Idempotency::builder()
+        .store(MemoryStore::new())
+        .scope("org", org)
+        .lease(Duration::from_millis(300))
+        .build()
+        .unwrap();
+    let (calls, gate) = (Arc::new(AtomicUsize::new(0)), Gate::default());
+    let app = router(idem, calls.clone(), gate.clone());
+    let slow = || request("/create", "slow", "acme", json!({ "gated": true }));
+    let owner = tokio::spawn({
+        let (app, request) = (app.clone(), slow());
+        async move { send(&app, request).await }
+    });
+    gate.entered().await;
+    // Four leases long: the running owner renews, so every duplicate meanwhile is told to wait.
+    for _ in 0..4 {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let duplicate = send(&app, slow()).await;
+        assert_eq!(
+            duplicate.status,
+            StatusCode::CONFLICT,
+            "{:?}",
+            duplicate.body
+        );
+    }
+    gate.open();
+    assert_eq!(owner.await.unwrap().status, StatusCode::CREATED);
+    let replay = send(&app, slow()).await;
+    assert!(replay.replayed);
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_counters_add_up_to_the_requests_sent() {
+    metrics();
+    let idem = Idempotency::builder()
+        .store(MemoryStore::new())
+        .scope("org", org)
+        .build()
+        .unwrap();
+    let (calls, gate) = (Arc::new(AtomicUsize::new(0)), Gate::default());
+    let app = router(idem, calls, gate.clone());
+    let req = |key: &str, body: Value| request("/tally", key, "acme", body);
+    let mut sent = 0;
+    let mut expect = |reply: Reply, status: StatusCode| {
+        assert_eq!(reply.status, status, "{:?}", reply.body);
+        sent += 1;
+    };
+    expect(send(&app, req("a", json!({}))).await, StatusCode::CREATED); // executed
+    expect(send(&app, req("a", json!({}))).await, StatusCode::CREATED); // replayed
+    expect(
+        send(&app, req("a", json!({ "x": 1 }))).await,
+        StatusCode::UNPROCESSABLE_ENTITY,
+    ); // reused
+    expect(
+        send(&app, req("bad key", json!({}))).await,
+        StatusCode::BAD_REQUEST,
+    ); // invalid
+    let unscoped = Request::post("/tally")
+        .header("idempotency-key", "u")
+        .header("content-type", "application/json")
+        .body(Body::from("{}"))
+        .unwrap();
+    expect(send(&app, unscoped).await, StatusCode::UNAUTHORIZED); // invalid
+    expect(
+        send(&app, req("b", json!({ "status": 503 }))).await,
+        StatusCode::SERVICE_UNAVAILABLE,
+    ); // released
+    // In flight: the owner waits at the gate while a duplicate is refused, then a client gives up.
+    let owner = tokio::spawn({
+        let (app, request) = (app.clone(), req("c", json!({ "gated": true })));
+        async move { send(&app, request).await }
+    });
+    gate.entered().await;
+    expect(
+        send(&app, req("c", json!({ "gated": true }))).await,
+        StatusCode::CONFLICT,
+    ); // in_progress
+    owner.abort(); // cancelled
+    assert!(owner.await.unwrap_err().is_cancelled());
+    sent += 1;
+    gate.open();
+
+    let outcomes = [
+        "executed",
+        "replayed",
+        "in_progress",
+        "reused",
+        "invalid",
+        "released",
+        "release_failed",
+        "cancelled",
+        "store_error",
+    ];
+    let counted: u64 = outcomes.iter().map(|o| count_for("faults::tally", o)).sum();
+    assert_eq!(counted, sent, "every request is counted once");
+    assert_eq!(count_for("faults::tally", "cancelled"), 1);
+    assert_eq!(count_for("faults::tally", "invalid"), 2);
 }
