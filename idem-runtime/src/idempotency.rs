@@ -13,9 +13,12 @@ use crate::core::clock::{Clock, SystemClock};
 use crate::core::error::StoreError;
 use crate::engine::{Engine, Policy, Timed};
 use crate::face::endpoint::{self, Endpoint, GLOBAL_SCOPE};
+use crate::http::rejection::Rejection;
 use crate::store::{Capabilities, DynStore, Store};
+use axum::response::{IntoResponse, Response};
 
 type Resolver = Arc<dyn Fn(&Parts) -> Option<String> + Send + Sync>;
+type Renderer = Arc<dyn Fn(&Rejection) -> Response + Send + Sync>;
 
 /// The idempotency engine: a store plus the policy every `#[idempotent]` handler follows.
 ///
@@ -59,6 +62,7 @@ struct Inner {
     engine: Engine,
     scopes: HashMap<String, Resolver>,
     http: HttpPolicy,
+    render: Option<Renderer>,
 }
 
 /// What the HTTP faces add to the engine's policy.
@@ -141,6 +145,22 @@ impl Idempotency {
         &self.inner.http
     }
 
+    /// The engine's own answer: problem+json, or the application's format
+    /// ([`Builder::render_rejections`]) with the rejection's status and `Retry-After` kept.
+    pub fn reject(&self, rejection: Rejection) -> Response {
+        let Some(render) = &self.inner.render else {
+            return rejection.into_response();
+        };
+        let mut response = render(&rejection);
+        *response.status_mut() = rejection.status();
+        if let Some(value) = rejection.retry_after_header() {
+            response
+                .headers_mut()
+                .insert(http::header::RETRY_AFTER, value);
+        }
+        response
+    }
+
     /// The principal for `scope`: `Ok(None)` when the request has none, `Err(())` when the
     /// scope has no resolver at all (only possible for endpoints the start-up checks skipped).
     pub(crate) fn resolve_scope(&self, scope: &str, parts: &Parts) -> Result<Option<String>, ()> {
@@ -170,6 +190,7 @@ impl fmt::Debug for Idempotency {
 #[must_use]
 pub struct Builder {
     store: Option<(Arc<dyn DynStore>, &'static str, Capabilities)>,
+    render: Option<Renderer>,
     scopes: HashMap<String, Resolver>,
     reserved_scope: bool,
     checks: Checks,
@@ -189,6 +210,7 @@ impl Default for Builder {
     fn default() -> Self {
         Self {
             store: None,
+            render: None,
             scopes: HashMap::new(),
             reserved_scope: false,
             checks: Checks::All,
@@ -281,6 +303,39 @@ impl Builder {
         self
     }
 
+    /// Renders the engine's own answers (400 invalid key, 409 in flight, 422 reused, 503
+    /// unavailable, ...) in the application's error format instead of problem+json. The engine
+    /// keeps each answer's status and `Retry-After`, whatever `render` sets; match on the
+    /// [`Rejection`] (its [`code`](Rejection::code) is stable) to choose the body.
+    ///
+    /// ```
+    /// use axum::{Json, response::IntoResponse};
+    /// use idem_runtime::{Idempotency, Rejection, store::MemoryStore};
+    ///
+    /// let engine = Idempotency::builder()
+    ///     .store(MemoryStore::new())
+    ///     .render_rejections(|rejection: &Rejection| {
+    ///         let kind = match rejection {
+    ///             Rejection::KeyReused | Rejection::InProgress { .. } => "idempotency_error",
+    ///             _ => "api_error",
+    ///         };
+    ///         Json(serde_json::json!({
+    ///             "error": { "type": kind, "code": rejection.code(), "message": rejection.to_string() }
+    ///         }))
+    ///         .into_response()
+    ///     })
+    ///     .build()
+    ///     .unwrap();
+    /// # let _ = engine;
+    /// ```
+    pub fn render_rejections<F>(mut self, render: F) -> Self
+    where
+        F: Fn(&Rejection) -> Response + Send + Sync + 'static,
+    {
+        self.render = Some(Arc::new(render));
+        self
+    }
+
     /// `Retry-After` sent with 409 and 503 answers (default 1 s).
     pub fn retry_after(mut self, after: Duration) -> Self {
         self.policy.retry_after = after;
@@ -354,6 +409,7 @@ impl Builder {
                 },
                 scopes: self.scopes,
                 http: self.http,
+                render: self.render,
             }),
         })
     }

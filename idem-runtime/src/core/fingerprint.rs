@@ -31,14 +31,14 @@ impl Fingerprint {
     /// raw bytes, as [`Fingerprint::of_bytes`] would, under another tag.
     pub fn of_json(input: &[u8]) -> Self {
         let mut hasher = Hasher::new(b"idem.input.v1\0");
-        hasher.body(input, true);
+        hasher.body(input, Encoding::Json);
         hasher.finish()
     }
 
     /// The fingerprint of raw bytes.
     pub fn of_bytes(input: &[u8]) -> Self {
         let mut hasher = Hasher::new(b"idem.input.v1\0");
-        hasher.body(input, false);
+        hasher.body(input, Encoding::Raw);
         hasher.finish()
     }
 
@@ -74,12 +74,17 @@ impl Hasher {
         self.0.update(bytes);
     }
 
-    /// Adds a body: canonical JSON (`json\0` and the canonical form) when `json` is set and the
-    /// body parses, otherwise `raw\0` and the bytes.
-    pub(crate) fn body(&mut self, body: &[u8], json: bool) {
-        match json.then(|| canonical_json(body)).flatten() {
-            Some(canonical) => {
-                self.0.update(b"json\0");
+    /// Adds a body: its canonical form under a tag (`json\0`, `form\0`) when it is JSON that
+    /// parses or a form, otherwise `raw\0` and the bytes.
+    pub(crate) fn body(&mut self, body: &[u8], encoding: Encoding) {
+        let canonical = match encoding {
+            Encoding::Json => canonical_json(body).map(|c| (&b"json\0"[..], c)),
+            Encoding::Form => Some((&b"form\0"[..], canonical_form(body))),
+            Encoding::Raw => None,
+        };
+        match canonical {
+            Some((tag, canonical)) => {
+                self.0.update(tag);
                 self.0.update(&canonical);
             }
             None => {
@@ -92,6 +97,51 @@ impl Hasher {
     pub(crate) fn finish(self) -> Fingerprint {
         Fingerprint(self.0.finalize().into())
     }
+}
+
+/// How a body is encoded, as far as its fingerprint cares.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Encoding {
+    /// JSON: canonicalised when it parses.
+    Json,
+    /// `application/x-www-form-urlencoded`: canonicalised.
+    Form,
+    /// Anything else: hashed byte for byte.
+    Raw,
+}
+
+/// The canonical form of an `application/x-www-form-urlencoded` body: its pairs, percent- and
+/// `+`-decoded to bytes, stably sorted by name (so the values of a repeated name keep their
+/// order, as arrays such as `items[]=a&items[]=b` need), each name and value length-prefixed.
+/// Two bodies with the same pairs in another order have one canonical form; a changed byte of a
+/// name or value changes it. Empty segments (`a=1&&b=2`) are dropped; `a` and `a=` are one pair.
+pub(crate) fn canonical_form(body: &[u8]) -> Vec<u8> {
+    let decode = |part: &[u8]| -> Vec<u8> {
+        let spaced: Vec<u8> = part
+            .iter()
+            .map(|&b| if b == b'+' { b' ' } else { b })
+            .collect();
+        percent_encoding::percent_decode(&spaced).collect()
+    };
+    let mut pairs: Vec<(Vec<u8>, Vec<u8>)> = body
+        .split(|&b| b == b'&')
+        .filter(|segment| !segment.is_empty())
+        .map(|segment| {
+            let mut halves = segment.splitn(2, |&b| b == b'=');
+            let name = decode(halves.next().unwrap_or_default());
+            let value = decode(halves.next().unwrap_or_default());
+            (name, value)
+        })
+        .collect();
+    pairs.sort_by(|a, b| a.0.cmp(&b.0));
+    let mut out = Vec::with_capacity(body.len() + pairs.len() * 16);
+    for (name, value) in &pairs {
+        for part in [name, value] {
+            out.extend_from_slice(&(part.len() as u64).to_be_bytes());
+            out.extend_from_slice(part);
+        }
+    }
+    out
 }
 
 /// The canonical form of a JSON document: object keys sorted (by their UTF-8 bytes), no
@@ -278,6 +328,24 @@ mod tests {
         );
         // Not JSON: hashed raw under the JSON entry point, still stable.
         assert_eq!(Fingerprint::of_json(b"{x"), Fingerprint::of_bytes(b"{x"));
+    }
+
+    #[test]
+    fn forms_in_another_order_are_one_request_and_values_matter() {
+        let form = |body: &[u8]| canonical_form(body);
+        assert_eq!(
+            form(b"amount=2000&currency=usd&metadata[order]=42"),
+            form(b"metadata%5Border%5D=42&currency=usd&amount=2000")
+        );
+        assert_eq!(form(b"a=1&&b=x+y"), form(b"b=x%20y&a=1"));
+        assert_ne!(form(b"amount=2000"), form(b"amount=2001"));
+        assert_ne!(form(b"a=1&b=2"), form(b"a=12"));
+        // Repeated names keep their order: `items[]` is a list.
+        assert_ne!(form(b"i[]=a&i[]=b"), form(b"i[]=b&i[]=a"));
+        // Invalid UTF-8 is compared byte for byte, not replaced.
+        assert_ne!(form(b"a=%FF"), form(b"a=%FE"));
+        // Length prefixes: no two pair lists share a form.
+        assert_ne!(form(b"ab=c"), form(b"a=bc"));
     }
 
     #[test]

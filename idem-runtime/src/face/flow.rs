@@ -12,7 +12,7 @@ use std::panic::resume_unwind;
 use axum::RequestExt;
 use axum::body::Body;
 use axum::extract::Request;
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use bytes::Bytes;
 use http::request::Parts;
 use http::{Method, header};
@@ -80,20 +80,18 @@ pub(crate) fn start(
         Ok(Some(key)) => Ok(Pending { key: Some(key), tx }),
         Ok(None) if spec.key == KeyMode::Required => {
             record(&spec.name, Outcome::Invalid);
-            Err(Rejection::KeyMissing {
+            Err(engine.reject(Rejection::KeyMissing {
                 header: header.clone(),
-            }
-            .into_response())
+            }))
         }
         Ok(None) => Ok(Pending { key: None, tx }),
         Err(reason) => {
             record(&spec.name, Outcome::Invalid);
             tracing::debug!(endpoint = &*spec.name, %reason, "invalid idempotency key");
-            Err(Rejection::KeyInvalid {
+            Err(engine.reject(Rejection::KeyInvalid {
                 header: header.clone(),
                 reason,
-            }
-            .into_response())
+            }))
         }
     }
 }
@@ -152,7 +150,7 @@ impl Pending {
             Ok(None) => {
                 record(&spec.name, Outcome::Invalid);
                 let scope = spec.scope;
-                return Err(Rejection::ScopeUnresolved { scope }.into_response());
+                return Err(engine.reject(Rejection::ScopeUnresolved { scope }));
             }
             Err(()) => {
                 tracing::error!(
@@ -161,14 +159,14 @@ impl Pending {
                     "no resolver for the endpoint's scope"
                 );
                 let scope = spec.scope;
-                return Err(Rejection::ScopeUnknown { scope }.into_response());
+                return Err(engine.reject(Rejection::ScopeUnknown { scope }));
             }
         };
         let limit = engine.http().max_request_bytes;
         if declared_length(&parts.headers).is_some_and(|len| len > limit as u64) {
             // Refused from the header: no `100 Continue`, not a byte of the body read.
             record(&spec.name, Outcome::Invalid);
-            return Err(Rejection::PayloadTooLarge.into_response());
+            return Err(engine.reject(Rejection::PayloadTooLarge));
         }
         let (parts, body) = Request::from_parts(parts, body)
             .with_limited_body()
@@ -178,12 +176,12 @@ impl Pending {
             Ok(collected) => collected.to_bytes(),
             Err(error) if is_length_limit(&*error) => {
                 record(&spec.name, Outcome::Invalid);
-                return Err(Rejection::PayloadTooLarge.into_response());
+                return Err(engine.reject(Rejection::PayloadTooLarge));
             }
             Err(error) => {
                 record(&spec.name, Outcome::Invalid);
                 tracing::debug!(error = &*error, "could not read request body");
-                return Err(Rejection::BodyUnreadable.into_response());
+                return Err(engine.reject(Rejection::BodyUnreadable));
             }
         };
         let fingerprint = Fingerprint::of_request(
@@ -317,22 +315,20 @@ where
                 unavailable(engine)
             }
         },
-        Claimed::Reused => Rejection::KeyReused.into_response(),
-        Claimed::InFlight => Rejection::InProgress {
+        Claimed::Reused => engine.reject(Rejection::KeyReused),
+        Claimed::InFlight => engine.reject(Rejection::InProgress {
             retry_after: policy.retry_after,
-        }
-        .into_response(),
+        }),
         Claimed::Unavailable { retry_after } => {
-            Rejection::StoreUnavailable { retry_after }.into_response()
+            engine.reject(Rejection::StoreUnavailable { retry_after })
         }
     }
 }
 
 fn unavailable(engine: &Idempotency) -> Response {
-    Rejection::StoreUnavailable {
+    engine.reject(Rejection::StoreUnavailable {
         retry_after: engine.engine().policy.retry_after,
-    }
-    .into_response()
+    })
 }
 
 /// The owner's path: run the handler under the lease, then store what it answered, or release
@@ -366,7 +362,7 @@ where
     let Some((parts, bytes, stored)) = capture(engine, response).await else {
         drop(pending);
         release(owner, spec).await;
-        return Rejection::ResponseFailed.into_response();
+        return engine.reject(Rejection::ResponseFailed);
     };
     let payload = Bytes::from(stored.encode());
     let status = Some(stored.status().as_u16());
@@ -431,12 +427,9 @@ async fn complete_atomic(
             owner.disarm();
             record(&spec.name, Outcome::InProgress);
             tracing::warn!("lease lost while the handler ran; its transaction was rolled back");
-            Some(
-                Rejection::InProgress {
-                    retry_after: engine.engine().policy.retry_after,
-                }
-                .into_response(),
-            )
+            Some(engine.reject(Rejection::InProgress {
+                retry_after: engine.engine().policy.retry_after,
+            }))
         }
         Err(error) => {
             // Nothing of the attempt committed: free the key so a retry runs it.
@@ -511,11 +504,16 @@ async fn capture(
             limit,
             "response over the replay limit: retries get 409 idempotency_response_too_large"
         );
-        let (status, headers, body) = Rejection::ResponseTooLarge {
+        let marker = engine.reject(Rejection::ResponseTooLarge {
             original_status: parts.status.as_u16(),
-        }
-        .to_parts();
-        StoredResponse::new(status, headers, body)
+        });
+        let (marker, body) = marker.into_parts();
+        let body = body
+            .collect()
+            .await
+            .map(|c| c.to_bytes())
+            .unwrap_or_default();
+        StoredResponse::capture(marker.status, &marker.headers, body)
     };
     Some((parts, bytes, stored))
 }

@@ -150,14 +150,20 @@ impl Rejection {
     }
 }
 
+impl Rejection {
+    /// `Retry-After` in whole seconds, rounded up, at least 1, for the answers that carry one.
+    pub(crate) fn retry_after_header(&self) -> Option<HeaderValue> {
+        let after = self.retry_after()?;
+        let secs = after.as_secs() + u64::from(after.subsec_nanos() > 0);
+        Some(HeaderValue::from(secs.max(1)))
+    }
+}
+
 impl IntoResponse for Rejection {
     fn into_response(self) -> Response {
         let mut response = self.to_parts().into_response();
-        if let Some(after) = self.retry_after() {
-            let secs = after.as_secs() + u64::from(after.subsec_nanos() > 0);
-            response
-                .headers_mut()
-                .insert(header::RETRY_AFTER, HeaderValue::from(secs.max(1)));
+        if let Some(value) = self.retry_after_header() {
+            response.headers_mut().insert(header::RETRY_AFTER, value);
         }
         response
     }

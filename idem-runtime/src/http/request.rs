@@ -3,7 +3,7 @@
 use http::{HeaderMap, HeaderName, HeaderValue, Method, Uri};
 
 use crate::core::error::KeyError;
-use crate::core::fingerprint::{Fingerprint, Hasher};
+use crate::core::fingerprint::{Encoding, Fingerprint, Hasher};
 use crate::core::key::IdempotencyKey;
 
 impl IdempotencyKey {
@@ -25,8 +25,9 @@ impl Fingerprint {
     /// Fingerprints one HTTP request: SHA-256 over the method, the path and query, and the body.
     ///
     /// JSON bodies (`application/json` or any `+json` media type) are canonicalised first, so
-    /// `{"a":1, "b":2}` and `{"b":2,"a":1}` are the same request. Any other body is hashed byte
-    /// for byte.
+    /// `{"a":1, "b":2}` and `{"b":2,"a":1}` are the same request; so are form bodies
+    /// (`application/x-www-form-urlencoded`: `a=1&b=2` and `b=2&a=1`, with the values of a
+    /// repeated name kept in order). Any other body is hashed byte for byte.
     ///
     /// ```
     /// use http::{HeaderValue, Method, Uri};
@@ -50,22 +51,35 @@ impl Fingerprint {
         let path_and_query = uri.path_and_query().map_or("/", |pq| pq.as_str());
         hasher.update(path_and_query.as_bytes());
         hasher.update(b"\0");
-        hasher.body(body, is_json(content_type));
+        hasher.body(body, encoding(content_type));
         hasher.finish()
     }
 }
 
-fn is_json(content_type: Option<&HeaderValue>) -> bool {
+fn encoding(content_type: Option<&HeaderValue>) -> Encoding {
     let Some(ct) = content_type.and_then(|v| v.to_str().ok()) else {
-        return false;
+        return Encoding::Raw;
     };
     let essence = ct.split(';').next().unwrap_or("").trim();
     let Some((kind, subtype)) = essence.split_once('/') else {
-        return false;
+        return Encoding::Raw;
     };
-    kind.eq_ignore_ascii_case("application")
-        && (subtype.eq_ignore_ascii_case("json")
-            || subtype.len() > 5 && subtype[subtype.len() - 5..].eq_ignore_ascii_case("+json"))
+    if !kind.eq_ignore_ascii_case("application") {
+        Encoding::Raw
+    } else if subtype.eq_ignore_ascii_case("json")
+        || subtype.len() > 5 && subtype[subtype.len() - 5..].eq_ignore_ascii_case("+json")
+    {
+        Encoding::Json
+    } else if subtype.eq_ignore_ascii_case("x-www-form-urlencoded") {
+        Encoding::Form
+    } else {
+        Encoding::Raw
+    }
+}
+
+#[cfg(test)]
+fn is_json(content_type: Option<&HeaderValue>) -> bool {
+    encoding(content_type) == Encoding::Json
 }
 
 #[cfg(test)]
@@ -135,6 +149,24 @@ mod tests {
             "application/jsonx"
         ))));
         assert!(!is_json(None));
+    }
+
+    #[test]
+    fn form_bodies_are_canonicalised() {
+        const FORM: Option<&str> = Some("application/x-www-form-urlencoded");
+        let a = fp(Method::POST, "/c", FORM, b"amount=2000&currency=usd");
+        assert_eq!(a, fp(Method::POST, "/c", FORM, b"currency=usd&amount=2000"));
+        assert_ne!(a, fp(Method::POST, "/c", FORM, b"amount=2001&currency=usd"));
+        // The same bytes as another media type are another request.
+        assert_ne!(
+            a,
+            fp(
+                Method::POST,
+                "/c",
+                Some("text/plain"),
+                b"amount=2000&currency=usd"
+            )
+        );
     }
 
     #[test]
