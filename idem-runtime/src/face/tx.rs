@@ -68,7 +68,7 @@ use crate::store::{BoxFuture, Capabilities, Completion, Fence, LeaseToken};
 /// [`AtomicStore`](crate::store::atomic::AtomicStore)); [`Builder::build`](crate::Builder::build)
 /// fails when an `#[idempotent]` endpoint takes a `Tx` on a database whose transactions the store
 /// does not offer. The extractor works under `#[idempotent]` and under
-/// [`IdempotencyLayer`](crate::IdempotencyLayer); anywhere else it answers
+/// `IdempotencyLayer`; anywhere else it answers
 /// `500 idempotency_misconfigured`. Take at most one per handler. A `Tx` must not outlive its
 /// handler: writes made through it after the handler returned are rolled back.
 pub struct Tx<DB: AtomicDatabase> {

@@ -6,7 +6,7 @@ use std::fmt;
 /// The optional capabilities of the engine's store, filled in by
 /// [`Store::offer_capabilities`](super::Store::offer_capabilities) when the engine is built.
 ///
-/// Today there is one: atomic mode on a SQL database ([`offer_atomic`](Self::offer_atomic)),
+/// Today there is one: atomic mode on a SQL database (`offer_atomic`, with a SQL store feature),
 /// which lets a handler's transaction carry the completion of its record. A store without it
 /// (the memory and Redis stores) cannot serve an endpoint in atomic mode, and
 /// [`Builder::build`](crate::Builder::build) says so at start-up.

@@ -187,7 +187,8 @@ pub trait Store: Send + Sync + 'static {
     ) -> impl Future<Output = Result<u64, StoreError>> + Send;
 
     /// Offers the store's optional capabilities to the engine it is built into, such as the
-    /// transactions of atomic mode ([`Capabilities::offer_atomic`]). The default offers none.
+    /// transactions of atomic mode (`Capabilities::offer_atomic`, with a SQL store feature).
+    /// The default offers none.
     fn offer_capabilities(self: &std::sync::Arc<Self>, capabilities: &mut Capabilities)
     where
         Self: Sized,
