@@ -47,6 +47,9 @@ mod engine;
 mod error;
 mod fingerprint;
 mod key;
+#[cfg(feature = "utoipa")]
+#[cfg_attr(docsrs, doc(cfg(feature = "utoipa")))]
+pub mod openapi;
 mod response;
 pub mod store;
 
