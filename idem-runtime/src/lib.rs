@@ -31,10 +31,15 @@
 //! - [`Rejection`]: the `application/problem+json` answers the engine gives itself.
 //!
 //! # Feature flags
-//! - `sqlite`: `store::SqliteStore`, on sqlx with a bundled SQLite, and atomic mode on it
-//!   (`Tx<sqlx::Sqlite>`).
-//! - `postgres`: `store::PostgresStore`, on sqlx, and atomic mode on it (`Tx<sqlx::Postgres>`).
-//!   With both features, `AnyTx` takes whichever store the engine was built with.
+//!
+//! | feature | adds |
+//! |---|---|
+//! | `sqlite` | `store::SqliteStore`, on sqlx with a bundled SQLite, and atomic mode on it (`Tx<sqlx::Sqlite>`) |
+//! | `postgres` | `store::PostgresStore`, on sqlx, and atomic mode on it (`Tx<sqlx::Postgres>`) |
+//! | `utoipa` | `openapi::IdempotencyDoc`: the key header and the engine's answers in a utoipa OpenAPI document |
+//!
+//! None is on by default: the memory store needs none. With both `sqlite` and `postgres`,
+//! `AnyTx` takes whichever store the engine was built with.
 //!
 //! [axum]: https://docs.rs/axum
 #![cfg_attr(docsrs, feature(doc_cfg))]
