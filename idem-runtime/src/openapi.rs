@@ -75,7 +75,7 @@ use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::fmt;
 
-use http::Method;
+use http::{HeaderName, Method};
 use serde_json::json;
 use utoipa::openapi::path::{Operation, ParameterIn, PathItem};
 use utoipa::openapi::schema::{Components, Schema};
@@ -165,7 +165,7 @@ impl fmt::Debug for IdempotencyDoc {
 impl IdempotencyDoc {
     /// Documents `engine`'s header and every `#[idempotent]` endpoint linked into this binary.
     pub fn new(engine: &Idempotency) -> Self {
-        let mut doc = Self::for_header(&title_case(engine.header_name().as_str()));
+        let mut doc = Self::for_header(engine.header_name());
         for endpoint in engine.endpoints() {
             doc.handler(endpoint.name(), endpoint.key_mode());
         }
@@ -173,10 +173,10 @@ impl IdempotencyDoc {
     }
 
     /// Documents no `#[idempotent]` endpoint, only what [`operations`](Self::operations)
-    /// selects, with keys read from `header`.
-    pub fn for_header(header: &str) -> Self {
+    /// selects, with keys read from `header` (written `Idempotency-Key` in the document).
+    pub fn for_header(header: &HeaderName) -> Self {
         Self {
-            header: header.to_owned(),
+            header: title_case(header.as_str()),
             handlers: BTreeMap::new(),
             selectors: Vec::new(),
         }
@@ -202,9 +202,10 @@ impl IdempotencyDoc {
     ///
     /// ```
     /// # use idem_runtime::{KeyMode, openapi::IdempotencyDoc};
-    /// use http::Method;
+    /// use http::{HeaderName, Method};
     ///
-    /// let doc = IdempotencyDoc::for_header("Idempotency-Key").operations(
+    /// let header = HeaderName::from_static("idempotency-key");
+    /// let doc = IdempotencyDoc::for_header(&header).operations(
     ///     KeyMode::Optional,
     ///     |path, method| path.starts_with("/api/") && [Method::POST, Method::PATCH].contains(method),
     /// );
@@ -490,8 +491,13 @@ mod tests {
     fn every_fragment_is_valid_openapi() {
         // `from_json` panics on a fragment utoipa cannot read: build every one.
         let mut components = Components::new();
-        IdempotencyDoc::for_header("Idempotency-Key").add_components(&mut components);
+        let header = HeaderName::from_static("idempotency-key");
+        IdempotencyDoc::for_header(&header).add_components(&mut components);
         let json = serde_json::to_value(&components).unwrap();
+        assert_eq!(
+            json["parameters"]["IdempotencyKey"]["name"],
+            "Idempotency-Key"
+        );
         assert_eq!(json["parameters"]["IdempotencyKey"]["required"], false);
         assert_eq!(
             json["parameters"]["IdempotencyKeyRequired"]["required"],

@@ -8,6 +8,10 @@ use idem_runtime::{Idempotency, KeyMode, idempotent, store::MemoryStore};
 use serde_json::{Value, json};
 use utoipa::OpenApi;
 
+fn header() -> http::HeaderName {
+    http::HeaderName::from_static("idempotency-key")
+}
+
 /// A problem document of the application's own, documented with the engine's schema.
 const PROBLEM: &str = "application/problem+json";
 
@@ -245,7 +249,7 @@ fn the_applications_own_responses_are_kept_and_extended() {
 #[test]
 fn other_operations_are_untouched() {
     let (_, doc) = documented(&IdempotencyDoc::new(&engine()));
-    let (_, plain) = documented(&IdempotencyDoc::for_header("Idempotency-Key"));
+    let (_, plain) = documented(&IdempotencyDoc::for_header(&header()));
     for (path, method) in [
         ("/v1/notes", "post"),
         ("/api/things", "get"),
@@ -264,7 +268,7 @@ fn other_operations_are_untouched() {
 
 #[test]
 fn nothing_selected_adds_no_components() {
-    let (count, doc) = documented(&IdempotencyDoc::for_header("Idempotency-Key"));
+    let (count, doc) = documented(&IdempotencyDoc::for_header(&header()));
     assert_eq!(count, 0);
     assert!(doc["components"]["parameters"].is_null());
     assert!(doc["components"]["responses"]["IdempotencyInProgress"].is_null());
@@ -272,7 +276,7 @@ fn nothing_selected_adds_no_components() {
 
 #[test]
 fn a_selector_documents_routes_behind_a_layer_but_never_reads() {
-    let doc = IdempotencyDoc::for_header("Idempotency-Key")
+    let doc = IdempotencyDoc::for_header(&header())
         .operations(KeyMode::Required, |path, _method| path.starts_with("/api/"));
     let (count, doc) = documented(&doc);
     assert_eq!(
