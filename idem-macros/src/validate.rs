@@ -147,6 +147,7 @@ fn first_token(tokens: &TokenStream) -> TokenStream {
 pub(crate) fn function(item: &ItemFn) -> syn::Result<()> {
     let sig = &item.sig;
     let name = &sig.ident;
+    utoipa_path_below(item)?;
     if let Some(constness) = &sig.constness {
         return Err(syn::Error::new_spanned(
             constness,
@@ -204,6 +205,27 @@ pub(crate) fn function(item: &ItemFn) -> syn::Result<()> {
         ));
     }
     Ok(())
+}
+
+/// `#[utoipa::path]` below `#[idempotent]` would stay on the function inside the expansion, and
+/// the `__path_name` type it generates would be out of every caller's reach.
+fn utoipa_path_below(item: &ItemFn) -> syn::Result<()> {
+    let below = item.attrs.iter().find(|attr| {
+        let segments = &attr.path().segments;
+        segments.len() == 2 && segments[0].ident == "utoipa" && segments[1].ident == "path"
+    });
+    match below {
+        Some(attr) => Err(syn::Error::new_spanned(
+            attr,
+            format!(
+                "`#[utoipa::path]` must come above `#[idempotent]`: below it, it documents the \
+                 function hidden inside the expansion, out of reach of `paths({name})` and \
+                 `routes!({name})`; move `#[utoipa::path(..)]` above `#[idempotent(..)]`",
+                name = item.sig.ident
+            ),
+        )),
+        None => Ok(()),
+    }
 }
 
 fn generics(generics: &syn::Generics) -> syn::Result<()> {

@@ -31,21 +31,34 @@
 //! - [`Rejection`]: the `application/problem+json` answers the engine gives itself.
 //!
 //! # Feature flags
-//! - `sqlite`: `store::SqliteStore`, on sqlx with a bundled SQLite, and atomic mode on it
-//!   (`Tx<sqlx::Sqlite>`).
-//! - `postgres`: `store::PostgresStore`, on sqlx, and atomic mode on it (`Tx<sqlx::Postgres>`).
-//!   With both features, `AnyTx` takes whichever store the engine was built with.
+//!
+//! | feature | adds |
+//! |---|---|
+//! | `sqlite` | `store::SqliteStore`, on sqlx with a bundled SQLite, and atomic mode on it (`Tx<sqlx::Sqlite>`) |
+//! | `postgres` | `store::PostgresStore`, on sqlx, and atomic mode on it (`Tx<sqlx::Postgres>`) |
+//! | `utoipa` | `openapi::IdempotencyDoc`: the key header and the engine's answers in a utoipa OpenAPI document |
+//!
+//! None is on by default: the memory store needs none. With both `sqlite` and `postgres`,
+//! `AnyTx` takes whichever store the engine was built with.
 //!
 //! [axum]: https://docs.rs/axum
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
-// The layers, bottom up: each imports only from the ones above it in this list.
-mod core; // keys, fingerprints, time, store errors: no HTTP
-mod engine; // claim, lease, run once, complete or release: no HTTP
+// The layers, bottom up; each imports only from those before it:
+// `core` (keys, fingerprints, time, store errors; no HTTP), `store` (the `Store` trait, its
+// backends, the atomic capability), `engine` (claim, lease, run once, complete or release; no
+// HTTP), `http` (key header, request fingerprint, response capture, problems), `idempotency`
+// (the handle users configure), then the faces: `face` (the attribute, the layer, `Tx`) and
+// `openapi`.
+mod core;
+mod engine;
 mod face;
-mod http; // the HTTP vocabulary: key header, request fingerprint, response capture, problems
-mod idempotency; // the engine handle users configure
-pub mod store; // the `Store` trait, its backends, the atomic capability // the attribute, the layer, the programmatic API, `Tx`
+mod http;
+mod idempotency;
+#[cfg(feature = "utoipa")]
+#[cfg_attr(docsrs, doc(cfg(feature = "utoipa")))]
+pub mod openapi;
+pub mod store;
 
 pub use crate::core::clock;
 pub use crate::core::error::{KeyError, StoreError};

@@ -80,9 +80,17 @@ impl Drop for ScratchDir {
 #[derive(Default)]
 pub(crate) struct ServerBuilder {
     env: Vec<(String, String)>,
+    /// Another example binary than `payments` (it must print `listening on http://ADDR`).
+    bin: Option<&'static str>,
 }
 
 impl ServerBuilder {
+    /// Runs the example binary at `path` (`env!("CARGO_BIN_EXE_..")`) instead of `payments`.
+    pub(crate) fn bin(mut self, path: &'static str) -> Self {
+        self.bin = Some(path);
+        self
+    }
+
     /// Sets an environment variable of the process.
     pub(crate) fn env(mut self, name: &str, value: impl Into<String>) -> Self {
         self.env.push((name.to_owned(), value.into()));
@@ -147,7 +155,7 @@ impl ServerBuilder {
     }
 
     fn command(&self, dir: &ScratchDir) -> Command {
-        let mut command = Command::new(env!("CARGO_BIN_EXE_payments"));
+        let mut command = Command::new(self.bin.unwrap_or(env!("CARGO_BIN_EXE_payments")));
         for var in SERVICE_VARS {
             command.env_remove(var);
         }

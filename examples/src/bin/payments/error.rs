@@ -188,7 +188,15 @@ where
             });
         let bytes = Bytes::from_request(request, state)
             .await
-            .map_err(IntoResponse::into_response)?;
+            .map_err(|rejection| {
+                let status = rejection.status();
+                let code = if status == StatusCode::PAYLOAD_TOO_LARGE {
+                    "payload_too_large"
+                } else {
+                    "invalid_body"
+                };
+                ApiError::new(status, code, rejection.body_text()).into_response()
+            })?;
         if bytes.iter().all(u8::is_ascii_whitespace) {
             return serde_json::from_slice(b"{}")
                 .map(ApiJson)

@@ -67,6 +67,10 @@
 //!
 //! # `idempotency_requests_total{endpoint, outcome}` and friends.
 //! curl -s localhost:3000/metrics
+//!
+//! # The OpenAPI document: every route, and on the idempotent ones the `Idempotency-Key`
+//! # header and the engine's 400/409/422/503 answers.
+//! curl -s localhost:3000/openapi.json
 //! ```
 
 use std::process::ExitCode;
@@ -81,6 +85,7 @@ mod config;
 mod db;
 mod error;
 mod model;
+mod openapi;
 mod processor;
 mod routes;
 mod store;

@@ -3,6 +3,7 @@
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
 
 use crate::error::ApiError;
 use crate::processor::Source;
@@ -12,13 +13,19 @@ pub(crate) const CURRENCY: &str = "usd";
 const MAX_DESCRIPTION_LEN: usize = 1000;
 
 /// A charge, as the API shows it.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, ToSchema)]
 pub(crate) struct Charge {
+    #[schema(example = "ch_3kTzR8vYq2LmN5pWx7bC9dFg")]
     pub(crate) id: String,
+    #[schema(value_type = String, pattern = "^charge$")]
     pub(crate) object: &'static str,
+    /// In cents.
+    #[schema(minimum = 1)]
     pub(crate) amount: i64,
+    #[schema(pattern = "^usd$")]
     pub(crate) currency: String,
-    /// `succeeded` or `failed`.
+    /// `succeeded` or `failed` (declined: the answer was 402).
+    #[schema(pattern = "^(succeeded|failed)$")]
     pub(crate) status: String,
     /// Unix seconds.
     pub(crate) created: i64,
@@ -26,44 +33,70 @@ pub(crate) struct Charge {
 }
 
 /// A refund of part or all of a charge.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, ToSchema)]
 pub(crate) struct Refund {
     pub(crate) id: String,
+    #[schema(value_type = String, pattern = "^refund$")]
     pub(crate) object: &'static str,
+    /// In cents.
+    #[schema(minimum = 1)]
     pub(crate) amount: i64,
+    /// The refunded charge's id.
     pub(crate) charge: String,
+    #[schema(pattern = "^usd$")]
     pub(crate) currency: String,
+    #[schema(value_type = String, pattern = "^succeeded$")]
     pub(crate) status: &'static str,
+    /// Unix seconds.
     pub(crate) created: i64,
 }
 
 /// A payout to the org's bank account.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, ToSchema)]
 pub(crate) struct Payout {
     pub(crate) id: String,
+    #[schema(value_type = String, pattern = "^payout$")]
     pub(crate) object: &'static str,
+    /// In cents.
+    #[schema(minimum = 1)]
     pub(crate) amount: i64,
+    #[schema(value_type = String, pattern = "^usd$")]
     pub(crate) currency: &'static str,
+    #[schema(value_type = String, pattern = "^pending$")]
     pub(crate) status: &'static str,
+    /// Unix seconds.
     pub(crate) created: i64,
 }
 
 /// A page of a list endpoint.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
 pub(crate) struct List<T> {
+    #[schema(value_type = String, pattern = "^list$")]
     pub(crate) object: &'static str,
+    #[schema(value_type = String)]
     pub(crate) url: &'static str,
+    /// Whether older items follow this page.
     pub(crate) has_more: bool,
     pub(crate) data: Vec<T>,
 }
 
 /// `POST /v1/charges`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct NewCharge {
+    /// In cents.
+    #[schema(minimum = 1, example = 2000)]
     amount: i64,
+    #[schema(pattern = "^usd$", example = "usd")]
     currency: String,
+    /// A test source: `tok_visa` (approved), `tok_chargeDeclined` (402), `tok_processorOutage`
+    /// (503, nothing charged), `tok_slow` (approved after `SLOW_MS`).
+    #[schema(
+        pattern = "^(tok_visa|tok_chargeDeclined|tok_processorOutage|tok_slow)$",
+        example = "tok_visa"
+    )]
     source: String,
+    #[schema(max_length = 1000)]
     description: Option<String>,
 }
 
@@ -113,9 +146,11 @@ impl NewCharge {
 }
 
 /// `POST /v1/charges/{id}/refunds`: without an amount, whatever remains is refunded.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct NewRefund {
+    /// In cents; at most what remains of the charge.
+    #[schema(minimum = 1)]
     amount: Option<i64>,
 }
 
@@ -129,9 +164,11 @@ impl NewRefund {
 }
 
 /// `POST /v1/payouts`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct NewPayout {
+    /// In cents.
+    #[schema(minimum = 1)]
     amount: i64,
 }
 

@@ -9,9 +9,12 @@
 use axum::extract::{FromRef, Path, RawQuery, State};
 use axum::http::{Method, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::get;
 use axum::{Json, Router};
+use idem_runtime::openapi::Problem;
 use idem_runtime::{AnyTx, Idempotency, idempotent};
+use utoipa::OpenApi;
+use utoipa_axum::{router::OpenApiRouter, routes};
 
 use crate::auth::Org;
 use crate::db::{self, Db, RefundRefused};
@@ -19,6 +22,7 @@ use crate::error::{ApiError, ApiJson};
 use crate::model::{
     CURRENCY, Charge, List, NewCharge, NewPayout, NewRefund, Payout, Refund, new_id, now,
 };
+use crate::openapi::ApiDoc;
 use crate::processor::{Authorization, Processor, Unavailable};
 use crate::telemetry::{self, Metrics};
 
@@ -35,19 +39,26 @@ pub(crate) struct AppState {
     pub(crate) metrics: Metrics,
 }
 
-/// The service's routes.
+/// The service's routes, and `GET /openapi.json` documenting them.
 pub(crate) fn router(state: AppState) -> Router {
-    Router::new()
-        .route("/v1/charges", post(create_charge).get(list_charges))
-        .route("/v1/charges/{id}", get(retrieve_charge))
-        .route("/v1/charges/{id}/refunds", post(create_refund))
-        .route("/v1/payouts", post(create_payout))
-        .route("/healthz", get(healthz))
-        .route("/metrics", get(telemetry::render))
+    let (router, doc) = OpenApiRouter::with_openapi(ApiDoc::openapi())
+        .routes(routes!(create_charge, list_charges))
+        .routes(routes!(retrieve_charge))
+        .routes(routes!(create_refund))
+        .routes(routes!(create_payout))
+        .routes(routes!(healthz))
+        .routes(routes!(metrics))
+        .split_for_parts();
+    let document = crate::openapi::document(doc, &state.idempotency);
+    router
+        .route("/openapi.json", get(move || async move { document }))
         .fallback(no_route)
         .method_not_allowed_fallback(method_not_allowed)
         .with_state(state)
 }
+
+/// The problem document of the application's own errors: the engine's shape.
+const PROBLEM: &str = "application/problem+json";
 
 /// `POST /v1/charges`: runs at most once per `Idempotency-Key` and org; retries within 24 h get
 /// the first answer, including a 402 decline. A 503 (processor outage) is not kept, so a retry
@@ -55,6 +66,21 @@ pub(crate) fn router(state: AppState) -> Router {
 ///
 /// Atomic mode: the charge row commits with the stored response. The processor is called before
 /// the first query, so a `tok_slow` authorization holds no database lock.
+#[utoipa::path(post, path = "/v1/charges", tag = "charges", security(("api_key" = [])),
+    request_body = NewCharge,
+    responses(
+        (status = 201, description = "The charge, approved.", body = Charge,
+            headers(("Location" = String, description = "`/v1/charges/{id}`"))),
+        (status = 400, description = "`invalid_request` (`param` names the field) or `invalid_json`.", body = Problem, content_type = PROBLEM),
+        (status = 401, description = "`unauthorized`: no or a malformed API key.", body = Problem, content_type = PROBLEM,
+            headers(("WWW-Authenticate" = String))),
+        (status = 402, description = "`card_declined`: the charge was recorded as `failed` (its id is in `charge`).", body = Problem, content_type = PROBLEM),
+        (status = 413, description = "`payload_too_large`: the body is over 2 MB.", body = Problem, content_type = PROBLEM),
+        (status = 415, description = "`unsupported_media_type`: the body is not JSON.", body = Problem, content_type = PROBLEM),
+        (status = 503, description = "`processor_unavailable`: nothing was charged; a retry runs again.", body = Problem, content_type = PROBLEM,
+            headers(("Retry-After" = u32))),
+    ),
+)]
 #[idempotent(scope = "org", ttl = "24h")]
 async fn create_charge(
     State(db): State<Db>,
@@ -106,6 +132,14 @@ async fn create_charge(
 }
 
 /// `GET /v1/charges?limit=N`: the org's charges, newest first.
+#[utoipa::path(get, path = "/v1/charges", tag = "charges", security(("api_key" = [])),
+    params(("limit" = Option<i64>, Query, minimum = 1, maximum = 100, description = "Page size (default 100).")),
+    responses(
+        (status = 200, description = "The org's charges, newest first.", body = List<Charge>),
+        (status = 400, description = "`invalid_request`: `limit` is not 1 to 100.", body = Problem, content_type = PROBLEM),
+        (status = 401, description = "`unauthorized`", body = Problem, content_type = PROBLEM),
+    ),
+)]
 async fn list_charges(
     State(db): State<Db>,
     org: Org,
@@ -139,6 +173,14 @@ fn parse_limit(query: Option<&str>) -> Result<i64, ApiError> {
 }
 
 /// `GET /v1/charges/{id}`: where a created charge's `Location` points.
+#[utoipa::path(get, path = "/v1/charges/{id}", tag = "charges", security(("api_key" = [])),
+    params(("id" = String, Path, description = "The charge's id, `ch_...`.")),
+    responses(
+        (status = 200, description = "The charge.", body = Charge),
+        (status = 401, description = "`unauthorized`", body = Problem, content_type = PROBLEM),
+        (status = 404, description = "`resource_missing`: no such charge in this org.", body = Problem, content_type = PROBLEM),
+    ),
+)]
 async fn retrieve_charge(
     State(db): State<Db>,
     org: Org,
@@ -156,6 +198,19 @@ async fn retrieve_charge(
 ///
 /// Atomic mode: the refund's checks and writes run in the engine's transaction and commit with
 /// the stored response.
+#[utoipa::path(post, path = "/v1/charges/{id}/refunds", tag = "charges", security(("api_key" = [])),
+    params(("id" = String, Path, description = "The charge to refund.")),
+    request_body(content = Option<NewRefund>, description = "Optional: without a body or an `amount`, what remains is refunded."),
+    responses(
+        (status = 201, description = "The refund.", body = Refund),
+        (status = 400, description = "`invalid_request` or `invalid_json`.", body = Problem, content_type = PROBLEM),
+        (status = 401, description = "`unauthorized`", body = Problem, content_type = PROBLEM),
+        (status = 404, description = "`resource_missing`: no such charge in this org.", body = Problem, content_type = PROBLEM),
+        (status = 409, description = "`charge_not_refundable` (it failed), `charge_already_refunded`, or `refund_exceeds_charge` (with the `remaining` amount).", body = Problem, content_type = PROBLEM),
+        (status = 413, description = "`payload_too_large`", body = Problem, content_type = PROBLEM),
+        (status = 415, description = "`unsupported_media_type`", body = Problem, content_type = PROBLEM),
+    ),
+)]
 #[idempotent(scope = "org", in_flight = "wait")]
 async fn create_refund(
     State(db): State<Db>,
@@ -202,6 +257,16 @@ async fn create_refund(
 
 /// `POST /v1/payouts`: moving money out is never done without a key (`key = "required"`), so a
 /// client cannot pay out twice by retrying.
+#[utoipa::path(post, path = "/v1/payouts", tag = "payouts", security(("api_key" = [])),
+    request_body = NewPayout,
+    responses(
+        (status = 201, description = "The payout.", body = Payout),
+        (status = 400, description = "`invalid_request` or `invalid_json`.", body = Problem, content_type = PROBLEM),
+        (status = 401, description = "`unauthorized`", body = Problem, content_type = PROBLEM),
+        (status = 413, description = "`payload_too_large`", body = Problem, content_type = PROBLEM),
+        (status = 415, description = "`unsupported_media_type`", body = Problem, content_type = PROBLEM),
+    ),
+)]
 #[idempotent(scope = "org", key = "required")]
 async fn create_payout(
     State(db): State<Db>,
@@ -223,6 +288,14 @@ async fn create_payout(
 }
 
 /// `GET /healthz`: 200 when the database answers.
+#[utoipa::path(get, path = "/healthz", tag = "operations",
+    responses(
+        (status = 200, description = "The database answers.", body = serde_json::Value,
+            example = json!({ "status": "ok" })),
+        (status = 503, description = "`database_unavailable`", body = Problem, content_type = PROBLEM,
+            headers(("Retry-After" = u32))),
+    ),
+)]
 async fn healthz(State(db): State<Db>) -> Result<Json<serde_json::Value>, ApiError> {
     match db.ping().await {
         Ok(()) => Ok(Json(serde_json::json!({ "status": "ok" }))),
@@ -237,6 +310,14 @@ async fn healthz(State(db): State<Db>) -> Result<Json<serde_json::Value>, ApiErr
             ))
         }
     }
+}
+
+/// `GET /metrics`: Prometheus text.
+#[utoipa::path(get, path = "/metrics", tag = "operations",
+    responses((status = 200, description = "Prometheus exposition format.", body = String, content_type = "text/plain")),
+)]
+async fn metrics(state: State<Metrics>) -> impl IntoResponse {
+    telemetry::render(state).await
 }
 
 fn no_such_charge(id: &str) -> ApiError {

@@ -1,0 +1,101 @@
+//! `GET /openapi.json` documents the idempotency of every idempotent route, and what the
+//! document promises about bodies holds on the wire. The contract test
+//! (`examples/contract/run.sh`) checks the rest of the document against the server.
+
+mod common;
+
+use common::Server;
+use serde_json::{Value, json};
+
+const IDEMPOTENT: [(&str, &str, bool); 3] = [
+    ("/v1/charges", "post", false),
+    ("/v1/charges/{id}/refunds", "post", false),
+    ("/v1/payouts", "post", true),
+];
+
+fn resolve<'a>(doc: &'a Value, value: &'a Value) -> &'a Value {
+    match value["$ref"].as_str() {
+        Some(reference) => doc
+            .pointer(reference.trim_start_matches('#'))
+            .unwrap_or_else(|| panic!("{reference} does not resolve")),
+        None => value,
+    }
+}
+
+#[tokio::test]
+async fn every_idempotent_route_documents_the_key_and_the_engine_answers() {
+    let server = Server::start();
+    let response = server.get("/openapi.json").send().await;
+    assert_eq!(response.status, 200);
+    assert_eq!(response.header("content-type"), Some("application/json"));
+    let doc = response.json();
+
+    for (path, method, required) in IDEMPOTENT {
+        let operation = &doc["paths"][path][method];
+        let key: Vec<&Value> = operation["parameters"]
+            .as_array()
+            .unwrap_or_else(|| panic!("{method} {path} has parameters"))
+            .iter()
+            .map(|p| resolve(&doc, p))
+            .filter(|p| p["in"] == "header")
+            .collect();
+        assert_eq!(key.len(), 1, "{method} {path}: one header parameter");
+        assert_eq!(key[0]["name"], "Idempotency-Key", "{method} {path}");
+        assert_eq!(key[0]["required"], required, "{method} {path}");
+
+        for status in ["400", "409", "422", "503"] {
+            let answer = resolve(&doc, &operation["responses"][status]);
+            assert_eq!(
+                answer["content"]["application/problem+json"]["schema"]["$ref"],
+                "#/components/schemas/Problem",
+                "{method} {path} {status}"
+            );
+            let retry_after = !answer["headers"]["Retry-After"].is_null();
+            assert_eq!(
+                retry_after,
+                status == "409" || status == "503",
+                "{method} {path} {status}: Retry-After"
+            );
+        }
+        assert!(
+            resolve(&doc, &operation["responses"]["409"])["description"]
+                .as_str()
+                .unwrap()
+                .contains("idempotency_key_in_progress"),
+            "{method} {path}"
+        );
+    }
+
+    // Reads are not idempotent operations: no key, no engine answers.
+    for (path, method) in [("/v1/charges", "get"), ("/v1/charges/{id}", "get")] {
+        let operation = &doc["paths"][path][method];
+        assert!(operation["responses"]["422"].is_null(), "{method} {path}");
+        let parameters = operation["parameters"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        assert!(
+            parameters.iter().all(|p| p["in"] != "header"),
+            "{method} {path}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn oversized_bodies_are_documented_problems_with_or_without_a_key() {
+    let server = Server::start();
+    let doc = server.get("/openapi.json").send().await.json();
+    let documented = &doc["paths"]["/v1/charges"]["post"]["responses"]["413"]["content"];
+    assert!(documented["application/problem+json"].is_object());
+
+    let big = json!({ "amount": 100, "currency": "usd", "source": "tok_visa",
+                      "description": "x".repeat(3 * 1024 * 1024) });
+    for key in [None, Some("big-1")] {
+        let mut call = server.post("/v1/charges").org("acme").json(&big);
+        if let Some(key) = key {
+            call = call.key(key);
+        }
+        let response = call.send().await;
+        response.assert_problem(413, "payload_too_large");
+    }
+}
