@@ -19,7 +19,7 @@
 //! | `BIND` | `127.0.0.1:3000` | listen address |
 //! | `DATABASE_URL` | `sqlite://payments.db` | app data, and the idempotency store unless `IDEM_STORE` says otherwise |
 //! | `IDEM_STORE` | from `DATABASE_URL` | `memory`, `sqlite`, `postgres` (`redis` is not available yet) |
-//! | `SLOW_MS` | `2000` | how long the `tok_slow` source takes |
+//! | `SLOW_MS` | `2000` | how long the `tok_slow` source and the `ba_slow` bank account take |
 //! | `IDEM_LEASE_MS` | `30000` | lease of an in-flight request, renewed while it runs: how soon a retry may take over after a crash |
 //! | `RUST_LOG` | `info,sqlx=warn` | log filter |
 //!
@@ -62,8 +62,11 @@
 //! curl -i localhost:3000/v1/charges/ch_.../refunds "${H[@]}" -H 'Idempotency-Key: refund-1' \
 //!   -d '{"amount": 500}'
 //!
-//! # Payouts require a key: without one, 400 idempotency_key_missing.
+//! # Payouts require a key: without one, 400 idempotency_key_missing. To `ba_slow`, the bank
+//! # takes SLOW_MS: kill the server meanwhile, restart it, retry: still one payout.
 //! curl -i localhost:3000/v1/payouts "${H[@]}" -H 'Idempotency-Key: payout-1' -d '{"amount": 1000}'
+//! curl -i localhost:3000/v1/payouts "${H[@]}" -H 'Idempotency-Key: payout-2' \
+//!   -d '{"amount": 1000, "destination": "ba_slow"}'
 //!
 //! # `idempotency_requests_total{endpoint, outcome}` and friends.
 //! curl -s localhost:3000/metrics

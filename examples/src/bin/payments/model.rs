@@ -5,7 +5,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use serde::{Deserialize, Serialize};
 
 use crate::error::ApiError;
-use crate::processor::Source;
+use crate::processor::{Destination, Source};
 
 /// The only currency this example settles in.
 pub(crate) const CURRENCY: &str = "usd";
@@ -128,17 +128,40 @@ impl NewRefund {
     }
 }
 
-/// `POST /v1/payouts`.
+/// `POST /v1/payouts`: without a destination, the org's default bank account (`ba_default`).
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct NewPayout {
     amount: i64,
+    destination: Option<String>,
+}
+
+/// A validated [`NewPayout`].
+#[derive(Debug)]
+pub(crate) struct PayoutRequest {
+    pub(crate) amount: i64,
+    pub(crate) destination: Destination,
 }
 
 impl NewPayout {
-    pub(crate) fn validate(self) -> Result<i64, ApiError> {
+    pub(crate) fn validate(self) -> Result<PayoutRequest, ApiError> {
         positive("amount", self.amount)?;
-        Ok(self.amount)
+        let destination = match self.destination.as_deref() {
+            None => Destination::Default,
+            Some(account) => Destination::parse(account).ok_or_else(|| {
+                ApiError::invalid(
+                    "destination",
+                    format!(
+                        "unknown destination: use one of {}",
+                        Destination::ACCOUNTS.join(", ")
+                    ),
+                )
+            })?,
+        };
+        Ok(PayoutRequest {
+            amount: self.amount,
+            destination,
+        })
     }
 }
 

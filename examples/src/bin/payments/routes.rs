@@ -2,9 +2,9 @@
 //!
 //! The three mutating routes are `#[idempotent]`; each shows one policy: charges reject an
 //! in-flight duplicate with 409, refunds make the duplicate wait for the first answer, payouts
-//! refuse to run without a key. Charges and refunds run in atomic mode (an `AnyTx` parameter):
-//! on the SQL stores their writes commit in one transaction with the stored response, so a crash
-//! can never leave a charge without its idempotency record or the other way round.
+//! refuse to run without a key. All three run in atomic mode (an `AnyTx` parameter): on the SQL
+//! stores their writes commit in one transaction with the stored response, so a crash can never
+//! leave a charge, refund or payout without its idempotency record or the other way round.
 
 use axum::extract::{FromRef, Path, RawQuery, State};
 use axum::http::{Method, StatusCode, Uri, header};
@@ -202,23 +202,34 @@ async fn create_refund(
 
 /// `POST /v1/payouts`: moving money out is never done without a key (`key = "required"`), so a
 /// client cannot pay out twice by retrying.
+///
+/// Atomic mode: the payout row is written in the engine's transaction, then the bank is asked
+/// to move the money (with a key stable across retries; `ba_slow` takes `SLOW_MS`), and the
+/// row commits with the stored response. A crash at any point leaves neither, so the retry that
+/// takes over pays out once.
 #[idempotent(scope = "org", key = "required")]
 async fn create_payout(
     State(db): State<Db>,
+    State(processor): State<Processor>,
     org: Org,
+    mut tx: AnyTx,
     ApiJson(request): ApiJson<NewPayout>,
 ) -> Result<(StatusCode, Json<Payout>), ApiError> {
-    let amount = request.validate()?;
+    let request = request.validate()?;
     let payout = Payout {
         id: new_id("po"),
         object: "payout",
-        amount,
+        amount: request.amount,
         currency: CURRENCY,
         status: "pending",
         created: now(),
     };
-    db.insert_payout(org.as_str(), &payout).await?;
-    tracing::info!(payout = %payout.id, org = org.as_str(), amount, "payout recorded");
+    let mut writer = db.writer(&mut tx).await?;
+    db::insert_payout(writer.conn(), org.as_str(), &payout).await?;
+    drop(writer);
+    tracing::info!(payout = %payout.id, org = org.as_str(), amount = payout.amount, "sending the payout to the bank");
+    let key = tx.downstream_key("payout");
+    processor.pay_out(request.destination, key.as_deref()).await;
     Ok((StatusCode::CREATED, Json(payout)))
 }
 
