@@ -126,9 +126,58 @@ impl ApiError {
     }
 }
 
+/// A database that cannot be reached, or is too busy right now, is `503 database_unavailable`
+/// with `Retry-After`: the request may be retried as it is (the idempotency engine releases its
+/// record). Any other database error is a bug or bad data: `500 internal_error`.
 impl From<sqlx::Error> for ApiError {
     fn from(error: sqlx::Error) -> Self {
-        Self::internal(&error)
+        if !is_transient(&error) {
+            return Self::internal(&error);
+        }
+        tracing::warn!(
+            error = &error as &dyn std::error::Error,
+            "database unavailable"
+        );
+        Self::unavailable(
+            "database_unavailable",
+            "the database is unavailable; retry later",
+        )
+    }
+}
+
+/// Whether `error` says the database is out of reach or overloaded, not that the request or
+/// the code is wrong.
+fn is_transient(error: &sqlx::Error) -> bool {
+    use sqlx::postgres::PgDatabaseError;
+    use sqlx::sqlite::SqliteError;
+    match error {
+        sqlx::Error::Io(_)
+        | sqlx::Error::Tls(_)
+        | sqlx::Error::PoolTimedOut
+        | sqlx::Error::PoolClosed
+        | sqlx::Error::WorkerCrashed => true,
+        sqlx::Error::Database(db) => {
+            if let Some(pg) = db.try_downcast_ref::<PgDatabaseError>() {
+                // SQLSTATE: connection exception, insufficient resources, shutting down or not
+                // yet accepting connections, serialization failure, deadlock, lock timeout,
+                // statement timeout.
+                let code = pg.code();
+                code.starts_with("08")
+                    || code.starts_with("53")
+                    || matches!(
+                        code,
+                        "57P01" | "57P02" | "57P03" | "40001" | "40P01" | "55P03" | "57014"
+                    )
+            } else if db.try_downcast_ref::<SqliteError>().is_some() {
+                // SQLITE_BUSY (5) and SQLITE_LOCKED (6), with their extended codes.
+                db.code()
+                    .and_then(|code| code.parse::<u32>().ok())
+                    .is_some_and(|code| matches!(code & 0xff, 5 | 6))
+            } else {
+                false
+            }
+        }
+        _ => false,
     }
 }
 
@@ -205,5 +254,83 @@ where
         serde_json::from_slice(&bytes)
             .map(ApiJson)
             .map_err(|e| ApiError::invalid_json(format!("invalid JSON body: {e}")).into_response())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use sqlx::sqlite::{SqliteConnectOptions, SqliteConnection};
+    use sqlx::{ConnectOptions, Connection};
+
+    use super::*;
+
+    #[track_caller]
+    fn assert_answer(error: sqlx::Error, status: StatusCode, code: &str) {
+        let error = ApiError::from(error);
+        assert_eq!((error.status, error.code), (status, code));
+        let retry_after = error.headers.iter().any(|(n, _)| n == header::RETRY_AFTER);
+        assert_eq!(retry_after, status == StatusCode::SERVICE_UNAVAILABLE);
+    }
+
+    #[test]
+    fn an_unreachable_database_is_503_and_a_bug_is_500() {
+        for error in [
+            sqlx::Error::PoolTimedOut,
+            sqlx::Error::PoolClosed,
+            sqlx::Error::Io(std::io::ErrorKind::ConnectionReset.into()),
+        ] {
+            assert_answer(
+                error,
+                StatusCode::SERVICE_UNAVAILABLE,
+                "database_unavailable",
+            );
+        }
+        for error in [
+            sqlx::Error::RowNotFound,
+            sqlx::Error::ColumnNotFound("amount".into()),
+            sqlx::Error::Protocol("unexpected message".into()),
+        ] {
+            assert_answer(error, StatusCode::INTERNAL_SERVER_ERROR, "internal_error");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_locked_sqlite_database_is_503_and_a_constraint_is_500() {
+        let path = std::env::temp_dir().join(format!("payments-locked-{}.db", std::process::id()));
+        let options = SqliteConnectOptions::new()
+            .filename(&path)
+            .create_if_missing(true);
+        let mut holder = options.connect().await.unwrap();
+        sqlx::query("CREATE TABLE t (x NOT NULL)")
+            .execute(&mut holder)
+            .await
+            .unwrap();
+        sqlx::query("BEGIN EXCLUSIVE")
+            .execute(&mut holder)
+            .await
+            .unwrap();
+        let mut other: SqliteConnection = options
+            .busy_timeout(Duration::ZERO)
+            .connect()
+            .await
+            .unwrap();
+        let busy = sqlx::query("INSERT INTO t VALUES (1)")
+            .execute(&mut other)
+            .await
+            .unwrap_err();
+        assert_answer(
+            busy,
+            StatusCode::SERVICE_UNAVAILABLE,
+            "database_unavailable",
+        );
+        let null = sqlx::query("INSERT INTO t VALUES (NULL)")
+            .execute(&mut holder)
+            .await
+            .unwrap_err();
+        assert_answer(null, StatusCode::INTERNAL_SERVER_ERROR, "internal_error");
+        let _ = (other.close().await, holder.close().await);
+        let _ = std::fs::remove_file(&path);
     }
 }
