@@ -220,6 +220,22 @@ impl Server {
         Call::new(self.addr, "POST", path)
     }
 
+    /// Sends `request` as it is, bytes on the wire, on a connection of its own: for requests
+    /// [`Call`] would not make.
+    pub(crate) async fn raw(&self, request: &[u8]) -> Sent {
+        let what = String::from_utf8_lossy(&request[..request.len().min(60)]).into_owned();
+        let send = async {
+            let mut stream = TcpStream::connect(self.addr).await?;
+            stream.write_all(request).await?;
+            Ok::<_, std::io::Error>(stream)
+        };
+        match tokio::time::timeout(STEP_TIMEOUT, send).await {
+            Ok(Ok(stream)) => Sent { what, stream },
+            Ok(Err(error)) => panic!("{what}: {error}"),
+            Err(_) => panic!("{what}: could not send within {STEP_TIMEOUT:?}"),
+        }
+    }
+
     /// The current value of `idempotency_requests_total` for handler `handler` and `outcome`.
     pub(crate) async fn counter(&self, handler: &str, outcome: &str) -> u64 {
         let metrics = self.get("/metrics").send().await;

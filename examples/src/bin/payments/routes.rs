@@ -6,7 +6,7 @@
 //! stores their writes commit in one transaction with the stored response, so a crash can never
 //! leave a charge, refund or payout without its idempotency record or the other way round.
 
-use axum::extract::{FromRef, Path, RawQuery, State};
+use axum::extract::{DefaultBodyLimit, FromRef, Path, RawQuery, State};
 use axum::http::{Method, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -15,9 +15,9 @@ use idem_runtime::{AnyTx, Idempotency, idempotent};
 
 use crate::auth::Org;
 use crate::db::{self, Db, RefundRefused};
-use crate::error::{ApiError, ApiJson};
+use crate::error::{ApiError, ApiJson, MAX_BODY_BYTES, problems_only, refuse_oversized};
 use crate::model::{
-    CURRENCY, Charge, List, NewCharge, NewPayout, NewRefund, Payout, Refund, new_id, now,
+    CURRENCY, Charge, List, NewCharge, NewPayout, NewRefund, Payout, Refund, is_id, new_id, now,
 };
 use crate::processor::{Authorization, Processor, Unavailable};
 use crate::telemetry::{self, Metrics};
@@ -46,6 +46,9 @@ pub(crate) fn router(state: AppState) -> Router {
         .route("/metrics", get(telemetry::render))
         .fallback(no_route)
         .method_not_allowed_fallback(method_not_allowed)
+        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .layer(axum::middleware::from_fn(refuse_oversized))
+        .layer(axum::middleware::map_response(problems_only))
         .with_state(state)
 }
 
@@ -144,6 +147,9 @@ async fn retrieve_charge(
     org: Org,
     Path(id): Path<String>,
 ) -> Result<Json<Charge>, ApiError> {
+    if !is_id("ch", &id) {
+        return Err(no_such_charge(&id));
+    }
     match db.charge(org.as_str(), &id).await? {
         Some(charge) => Ok(Json(charge)),
         None => Err(no_such_charge(&id)),
@@ -166,6 +172,9 @@ async fn create_refund(
     ApiJson(request): ApiJson<NewRefund>,
 ) -> Result<(StatusCode, Json<Refund>), ApiError> {
     let amount = request.validate()?;
+    if !is_id("ch", &charge_id) {
+        return Err(no_such_charge(&charge_id));
+    }
     let source = db
         .charge_source(org.as_str(), &charge_id)
         .await?
@@ -250,8 +259,14 @@ async fn healthz(State(db): State<Db>) -> Result<Json<serde_json::Value>, ApiErr
     }
 }
 
+/// `404`, naming the charge only if `id` is one this service could have made.
 fn no_such_charge(id: &str) -> ApiError {
-    ApiError::not_found(format!("no such charge: {id}")).member("param", "id")
+    let detail = if is_id("ch", id) {
+        format!("no such charge: {id}")
+    } else {
+        "no such charge: charge ids are `ch_` and 24 letters or digits".to_owned()
+    };
+    ApiError::not_found(detail).member("param", "id")
 }
 
 async fn no_route(method: Method, uri: Uri) -> ApiError {
