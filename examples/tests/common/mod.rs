@@ -24,13 +24,16 @@ pub(crate) use postgres::PgDatabase;
 pub(crate) const STEP_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// Variables the binary reads; cleared so the developer's or CI's environment cannot leak in.
-const SERVICE_VARS: [&str; 7] = [
+const SERVICE_VARS: [&str; 10] = [
     "BIND",
     "DATABASE_URL",
     "IDEM_STORE",
     "REDIS_URL",
     "SLOW_MS",
     "IDEM_LEASE_MS",
+    "HEADER_TIMEOUT_MS",
+    "BODY_TIMEOUT_MS",
+    "MAX_CONNECTIONS",
     "RUST_LOG",
 ];
 

@@ -21,7 +21,16 @@
 //! | `IDEM_STORE` | from `DATABASE_URL` | `memory`, `sqlite`, `postgres` (`redis` is not available yet) |
 //! | `SLOW_MS` | `2000` | how long the `tok_slow` source and the `ba_slow` bank account take |
 //! | `IDEM_LEASE_MS` | `30000` | lease of an in-flight request, renewed while it runs: how soon a retry may take over after a crash |
+//! | `HEADER_TIMEOUT_MS` | `5000` | a connection that has not sent a request head this long after it opened (or after its last response) is closed |
+//! | `BODY_TIMEOUT_MS` | `10000` | a body not fully arrived this long after its head is answered `408 request_body_timeout` |
+//! | `MAX_CONNECTIONS` | `1024` | connections served at once (lowered to fit the open-file limit); more are answered `503 server_busy` with `Retry-After` and closed |
 //! | `RUST_LOG` | `info,sqlx=warn` | log filter |
+//!
+//! Every mutating route runs in atomic mode on the SQL stores: its rows commit with the stored
+//! response, so even SIGKILL cannot leave a charge, refund or payout without its record. Every
+//! error the service answers is `application/problem+json` with a `code` (hyper's bodiless
+//! 400/431 to a request it cannot parse aside); an unreachable database is
+//! `503 database_unavailable` with `Retry-After`.
 //!
 //! # Try it
 //!
@@ -86,6 +95,7 @@ mod error;
 mod model;
 mod processor;
 mod routes;
+mod serve;
 mod store;
 mod telemetry;
 
@@ -157,7 +167,7 @@ async fn run(config: Config) -> Result<(), BoxError> {
     });
 
     let stopping = Arc::new(Notify::new());
-    let server = axum::serve(listener, app).with_graceful_shutdown({
+    let server = serve::serve(listener, app, config.limits, {
         let stopping = stopping.clone();
         async move {
             shutdown_signal().await;
@@ -165,18 +175,17 @@ async fn run(config: Config) -> Result<(), BoxError> {
             stopping.notify_one();
         }
     });
-    let outcome = tokio::select! {
-        served = server => served.map_err(BoxError::from),
+    tokio::select! {
+        () = server => {}
         () = async { stopping.notified().await; tokio::time::sleep(SHUTDOWN_GRACE).await } => {
             tracing::warn!("requests still running {SHUTDOWN_GRACE:?} after the signal; exiting");
-            Ok(())
         }
-    };
+    }
     sweeper.abort();
     upkeep.abort();
     db.close().await;
     tracing::info!("stopped");
-    outcome
+    Ok(())
 }
 
 /// Resolves on SIGINT (Ctrl-C) or SIGTERM.
