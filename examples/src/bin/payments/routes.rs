@@ -215,7 +215,8 @@ async fn create_refund(
 /// Atomic mode: the payout row is written in the engine's transaction, then the bank is asked
 /// to move the money (with a key stable across retries; `ba_slow` takes `SLOW_MS`), and the
 /// row commits with the stored response. A crash at any point leaves neither, so the retry that
-/// takes over pays out once.
+/// takes over pays out once. (On SQLite the transaction holds the database's one write lock
+/// until then, so a `ba_slow` payout makes other writes wait `SLOW_MS`.)
 #[idempotent(scope = "org", key = "required")]
 async fn create_payout(
     State(db): State<Db>,
