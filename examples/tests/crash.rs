@@ -2,13 +2,17 @@
 //! over real processes: `payments` is SIGKILLed while a charge runs,
 //! a new process starts on the same database, and the client's retry with the same key is
 //! answered 409 until the dead owner's lease lapses, then runs the charge once.
+//!
+//! The same for a payout killed after its row was written (atomic mode): the row dies with the
+//! process, so the retry that takes over leaves exactly one payout.
 
 mod common;
 
 use std::os::unix::process::ExitStatusExt;
 use std::time::{Duration, Instant};
 
-use common::{PgDatabase, ScratchDir, Server, charge};
+use common::{Call, PgDatabase, Response, STEP_TIMEOUT, ScratchDir, Server, charge};
+use serde_json::json;
 
 /// How long the charge runs: long enough to be killed mid-way.
 const SLOW_MS: &str = "3000";
@@ -62,23 +66,7 @@ async fn a_retry_after_a_crash_charges_once(database_url: &str) {
     // A new process on the same database: the dead owner's record is still there, in flight.
     let second = server(database_url);
     let request = request.to(&second);
-    let deadline = Instant::now() + TAKEOVER_DEADLINE;
-    let mut conflicts = 0;
-    let created = loop {
-        let response = request.clone().send().await;
-        if response.status != 409 {
-            break response;
-        }
-        response.assert_problem(409, "idempotency_key_in_progress");
-        assert!(response.header("retry-after").is_some());
-        conflicts += 1;
-        assert!(
-            Instant::now() < deadline,
-            "still 409 after {TAKEOVER_DEADLINE:?}: the crashed owner's record was never taken over"
-        );
-        tokio::time::sleep(POLL).await;
-    };
-    eprintln!("409 answers before the takeover: {conflicts}");
+    let (created, conflicts) = retry_until_taken_over(&request).await;
     assert_eq!(created.status, 201, "{}", created.text());
     assert!(
         !created.is_replay(),
@@ -110,6 +98,108 @@ async fn a_retry_after_a_crash_charges_once(database_url: &str) {
         second.counter("create_charge", "in_progress").await,
         conflicts
     );
+}
+
+/// Sends `request` until it is not answered 409 (the dead owner's lease has not lapsed yet);
+/// returns that answer and how many 409s came before it.
+async fn retry_until_taken_over(request: &Call) -> (Response, u64) {
+    let deadline = Instant::now() + TAKEOVER_DEADLINE;
+    let mut conflicts = 0;
+    loop {
+        let response = request.clone().send().await;
+        if response.status != 409 {
+            eprintln!("409 answers before the takeover: {conflicts}");
+            return (response, conflicts);
+        }
+        response.assert_problem(409, "idempotency_key_in_progress");
+        assert!(response.header("retry-after").is_some());
+        conflicts += 1;
+        assert!(
+            Instant::now() < deadline,
+            "still 409 after {TAKEOVER_DEADLINE:?}: the crashed owner's record was never taken over"
+        );
+        tokio::time::sleep(POLL).await;
+    }
+}
+
+/// Waits until the server has printed `line`.
+async fn wait_for_output(server: &Server, line: &str) {
+    let deadline = Instant::now() + STEP_TIMEOUT;
+    while !server.output().contains(line) {
+        assert!(
+            Instant::now() < deadline,
+            "the server never printed {line:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// How many payout rows the database holds, read past the server.
+async fn payout_rows(database_url: &str) -> i64 {
+    use sqlx::Connection;
+    const COUNT: &str = "SELECT COUNT(*) FROM payouts";
+    if database_url.starts_with("sqlite:") {
+        let mut conn = sqlx::SqliteConnection::connect(database_url).await.unwrap();
+        sqlx::query_scalar(COUNT)
+            .fetch_one(&mut conn)
+            .await
+            .unwrap()
+    } else {
+        let mut conn = sqlx::PgConnection::connect(database_url).await.unwrap();
+        sqlx::query_scalar(COUNT)
+            .fetch_one(&mut conn)
+            .await
+            .unwrap()
+    }
+}
+
+/// Kills the server after a payout's row is written, while the bank is still being asked
+/// (`ba_slow`), restarts it on the same database, and retries: one payout row in the end.
+async fn a_payout_killed_mid_way_pays_out_once(database_url: &str) {
+    let mut first = server(database_url);
+    let request = first
+        .post("/v1/payouts")
+        .org("acme")
+        .key("payout-crash-1")
+        .json(&json!({ "amount": 5000, "destination": "ba_slow" }));
+    let in_flight = tokio::spawn(request.clone().start().await.try_response());
+    // Logged after the row is written, before the bank answers.
+    wait_for_output(&first, "sending the payout to the bank").await;
+    let status = first.kill();
+    assert_eq!(status.signal(), Some(SIGKILL), "{status}");
+    let lost = in_flight.await.expect("request task");
+    assert!(
+        lost.is_none(),
+        "the payout answered before the kill: {lost:?}"
+    );
+    drop(first);
+
+    let second = server(database_url);
+    let request = request.to(&second);
+    let (created, _) = retry_until_taken_over(&request).await;
+    assert_eq!(created.status, 201, "{}", created.text());
+    assert!(!created.is_replay(), "the payout ran in the new process");
+    assert_eq!(
+        payout_rows(database_url).await,
+        1,
+        "the killed process's payout row must not survive it"
+    );
+    let replay = request.send().await;
+    assert!(replay.is_replay(), "Idempotent-Replayed: true");
+    assert_eq!(replay.body, created.body);
+    assert_eq!(payout_rows(database_url).await, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_a_payout_killed_mid_way_pays_out_once() {
+    let dir = ScratchDir::new();
+    a_payout_killed_mid_way_pays_out_once(&dir.sqlite_url()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_a_payout_killed_mid_way_pays_out_once() {
+    let database = PgDatabase::create().await;
+    a_payout_killed_mid_way_pays_out_once(&database.url).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -24,13 +24,16 @@ pub(crate) use postgres::PgDatabase;
 pub(crate) const STEP_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// Variables the binary reads; cleared so the developer's or CI's environment cannot leak in.
-const SERVICE_VARS: [&str; 7] = [
+const SERVICE_VARS: [&str; 10] = [
     "BIND",
     "DATABASE_URL",
     "IDEM_STORE",
     "REDIS_URL",
     "SLOW_MS",
     "IDEM_LEASE_MS",
+    "HEADER_TIMEOUT_MS",
+    "BODY_TIMEOUT_MS",
+    "MAX_CONNECTIONS",
     "RUST_LOG",
 ];
 
@@ -226,6 +229,22 @@ impl Server {
 
     pub(crate) fn post(&self, path: &str) -> Call {
         Call::new(self.addr, "POST", path)
+    }
+
+    /// Sends `request` as it is, bytes on the wire, on a connection of its own: for requests
+    /// [`Call`] would not make.
+    pub(crate) async fn raw(&self, request: &[u8]) -> Sent {
+        let what = String::from_utf8_lossy(&request[..request.len().min(60)]).into_owned();
+        let send = async {
+            let mut stream = TcpStream::connect(self.addr).await?;
+            stream.write_all(request).await?;
+            Ok::<_, std::io::Error>(stream)
+        };
+        match tokio::time::timeout(STEP_TIMEOUT, send).await {
+            Ok(Ok(stream)) => Sent { what, stream },
+            Ok(Err(error)) => panic!("{what}: {error}"),
+            Err(_) => panic!("{what}: could not send within {STEP_TIMEOUT:?}"),
+        }
     }
 
     /// The current value of `idempotency_requests_total` for handler `handler` and `outcome`.

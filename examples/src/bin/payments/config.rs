@@ -1,8 +1,11 @@
 //! Configuration from the environment: `BIND`, `DATABASE_URL`, `IDEM_STORE`, `REDIS_URL`,
-//! `SLOW_MS`, `IDEM_LEASE_MS`. Everything has a default, so `cargo run` needs no set-up.
+//! `SLOW_MS`, `IDEM_LEASE_MS`, `HEADER_TIMEOUT_MS`, `BODY_TIMEOUT_MS`, `MAX_CONNECTIONS`.
+//! Everything has a default, so `cargo run` needs no set-up.
 
 use std::fmt;
 use std::time::Duration;
+
+use crate::serve::Limits;
 
 /// Where the service listens when `BIND` is unset.
 const DEFAULT_BIND: &str = "127.0.0.1:3000";
@@ -11,6 +14,9 @@ const DEFAULT_DATABASE_URL: &str = "sqlite://payments.db";
 const DEFAULT_REDIS_URL: &str = "redis://127.0.0.1:6379";
 const DEFAULT_SLOW_MS: u64 = 2000;
 const DEFAULT_LEASE_MS: u64 = 30_000;
+const DEFAULT_HEADER_TIMEOUT_MS: u64 = 5_000;
+const DEFAULT_BODY_TIMEOUT_MS: u64 = 10_000;
+const DEFAULT_MAX_CONNECTIONS: usize = 1024;
 
 /// The service's settings, read once at start-up.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -28,6 +34,8 @@ pub(crate) struct Config {
     /// `IDEM_LEASE_MS`: how long an in-flight record stays owned without a renewal, i.e. how
     /// soon after a crash a retry may take the request over.
     pub(crate) lease: Duration,
+    /// `HEADER_TIMEOUT_MS`, `BODY_TIMEOUT_MS`, `MAX_CONNECTIONS`: what a client may hold.
+    pub(crate) limits: Limits,
 }
 
 /// The SQL databases app data can live in.
@@ -73,6 +81,9 @@ pub(crate) enum ConfigError {
     SlowMs(String),
     /// `IDEM_LEASE_MS` is not a positive whole number of milliseconds.
     LeaseMs(String),
+    /// A limit (`HEADER_TIMEOUT_MS`, `BODY_TIMEOUT_MS`, `MAX_CONNECTIONS`) is not a positive
+    /// whole number.
+    Limit { name: &'static str, value: String },
 }
 
 impl fmt::Display for ConfigError {
@@ -107,6 +118,9 @@ impl fmt::Display for ConfigError {
                 f,
                 "IDEM_LEASE_MS must be a positive whole number of milliseconds, got `{value}`"
             ),
+            Self::Limit { name, value } => {
+                write!(f, "{name} must be a positive whole number, got `{value}`")
+            }
         }
     }
 }
@@ -165,6 +179,23 @@ impl Config {
                 _ => return Err(ConfigError::LeaseMs(ms)),
             },
         };
+        let limit = |name: &'static str, default: u64| match var(name) {
+            None => Ok(default),
+            Some(value) => match value.trim().parse() {
+                Ok(n) if n > 0 => Ok(n),
+                _ => Err(ConfigError::Limit { name, value }),
+            },
+        };
+        let limits = Limits {
+            header_timeout: Duration::from_millis(limit(
+                "HEADER_TIMEOUT_MS",
+                DEFAULT_HEADER_TIMEOUT_MS,
+            )?),
+            body_timeout: Duration::from_millis(limit("BODY_TIMEOUT_MS", DEFAULT_BODY_TIMEOUT_MS)?),
+            max_connections: limit("MAX_CONNECTIONS", DEFAULT_MAX_CONNECTIONS as u64)?
+                .try_into()
+                .unwrap_or(usize::MAX),
+        };
         Ok(Self {
             bind,
             database_url,
@@ -172,6 +203,7 @@ impl Config {
             store,
             slow,
             lease,
+            limits,
         })
     }
 }
@@ -213,6 +245,27 @@ mod tests {
         assert_eq!(c.store, StoreKind::Sqlite);
         assert_eq!(c.slow, Duration::from_millis(2000));
         assert_eq!(c.lease, Duration::from_secs(30));
+        assert_eq!(
+            c.limits,
+            Limits {
+                header_timeout: Duration::from_secs(5),
+                body_timeout: Duration::from_secs(10),
+                max_connections: 1024,
+            }
+        );
+    }
+
+    #[test]
+    fn the_limits_are_configurable() {
+        let c = config(&[
+            ("HEADER_TIMEOUT_MS", "250"),
+            ("BODY_TIMEOUT_MS", "750"),
+            ("MAX_CONNECTIONS", "4"),
+        ])
+        .unwrap();
+        assert_eq!(c.limits.header_timeout, Duration::from_millis(250));
+        assert_eq!(c.limits.body_timeout, Duration::from_millis(750));
+        assert_eq!(c.limits.max_connections, 4);
     }
 
     #[test]
@@ -252,6 +305,9 @@ mod tests {
             (&[("SLOW_MS", "fast")][..], "SLOW_MS"),
             (&[("IDEM_LEASE_MS", "0")][..], "IDEM_LEASE_MS"),
             (&[("IDEM_LEASE_MS", "1.5s")][..], "IDEM_LEASE_MS"),
+            (&[("HEADER_TIMEOUT_MS", "0")][..], "HEADER_TIMEOUT_MS"),
+            (&[("BODY_TIMEOUT_MS", "-1")][..], "BODY_TIMEOUT_MS"),
+            (&[("MAX_CONNECTIONS", "many")][..], "MAX_CONNECTIONS"),
             (
                 &[
                     ("IDEM_STORE", "postgres"),

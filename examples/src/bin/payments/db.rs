@@ -309,22 +309,6 @@ impl Db {
         tx.commit().await?;
         Ok(refund)
     }
-
-    /// Records a payout.
-    pub(crate) async fn insert_payout(&self, org: &str, payout: &Payout) -> sqlx::Result<()> {
-        each_backend!(self, Db, pool => {
-            sqlx::query(INSERT_PAYOUT)
-                .bind(&payout.id)
-                .bind(org)
-                .bind(payout.amount)
-                .bind(payout.currency)
-                .bind(payout.status)
-                .bind(payout.created)
-                .execute(pool)
-                .await
-                .map(drop)
-        })
-    }
 }
 
 /// The refund's checks and writes on `conn`, inside a transaction the caller commits: its own
@@ -446,6 +430,22 @@ pub(crate) async fn insert_charge(
             .bind(source)
             .bind(&charge.description)
             .bind(charge.created)
+            .execute(c)
+            .await
+            .map(drop)
+    })
+}
+
+/// Records a payout of `org` on any [`Conn`] (in atomic mode, the engine's transaction).
+pub(crate) async fn insert_payout(conn: Conn<'_>, org: &str, payout: &Payout) -> sqlx::Result<()> {
+    each_backend!(conn, Conn, c => {
+        sqlx::query(INSERT_PAYOUT)
+            .bind(&payout.id)
+            .bind(org)
+            .bind(payout.amount)
+            .bind(payout.currency)
+            .bind(payout.status)
+            .bind(payout.created)
             .execute(c)
             .await
             .map(drop)

@@ -19,9 +19,18 @@
 //! | `BIND` | `127.0.0.1:3000` | listen address |
 //! | `DATABASE_URL` | `sqlite://payments.db` | app data, and the idempotency store unless `IDEM_STORE` says otherwise |
 //! | `IDEM_STORE` | from `DATABASE_URL` | `memory`, `sqlite`, `postgres` (`redis` is not available yet) |
-//! | `SLOW_MS` | `2000` | how long the `tok_slow` source takes |
+//! | `SLOW_MS` | `2000` | how long the `tok_slow` source and the `ba_slow` bank account take |
 //! | `IDEM_LEASE_MS` | `30000` | lease of an in-flight request, renewed while it runs: how soon a retry may take over after a crash |
+//! | `HEADER_TIMEOUT_MS` | `5000` | a connection that has not sent a request head this long after it opened (or after its last response) is closed |
+//! | `BODY_TIMEOUT_MS` | `10000` | a body not fully arrived this long after its head is answered `408 request_body_timeout` |
+//! | `MAX_CONNECTIONS` | `1024` | connections served at once (lowered to fit the open-file limit); more are answered `503 server_busy` with `Retry-After` and closed |
 //! | `RUST_LOG` | `info,sqlx=warn` | log filter |
+//!
+//! Every mutating route runs in atomic mode on the SQL stores: its rows commit with the stored
+//! response, so even SIGKILL cannot leave a charge, refund or payout without its record. Every
+//! error the service answers is `application/problem+json` with a `code` (hyper's bodiless
+//! 400/431 to a request it cannot parse aside); an unreachable database is
+//! `503 database_unavailable` with `Retry-After`.
 //!
 //! # Try it
 //!
@@ -62,8 +71,11 @@
 //! curl -i localhost:3000/v1/charges/ch_.../refunds "${H[@]}" -H 'Idempotency-Key: refund-1' \
 //!   -d '{"amount": 500}'
 //!
-//! # Payouts require a key: without one, 400 idempotency_key_missing.
+//! # Payouts require a key: without one, 400 idempotency_key_missing. To `ba_slow`, the bank
+//! # takes SLOW_MS: kill the server meanwhile, restart it, retry: still one payout.
 //! curl -i localhost:3000/v1/payouts "${H[@]}" -H 'Idempotency-Key: payout-1' -d '{"amount": 1000}'
+//! curl -i localhost:3000/v1/payouts "${H[@]}" -H 'Idempotency-Key: payout-2' \
+//!   -d '{"amount": 1000, "destination": "ba_slow"}'
 //!
 //! # `idempotency_requests_total{endpoint, outcome}` and friends.
 //! curl -s localhost:3000/metrics
@@ -88,6 +100,7 @@ mod model;
 mod openapi;
 mod processor;
 mod routes;
+mod serve;
 mod store;
 mod telemetry;
 
@@ -159,7 +172,7 @@ async fn run(config: Config) -> Result<(), BoxError> {
     });
 
     let stopping = Arc::new(Notify::new());
-    let server = axum::serve(listener, app).with_graceful_shutdown({
+    let server = serve::serve(listener, app, config.limits, {
         let stopping = stopping.clone();
         async move {
             shutdown_signal().await;
@@ -167,18 +180,17 @@ async fn run(config: Config) -> Result<(), BoxError> {
             stopping.notify_one();
         }
     });
-    let outcome = tokio::select! {
-        served = server => served.map_err(BoxError::from),
+    tokio::select! {
+        () = server => {}
         () = async { stopping.notified().await; tokio::time::sleep(SHUTDOWN_GRACE).await } => {
             tracing::warn!("requests still running {SHUTDOWN_GRACE:?} after the signal; exiting");
-            Ok(())
         }
-    };
+    }
     sweeper.abort();
     upkeep.abort();
     db.close().await;
     tracing::info!("stopped");
-    outcome
+    Ok(())
 }
 
 /// Resolves on SIGINT (Ctrl-C) or SIGTERM.

@@ -5,8 +5,8 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use crate::error::ApiError;
-use crate::processor::Source;
+use crate::error::{ApiError, quote};
+use crate::processor::{Destination, Source};
 
 /// The only currency this example settles in.
 pub(crate) const CURRENCY: &str = "usd";
@@ -114,15 +114,15 @@ impl NewCharge {
         if self.currency != CURRENCY {
             return Err(ApiError::invalid(
                 "currency",
-                format!("unsupported currency `{}`: use `usd`", self.currency),
+                format!("unsupported currency {}: use `usd`", quote(&self.currency)),
             ));
         }
         let source = Source::parse(&self.source).ok_or_else(|| {
             ApiError::invalid(
                 "source",
                 format!(
-                    "unknown source `{}`: use one of {}",
-                    self.source,
+                    "unknown source {}: use one of {}",
+                    quote(&self.source),
                     Source::TOKENS.join(", ")
                 ),
             )
@@ -135,6 +135,13 @@ impl NewCharge {
             return Err(ApiError::invalid(
                 "description",
                 "description is longer than 1000 characters",
+            ));
+        }
+        // PostgreSQL cannot store NUL in text; nothing legitimate needs it.
+        if self.description.as_ref().is_some_and(|d| d.contains('\0')) {
+            return Err(ApiError::invalid(
+                "description",
+                "description must not contain NUL (\\u0000)",
             ));
         }
         Ok(ChargeRequest {
@@ -163,19 +170,43 @@ impl NewRefund {
     }
 }
 
-/// `POST /v1/payouts`.
+/// `POST /v1/payouts`: without a destination, the org's default bank account (`ba_default`).
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct NewPayout {
     /// In cents.
     #[schema(minimum = 1)]
     amount: i64,
+    /// `ba_default` (the default) or `ba_slow`, a bank that takes `SLOW_MS`.
+    destination: Option<String>,
+}
+
+/// A validated [`NewPayout`].
+#[derive(Debug)]
+pub(crate) struct PayoutRequest {
+    pub(crate) amount: i64,
+    pub(crate) destination: Destination,
 }
 
 impl NewPayout {
-    pub(crate) fn validate(self) -> Result<i64, ApiError> {
+    pub(crate) fn validate(self) -> Result<PayoutRequest, ApiError> {
         positive("amount", self.amount)?;
-        Ok(self.amount)
+        let destination = match self.destination.as_deref() {
+            None => Destination::Default,
+            Some(account) => Destination::parse(account).ok_or_else(|| {
+                ApiError::invalid(
+                    "destination",
+                    format!(
+                        "unknown destination: use one of {}",
+                        Destination::ACCOUNTS.join(", ")
+                    ),
+                )
+            })?,
+        };
+        Ok(PayoutRequest {
+            amount: self.amount,
+            destination,
+        })
     }
 }
 
@@ -197,6 +228,14 @@ pub(crate) fn new_id(prefix: &str) -> String {
     id.push('_');
     id.extend(std::iter::repeat_with(fastrand::alphanumeric).take(24));
     id
+}
+
+/// Whether `id` can be an id [`new_id`] made with `prefix`. Anything else names no object and
+/// is answered without a query (PostgreSQL rejects NUL in text; an error would echo it).
+pub(crate) fn is_id(prefix: &str, id: &str) -> bool {
+    id.strip_prefix(prefix)
+        .and_then(|rest| rest.strip_prefix('_'))
+        .is_some_and(|rest| rest.len() == 24 && rest.bytes().all(|b| b.is_ascii_alphanumeric()))
 }
 
 /// The current time in Unix seconds.
@@ -253,5 +292,45 @@ mod tests {
         assert!(id.starts_with("ch_"));
         assert!(id[3..].bytes().all(|b| b.is_ascii_alphanumeric()));
         assert_ne!(id, new_id("ch"));
+        assert!(is_id("ch", &id));
+        let nul = format!("{}\0", &id[..26]);
+        for other in [&id[..26], &id[1..], &nul, "ch_", "", &format!("{id}a")] {
+            assert!(!is_id("ch", other), "{other:?}");
+        }
+        assert!(!is_id("re", &id));
+    }
+
+    #[test]
+    fn strings_with_nul_are_refused_and_errors_quote_little() {
+        let err = charge(
+            r#"{"amount": 5, "currency": "usd", "source": "tok_visa", "description": "a\u0000b"}"#,
+        )
+        .unwrap_err();
+        assert_eq!(err.extra("param"), Some(&"description".into()));
+        let long = "x".repeat(100_000);
+        for field in ["currency", "source"] {
+            let mut body =
+                serde_json::json!({"amount": 5, "currency": "usd", "source": "tok_visa"});
+            body[field] = long.clone().into();
+            let err = serde_json::from_value::<NewCharge>(body)
+                .unwrap()
+                .validate()
+                .unwrap_err();
+            assert_eq!(err.extra("param"), Some(&field.into()));
+            assert!(err.detail().len() < 200, "{}", err.detail());
+        }
+    }
+
+    #[test]
+    fn payouts_go_to_a_known_destination() {
+        let payout = |json| serde_json::from_str::<NewPayout>(json).unwrap().validate();
+        assert_eq!(
+            payout(r#"{"amount": 5}"#).unwrap().destination,
+            Destination::Default
+        );
+        let slow = payout(r#"{"amount": 5, "destination": "ba_slow"}"#).unwrap();
+        assert_eq!((slow.amount, slow.destination), (5, Destination::Slow));
+        let err = payout(r#"{"amount": 5, "destination": "ba_elsewhere"}"#).unwrap_err();
+        assert_eq!(err.extra("param"), Some(&"destination".into()));
     }
 }

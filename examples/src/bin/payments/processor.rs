@@ -1,5 +1,5 @@
-//! A stand-in card processor with Stripe-style test sources, so every idempotency outcome can be
-//! provoked from curl.
+//! A stand-in card processor with Stripe-style test sources and bank accounts, so every
+//! idempotency outcome can be provoked from curl.
 
 use std::time::Duration;
 
@@ -44,6 +44,27 @@ impl Source {
     }
 }
 
+/// A bank account a payout may go to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Destination {
+    /// `ba_default` (or no `destination`): the bank accepts the transfer at once.
+    Default,
+    /// `ba_slow`: the bank takes `SLOW_MS` to accept the transfer.
+    Slow,
+}
+
+impl Destination {
+    pub(crate) const ACCOUNTS: [&'static str; 2] = ["ba_default", "ba_slow"];
+
+    pub(crate) fn parse(account: &str) -> Option<Self> {
+        match account {
+            "ba_default" => Some(Self::Default),
+            "ba_slow" => Some(Self::Slow),
+            _ => None,
+        }
+    }
+}
+
 /// The processor's answer to a charge.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Authorization {
@@ -83,6 +104,17 @@ impl Processor {
     /// stored with the charge).
     pub(crate) async fn refund(&self, source_token: &str) {
         if Source::parse(source_token) == Some(Source::Slow) {
+            tokio::time::sleep(self.slow).await;
+        }
+    }
+
+    /// Asks the bank to move a payout to `destination`. `key` is the bank's idempotency key:
+    /// the same on every retry of the request, so a retry after a crash transfers once.
+    pub(crate) async fn pay_out(&self, destination: Destination, key: Option<&str>) {
+        if let Some(key) = key {
+            tracing::debug!(bank_idempotency_key = %key, "paying out");
+        }
+        if destination == Destination::Slow {
             tokio::time::sleep(self.slow).await;
         }
     }

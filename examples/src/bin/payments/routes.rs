@@ -2,11 +2,11 @@
 //!
 //! The three mutating routes are `#[idempotent]`; each shows one policy: charges reject an
 //! in-flight duplicate with 409, refunds make the duplicate wait for the first answer, payouts
-//! refuse to run without a key. Charges and refunds run in atomic mode (an `AnyTx` parameter):
-//! on the SQL stores their writes commit in one transaction with the stored response, so a crash
-//! can never leave a charge without its idempotency record or the other way round.
+//! refuse to run without a key. All three run in atomic mode (an `AnyTx` parameter): on the SQL
+//! stores their writes commit in one transaction with the stored response, so a crash can never
+//! leave a charge, refund or payout without its idempotency record or the other way round.
 
-use axum::extract::{FromRef, Path, RawQuery, State};
+use axum::extract::{DefaultBodyLimit, FromRef, Path, RawQuery, State};
 use axum::http::{Method, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
@@ -18,9 +18,9 @@ use utoipa_axum::{router::OpenApiRouter, routes};
 
 use crate::auth::Org;
 use crate::db::{self, Db, RefundRefused};
-use crate::error::{ApiError, ApiJson};
+use crate::error::{ApiError, ApiJson, MAX_BODY_BYTES, problems_only, refuse_oversized};
 use crate::model::{
-    CURRENCY, Charge, List, NewCharge, NewPayout, NewRefund, Payout, Refund, new_id, now,
+    CURRENCY, Charge, List, NewCharge, NewPayout, NewRefund, Payout, Refund, is_id, new_id, now,
 };
 use crate::openapi::ApiDoc;
 use crate::processor::{Authorization, Processor, Unavailable};
@@ -54,6 +54,9 @@ pub(crate) fn router(state: AppState) -> Router {
         .route("/openapi.json", get(move || async move { document }))
         .fallback(no_route)
         .method_not_allowed_fallback(method_not_allowed)
+        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .layer(axum::middleware::from_fn(refuse_oversized))
+        .layer(axum::middleware::map_response(problems_only))
         .with_state(state)
 }
 
@@ -186,6 +189,9 @@ async fn retrieve_charge(
     org: Org,
     Path(id): Path<String>,
 ) -> Result<Json<Charge>, ApiError> {
+    if !is_id("ch", &id) {
+        return Err(no_such_charge(&id));
+    }
     match db.charge(org.as_str(), &id).await? {
         Some(charge) => Ok(Json(charge)),
         None => Err(no_such_charge(&id)),
@@ -221,6 +227,9 @@ async fn create_refund(
     ApiJson(request): ApiJson<NewRefund>,
 ) -> Result<(StatusCode, Json<Refund>), ApiError> {
     let amount = request.validate()?;
+    if !is_id("ch", &charge_id) {
+        return Err(no_such_charge(&charge_id));
+    }
     let source = db
         .charge_source(org.as_str(), &charge_id)
         .await?
@@ -257,6 +266,12 @@ async fn create_refund(
 
 /// `POST /v1/payouts`: moving money out is never done without a key (`key = "required"`), so a
 /// client cannot pay out twice by retrying.
+///
+/// Atomic mode: the payout row is written in the engine's transaction, then the bank is asked
+/// to move the money (with a key stable across retries; `ba_slow` takes `SLOW_MS`), and the
+/// row commits with the stored response. A crash at any point leaves neither, so the retry that
+/// takes over pays out once. (On SQLite the transaction holds the database's one write lock
+/// until then, so a `ba_slow` payout makes other writes wait `SLOW_MS`.)
 #[utoipa::path(post, path = "/v1/payouts", tag = "payouts", security(("api_key" = [])),
     request_body = NewPayout,
     responses(
@@ -270,20 +285,26 @@ async fn create_refund(
 #[idempotent(scope = "org", key = "required")]
 async fn create_payout(
     State(db): State<Db>,
+    State(processor): State<Processor>,
     org: Org,
+    mut tx: AnyTx,
     ApiJson(request): ApiJson<NewPayout>,
 ) -> Result<(StatusCode, Json<Payout>), ApiError> {
-    let amount = request.validate()?;
+    let request = request.validate()?;
     let payout = Payout {
         id: new_id("po"),
         object: "payout",
-        amount,
+        amount: request.amount,
         currency: CURRENCY,
         status: "pending",
         created: now(),
     };
-    db.insert_payout(org.as_str(), &payout).await?;
-    tracing::info!(payout = %payout.id, org = org.as_str(), amount, "payout recorded");
+    let mut writer = db.writer(&mut tx).await?;
+    db::insert_payout(writer.conn(), org.as_str(), &payout).await?;
+    drop(writer);
+    tracing::info!(payout = %payout.id, org = org.as_str(), amount = payout.amount, "sending the payout to the bank");
+    let key = tx.downstream_key("payout");
+    processor.pay_out(request.destination, key.as_deref()).await;
     Ok((StatusCode::CREATED, Json(payout)))
 }
 
@@ -320,8 +341,14 @@ async fn metrics(state: State<Metrics>) -> impl IntoResponse {
     telemetry::render(state).await
 }
 
+/// `404`, naming the charge only if `id` is one this service could have made.
 fn no_such_charge(id: &str) -> ApiError {
-    ApiError::not_found(format!("no such charge: {id}")).member("param", "id")
+    let detail = if is_id("ch", id) {
+        format!("no such charge: {id}")
+    } else {
+        "no such charge: charge ids are `ch_` and 24 letters or digits".to_owned()
+    };
+    ApiError::not_found(detail).member("param", "id")
 }
 
 async fn no_route(method: Method, uri: Uri) -> ApiError {
