@@ -247,6 +247,35 @@ async fn a_streamed_body_over_the_limit_is_413_and_claims_nothing() {
 }
 
 #[tokio::test]
+async fn by_default_records_live_24_hours_and_bodies_may_be_2_mib() {
+    let app = app(|layer| layer);
+    app.send(post_as("/items", Some("k"), "a")).await;
+    app.clock.advance(Duration::from_secs(24 * 60 * 60 - 1));
+    assert!(app.send(post_as("/items", Some("k"), "a")).await.replayed);
+    app.clock.advance(Duration::from_secs(2));
+    assert!(!app.send(post_as("/items", Some("k"), "a")).await.replayed);
+
+    let declared = |len: usize| {
+        let (body, read) = probe(0);
+        let request = http::Request::post("/items")
+            .header("idempotency-key", format!("len-{len}"))
+            .header("content-length", len.to_string())
+            .body(body)
+            .unwrap();
+        (request, read)
+    };
+    let (request, read) = declared(2 * 1024 * 1024 + 1);
+    assert_eq!(
+        app.send(request).await.status,
+        StatusCode::PAYLOAD_TOO_LARGE
+    );
+    assert!(!read.load(Ordering::SeqCst));
+    let (request, read) = declared(2 * 1024 * 1024);
+    assert_eq!(app.send(request).await.status, StatusCode::CREATED);
+    assert!(read.load(Ordering::SeqCst), "read and fingerprinted");
+}
+
+#[tokio::test]
 async fn routes_override_the_ttl_and_the_scope() {
     let app = app(|layer| {
         layer
@@ -326,11 +355,20 @@ async fn rejection_statuses_release_the_key_and_other_client_errors_are_stored()
 
     let app = self::app(|layer| layer.rejections([]));
     app.send(post_as("/status/422", Some("k"), "a")).await;
-    assert!(
-        app.send(post_as("/status/422", Some("k"), "a"))
-            .await
-            .replayed
-    );
+    let retry = app.send(post_as("/status/422", Some("k"), "a")).await;
+    assert!(retry.replayed, "every 4xx is stored");
+
+    let app = self::app(|layer| layer.route("/status/{code}", |route| route.rejections([])));
+    app.send(post_as("/status/400", Some("k"), "a")).await;
+    let retry = app.send(post_as("/status/400", Some("k"), "a")).await;
+    assert!(retry.replayed, "per route too");
+}
+
+#[tokio::test]
+async fn requests_no_route_matched_are_left_alone() {
+    let app = app(|layer| layer.key(KeyMode::Required));
+    let reply = app.send(post_as("/nowhere", None, "a")).await;
+    assert_eq!(reply.status, StatusCode::NOT_FOUND, "the router's answer");
 }
 
 #[test]
