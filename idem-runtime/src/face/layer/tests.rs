@@ -69,9 +69,10 @@ fn app(configure: impl FnOnce(IdempotencyLayer) -> IdempotencyLayer) -> App {
         .patch(handler)
         .delete(handler)
         .get(handler);
+    // `route_layer` works as `layer` does: both run after routing.
     let api = Router::new()
         .route("/nested", post(handler))
-        .layer(layer.clone());
+        .route_layer(layer.clone());
     let router = Router::new()
         .route("/items", every)
         .route("/short", post(handler))
