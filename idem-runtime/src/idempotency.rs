@@ -161,6 +161,11 @@ impl Idempotency {
         response
     }
 
+    /// Whether requests can be scoped by `scope`: `"global"`, or a scope with a resolver.
+    pub(crate) fn has_scope(&self, scope: &str) -> bool {
+        scope == GLOBAL_SCOPE || self.inner.scopes.contains_key(scope)
+    }
+
     /// The principal for `scope`: `Ok(None)` when the request has none, `Err(())` when the
     /// scope has no resolver at all (only possible for endpoints the start-up checks skipped).
     pub(crate) fn resolve_scope(&self, scope: &str, parts: &Parts) -> Result<Option<String>, ()> {

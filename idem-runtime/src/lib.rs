@@ -26,6 +26,7 @@
 //!
 //! # Where things are
 //! - [`idempotent`]: the attribute and its arguments.
+//! - [`IdempotencyLayer`]: the tower layer, for every mutating route of a router at once.
 //! - [`Idempotency`]: the engine, built with [`Builder`]: store, scopes, header name, limits.
 //! - [`store`]: the [`Store`](store::Store) trait and the memory, SQLite and PostgreSQL stores.
 //! - [`Rejection`]: the `application/problem+json` answers the engine gives itself.
@@ -65,6 +66,7 @@ pub use crate::core::error::{KeyError, StoreError};
 pub use crate::core::fingerprint::{Fingerprint, canonical_json};
 pub use crate::core::key::{IdempotencyKey, MAX_KEY_LEN, RecordKey};
 pub use crate::face::endpoint::{AtomicNeed, Endpoint, GLOBAL_SCOPE, InFlightMode, KeyMode};
+pub use crate::face::layer::{IdempotencyLayer, IdempotencyService, RouteSettings};
 #[cfg(all(feature = "sqlite", feature = "postgres"))]
 #[cfg_attr(docsrs, doc(cfg(all(feature = "sqlite", feature = "postgres"))))]
 pub use crate::face::tx::AnyTx;

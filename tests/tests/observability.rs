@@ -1,5 +1,6 @@
-//! Metrics and logs: `idempotency_requests_total{endpoint, outcome}` counts every outcome, and
-//! the client's key never appears in logs, only its hash.
+//! Metrics and logs: `idempotency_requests_total{endpoint, outcome}` counts every outcome, the
+//! same way through the attribute and the layer, and the client's key never appears in logs,
+//! only its hash.
 //!
 //! One test in this binary, because it installs the process-wide recorder and subscriber.
 
@@ -11,15 +12,30 @@ use axum::http::{Request, StatusCode};
 use axum::routing::post;
 use axum::{Json, Router};
 use idem_runtime::store::MemoryStore;
-use idem_runtime::{Idempotency, idempotent};
+use idem_runtime::{Idempotency, KeyMode, idempotent};
 use metrics_exporter_prometheus::PrometheusBuilder;
 use serde_json::Value;
 use tower::ServiceExt;
 
-#[idempotent(scope = "global", key = "required")]
-async fn create(Json(body): Json<Value>) -> (StatusCode, Json<Value>) {
+async fn plain_create(Json(body): Json<Value>) -> (StatusCode, Json<Value>) {
     let status = body["status"].as_u64().unwrap_or(201) as u16;
     (StatusCode::from_u16(status).unwrap(), Json(body))
+}
+
+#[idempotent(scope = "global", key = "required")]
+async fn create(body: Json<Value>) -> (StatusCode, Json<Value>) {
+    plain_create(body).await
+}
+
+/// `/create` under the attribute, `/layered` under a layer with the same settings.
+fn router(idem: Idempotency) -> Router {
+    let layered = Router::new()
+        .route("/layered", post(plain_create))
+        .layer(idem.layer().key(KeyMode::Required));
+    Router::new()
+        .route("/create", post(create))
+        .with_state(idem)
+        .merge(layered)
 }
 
 #[derive(Clone, Default)]
@@ -37,8 +53,8 @@ impl Write for Captured {
 
 const SECRET: &str = "secret-key-7f3a9c";
 
-fn request(key: Option<&str>, body: &str) -> Request<Body> {
-    let mut builder = Request::post("/create").header("content-type", "application/json");
+fn request(uri: &str, key: Option<&str>, body: &str) -> Request<Body> {
+    let mut builder = Request::post(uri).header("content-type", "application/json");
     if let Some(key) = key {
         builder = builder.header("idempotency-key", key);
     }
@@ -59,79 +75,90 @@ async fn counts_every_outcome_and_never_logs_the_key() {
         .finish();
     tracing::subscriber::set_global_default(subscriber).unwrap();
 
-    let idem = Idempotency::builder()
-        .store(MemoryStore::new())
-        .build()
-        .unwrap();
-    let app = Router::new()
-        .route("/create", post(create))
-        .with_state(idem);
-    let send = |req: Request<Body>| {
-        let app = app.clone();
-        async move { app.oneshot(req).await.unwrap().status() }
-    };
+    let app = router(
+        Idempotency::builder()
+            .store(MemoryStore::new())
+            .build()
+            .unwrap(),
+    );
+    let full = router(
+        Idempotency::builder()
+            .store(MemoryStore::with_capacity(1))
+            .build()
+            .unwrap(),
+    );
+    for uri in ["/create", "/layered"] {
+        let send = |key: Option<&str>, body: &str| {
+            let app = app.clone();
+            let request = request(uri, key, body);
+            async move { app.oneshot(request).await.unwrap().status() }
+        };
+        assert_eq!(send(Some(SECRET), "{}").await, StatusCode::CREATED); // executed
+        assert_eq!(send(Some(SECRET), "{}").await, StatusCode::CREATED); // replayed
+        assert_eq!(
+            send(Some(SECRET), r#"{"a":1}"#).await,
+            StatusCode::UNPROCESSABLE_ENTITY
+        ); // reused
+        assert_eq!(send(None, "{}").await, StatusCode::BAD_REQUEST); // invalid: missing
+        assert_eq!(send(Some("bad key"), "{}").await, StatusCode::BAD_REQUEST); // invalid
+        let released = send(Some("other-secret-1234"), r#"{"status":500}"#);
+        assert_eq!(released.await, StatusCode::INTERNAL_SERVER_ERROR); // released
+        // Malformed JSON: the attribute never claims; the layer claims and releases.
+        assert_eq!(
+            send(Some("malformed-secret-9b2e"), "{").await,
+            StatusCode::BAD_REQUEST
+        );
 
-    assert_eq!(send(request(Some(SECRET), "{}")).await, StatusCode::CREATED); // executed
-    assert_eq!(send(request(Some(SECRET), "{}")).await, StatusCode::CREATED); // replayed
-    assert_eq!(
-        send(request(Some(SECRET), r#"{"a":1}"#)).await,
-        StatusCode::UNPROCESSABLE_ENTITY
-    ); // reused
-    assert_eq!(send(request(None, "{}")).await, StatusCode::BAD_REQUEST); // invalid: missing
-    assert_eq!(
-        send(request(Some("bad key"), "{}")).await,
-        StatusCode::BAD_REQUEST
-    ); // invalid
-    let released = request(Some("other-secret-1234"), r#"{"status":500}"#);
-    assert_eq!(send(released).await, StatusCode::INTERNAL_SERVER_ERROR); // released
-
-    // A store that refuses claims (a full memory store): `store_error`, answered 503.
-    let full = Idempotency::builder()
-        .store(MemoryStore::with_capacity(1))
-        .build()
-        .unwrap();
-    let full = Router::new()
-        .route("/create", post(create))
-        .with_state(full);
-    let mut refused = 0;
-    for i in 0..=32 {
-        let status = full
-            .clone()
-            .oneshot(request(Some(&format!("fill-{i}")), "{}"))
-            .await
-            .unwrap()
-            .status();
-        if status == StatusCode::SERVICE_UNAVAILABLE {
-            refused += 1;
-            break;
+        // A store that refuses claims (a full memory store): `store_error`, answered 503.
+        let mut refused = 0;
+        for i in 0..=32 {
+            let status = full
+                .clone()
+                .oneshot(request(uri, Some(&format!("fill-{i}")), "{}"))
+                .await
+                .unwrap()
+                .status();
+            if status == StatusCode::SERVICE_UNAVAILABLE {
+                refused += 1;
+                break;
+            }
         }
+        assert_eq!(refused, 1, "the 1-record store filled up");
     }
-    assert_eq!(refused, 1, "one shard of the 1-record store filled up");
 
     let text = metrics.render();
-    let count = |outcome: &str| -> u64 {
-        let needle = format!("outcome=\"{outcome}\"");
+    let count = |endpoint: &str, outcome: &str| -> u64 {
+        let endpoint = format!("endpoint=\"{endpoint}\"");
+        let outcome = format!("outcome=\"{outcome}\"");
         text.lines()
-            .find(|l| l.starts_with("idempotency_requests_total{") && l.contains(&needle))
+            .find(|l| {
+                l.starts_with("idempotency_requests_total{")
+                    && l.contains(&endpoint)
+                    && l.contains(&outcome)
+            })
             .and_then(|l| l.rsplit(' ').next())
             .map_or(0, |n| n.parse().unwrap())
     };
-    // `executed` also counts the requests that filled the small store.
-    assert!(count("executed") >= 2, "{text}");
-    assert_eq!(count("replayed"), 1, "{text}");
-    assert_eq!(count("reused"), 1, "{text}");
-    assert_eq!(count("invalid"), 2, "{text}");
-    assert_eq!(count("released"), 1, "{text}");
-    assert_eq!(count("store_error"), 1, "{text}");
-    assert!(
-        text.contains("endpoint=\"observability::create\""),
-        "{text}"
+    for endpoint in ["observability::create", "POST /layered"] {
+        // `executed` also counts the request that filled the 1-record store, when it was this
+        // endpoint's (the two faces share one full store).
+        assert!(count(endpoint, "executed") >= 1, "{endpoint}: {text}");
+        assert_eq!(count(endpoint, "replayed"), 1, "{endpoint}: {text}");
+        assert_eq!(count(endpoint, "reused"), 1, "{endpoint}: {text}");
+        assert_eq!(count(endpoint, "invalid"), 2, "{endpoint}: {text}");
+        assert_eq!(count(endpoint, "store_error"), 1, "{endpoint}: {text}");
+    }
+    assert_eq!(count("observability::create", "released"), 1, "{text}");
+    assert_eq!(
+        count("POST /layered", "released"),
+        2,
+        "the layer counts the rejection it released: {text}"
     );
 
     let logs = String::from_utf8(logs.0.lock().unwrap().clone()).unwrap();
     assert!(logs.contains("idempotency"), "spans are emitted: {logs}");
     assert!(logs.contains("outcome"), "{logs}");
-    for secret in [SECRET, "other-secret-1234"] {
+    for secret in [SECRET, "other-secret-1234", "malformed-secret-9b2e"] {
         assert!(
             !logs.contains(secret),
             "the raw key leaked into the logs:\n{logs}"

@@ -1,5 +1,6 @@
-//! Harness for end-to-end tests: runs the real `payments` binary on a free port with its own
-//! SQLite file (or a PostgreSQL database of the test's own), and talks HTTP/1.1 to it over TCP.
+//! Harness for end-to-end tests: runs the real `payments` binary (or another of the examples')
+//! on a free port with its own SQLite file (or a PostgreSQL database of the test's own), and
+//! talks HTTP/1.1 to it over TCP.
 //! Every wait is bounded, so a hung server fails the test instead of hanging CI.
 #![allow(dead_code)]
 
@@ -39,7 +40,7 @@ const SERVICE_VARS: [&str; 10] = [
 
 static NEXT_DIR: AtomicUsize = AtomicUsize::new(0);
 
-/// A running `payments` process. Killed, and its files removed, on drop.
+/// A running server process. Killed, and its files removed, on drop.
 pub(crate) struct Server {
     child: Child,
     addr: SocketAddr,
@@ -105,7 +106,7 @@ impl ServerBuilder {
         let dir = ScratchDir::new();
         let mut command = self.command(&dir);
         command.stdout(Stdio::piped()).stderr(Stdio::piped());
-        let mut child = command.spawn().expect("spawn the payments binary");
+        let mut child = command.spawn().expect("spawn the server binary");
         let log = Arc::new(Mutex::new(String::new()));
         let (addr_tx, addr_rx) = mpsc::channel();
         drain(child.stdout.take().unwrap(), log.clone(), Some(addr_tx));
@@ -138,7 +139,7 @@ impl ServerBuilder {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
-            .expect("spawn the payments binary");
+            .expect("spawn the server binary");
         let log = Arc::new(Mutex::new(String::new()));
         let out = drain(child.stdout.take().unwrap(), log.clone(), None);
         let err = drain(child.stderr.take().unwrap(), log.clone(), None);
@@ -260,7 +261,7 @@ impl Drop for Server {
         let _ = self.child.kill();
         let _ = self.child.wait();
         if std::thread::panicking() {
-            eprintln!("--- payments output ({}) ---\n{}", self.addr, self.output());
+            eprintln!("--- server output ({}) ---\n{}", self.addr, self.output());
         }
     }
 }

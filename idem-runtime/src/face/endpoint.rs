@@ -4,6 +4,8 @@ use std::borrow::Cow;
 use std::fmt;
 use std::time::Duration;
 
+use http::StatusCode;
+
 use crate::engine::OpName;
 use crate::store::Capabilities;
 
@@ -127,6 +129,9 @@ impl Endpoint {
             ttl: self.ttl,
             key: self.key,
             in_flight: self.in_flight,
+            // Extractor rejections return before the claim: every response the flow sees is
+            // the handler's own.
+            released: ClientErrors::NONE,
         }
     }
 
@@ -180,4 +185,57 @@ pub(crate) struct Spec {
     pub(crate) ttl: Duration,
     pub(crate) key: KeyMode,
     pub(crate) in_flight: InFlightMode,
+    /// Client-error statuses released like a 5xx instead of stored.
+    pub(crate) released: ClientErrors,
+}
+
+impl Spec {
+    /// Whether a response with `status` releases the record (and rolls back a transaction)
+    /// instead of being stored.
+    pub(crate) fn releases(&self, status: StatusCode) -> bool {
+        status.is_server_error() || self.released.contains(status)
+    }
+}
+
+/// A set of 4xx statuses: one bit per status from 400 to 499.
+#[derive(Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct ClientErrors(u128);
+
+impl fmt::Debug for ClientErrors {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_set()
+            .entries(self.iter().map(|s| s.as_u16()))
+            .finish()
+    }
+}
+
+impl ClientErrors {
+    /// The empty set.
+    pub(crate) const NONE: Self = Self(0);
+
+    /// Adds `status`; `false` (and nothing added) when it is not a 4xx.
+    pub(crate) fn insert(&mut self, status: StatusCode) -> bool {
+        let Some(bit) = Self::bit(status) else {
+            return false;
+        };
+        self.0 |= bit;
+        true
+    }
+
+    pub(crate) fn contains(self, status: StatusCode) -> bool {
+        Self::bit(status).is_some_and(|bit| self.0 & bit != 0)
+    }
+
+    /// The statuses in the set, in order.
+    fn iter(self) -> impl Iterator<Item = StatusCode> {
+        (400..500u16)
+            .filter_map(|code| StatusCode::from_u16(code).ok())
+            .filter(move |status| self.contains(*status))
+    }
+
+    fn bit(status: StatusCode) -> Option<u128> {
+        status
+            .is_client_error()
+            .then(|| 1u128 << (status.as_u16() - 400))
+    }
 }

@@ -112,6 +112,11 @@ impl std::fmt::Debug for Pending {
 }
 
 impl Pending {
+    /// Whether the request carries a key, i.e. its body will be read and fingerprinted.
+    pub(crate) fn has_key(&self) -> bool {
+        self.key.is_some()
+    }
+
     fn passthrough() -> Self {
         Self {
             key: None,
@@ -354,7 +359,7 @@ where
             resume_unwind(panic)
         }
     };
-    if response.status().is_server_error() {
+    if spec.releases(response.status()) {
         drop(pending);
         release(owner, spec).await;
         return response;

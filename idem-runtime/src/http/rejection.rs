@@ -31,7 +31,9 @@ pub enum Rejection {
         reason: KeyError,
     },
     /// `409 idempotency_key_in_progress`: a request with this key is still running.
-    #[error("a request with this idempotency key is still being processed; retry later")]
+    #[error(
+        "Request is being processed: a request with this idempotency key has not finished yet; retry later"
+    )]
     InProgress {
         /// Sent as `Retry-After`.
         retry_after: Duration,
@@ -260,6 +262,19 @@ mod tests {
             assert_eq!(doc["status"], status);
             assert!(doc["detail"].as_str().is_some_and(|d| !d.is_empty()));
         }
+    }
+
+    #[tokio::test]
+    async fn an_in_flight_duplicate_is_told_the_request_is_being_processed() {
+        let response = Rejection::InProgress {
+            retry_after: Duration::from_secs(1),
+        }
+        .into_response();
+        assert_eq!(response.status(), StatusCode::CONFLICT);
+        let doc = body_json(response).await;
+        assert_eq!(doc["code"], "idempotency_key_in_progress");
+        let detail = doc["detail"].as_str().unwrap();
+        assert!(detail.starts_with("Request is being processed"), "{detail}");
     }
 
     #[tokio::test]

@@ -4,10 +4,10 @@ use axum::body::Body;
 use axum::extract::DefaultBodyLimit;
 use axum::http::{HeaderName, Method, Request, StatusCode};
 
-use crate::support::{Backend, harness, harness_with, post_json, send};
+use crate::support::{Setup, harness, harness_with, post_json, send};
 
-pub(crate) async fn requests_without_a_key_run_every_time(backend: Backend) {
-    let h = harness(backend).await;
+pub(crate) async fn requests_without_a_key_run_every_time(setup: Setup) {
+    let h = harness(setup).await;
     for call in 1..=3 {
         let reply = h.send(post_json("/charges", None, r#"{"amount":1}"#)).await;
         assert_eq!(reply.status, StatusCode::CREATED);
@@ -17,8 +17,8 @@ pub(crate) async fn requests_without_a_key_run_every_time(backend: Backend) {
     assert_eq!(h.calls(), 3);
 }
 
-pub(crate) async fn safe_methods_never_touch_the_store(backend: Backend) {
-    let h = harness(backend).await;
+pub(crate) async fn safe_methods_never_touch_the_store(setup: Setup) {
+    let h = harness(setup).await;
     for method in [Method::GET, Method::HEAD, Method::OPTIONS, Method::GET] {
         let request = Request::builder()
             .method(method.clone())
@@ -43,8 +43,8 @@ pub(crate) async fn safe_methods_never_touch_the_store(backend: Backend) {
     assert_eq!(h.calls(), 5);
 }
 
-pub(crate) async fn required_key_missing_is_400(backend: Backend) {
-    let h = harness(backend).await;
+pub(crate) async fn required_key_missing_is_400(setup: Setup) {
+    let h = harness(setup).await;
     let reply = h.send(post_json("/payouts", None, "{}")).await;
     assert_eq!(reply.status, StatusCode::BAD_REQUEST);
     assert_eq!(reply.code(), "idempotency_key_missing");
@@ -53,8 +53,8 @@ pub(crate) async fn required_key_missing_is_400(backend: Backend) {
     assert_eq!(reply.status, StatusCode::CREATED);
 }
 
-pub(crate) async fn invalid_keys_are_400_and_do_not_run(backend: Backend) {
-    let h = harness(backend).await;
+pub(crate) async fn invalid_keys_are_400_and_do_not_run(setup: Setup) {
+    let h = harness(setup).await;
     let long = "k".repeat(256);
     for bad in [
         "",
@@ -86,8 +86,8 @@ pub(crate) async fn invalid_keys_are_400_and_do_not_run(backend: Backend) {
     assert_eq!(reply.status, StatusCode::CREATED);
 }
 
-pub(crate) async fn quoted_and_bare_keys_are_one_key(backend: Backend) {
-    let h = harness(backend).await;
+pub(crate) async fn quoted_and_bare_keys_are_one_key(setup: Setup) {
+    let h = harness(setup).await;
     let first = h.send(post_json("/charges", Some("\"k-1\""), "{}")).await;
     let second = h.send(post_json("/charges", Some("k-1"), "{}")).await;
     assert!(!first.replayed());
@@ -96,8 +96,8 @@ pub(crate) async fn quoted_and_bare_keys_are_one_key(backend: Backend) {
     assert_eq!(h.calls(), 1);
 }
 
-pub(crate) async fn replay_is_byte_identical_and_marked(backend: Backend) {
-    let h = harness(backend).await;
+pub(crate) async fn replay_is_byte_identical_and_marked(setup: Setup) {
+    let h = harness(setup).await;
     let body = r#"{"amount":100}"#;
     let first = h.send(post_json("/charges", Some("k"), body)).await;
     let second = h.send(post_json("/charges", Some("k"), body)).await;
@@ -125,8 +125,8 @@ pub(crate) async fn replay_is_byte_identical_and_marked(backend: Backend) {
     }
 }
 
-pub(crate) async fn json_bodies_are_canonicalised(backend: Backend) {
-    let h = harness(backend).await;
+pub(crate) async fn json_bodies_are_canonicalised(setup: Setup) {
+    let h = harness(setup).await;
     h.send(post_json(
         "/charges",
         Some("k"),
@@ -147,8 +147,8 @@ pub(crate) async fn json_bodies_are_canonicalised(backend: Backend) {
     assert_eq!(h.calls(), 1);
 }
 
-pub(crate) async fn reused_key_with_another_body_is_422(backend: Backend) {
-    let h = harness(backend).await;
+pub(crate) async fn reused_key_with_another_body_is_422(setup: Setup) {
+    let h = harness(setup).await;
     h.send(post_json("/charges", Some("k"), r#"{"amount":1}"#))
         .await;
     let reply = h
@@ -159,8 +159,8 @@ pub(crate) async fn reused_key_with_another_body_is_422(backend: Backend) {
     assert_eq!(h.calls(), 1);
 }
 
-pub(crate) async fn reused_key_on_another_query_is_422(backend: Backend) {
-    let h = harness(backend).await;
+pub(crate) async fn reused_key_on_another_query_is_422(setup: Setup) {
+    let h = harness(setup).await;
     let form = |query: &str| {
         Request::post(format!("/forms/7?{query}"))
             .header("content-type", "application/x-www-form-urlencoded")
@@ -175,8 +175,8 @@ pub(crate) async fn reused_key_on_another_query_is_422(backend: Backend) {
     assert_eq!(h.calls(), 1);
 }
 
-pub(crate) async fn extractor_rejections_are_not_stored(backend: Backend) {
-    let h = harness(backend).await;
+pub(crate) async fn extractor_rejections_are_not_stored(setup: Setup) {
+    let h = harness(setup).await;
     let malformed = h.send(post_json("/charges", Some("k"), "{not json")).await;
     assert!(malformed.status.is_client_error());
     assert!(!malformed.replayed());
@@ -197,8 +197,8 @@ pub(crate) async fn extractor_rejections_are_not_stored(backend: Backend) {
     assert_eq!(h.calls(), 1);
 }
 
-pub(crate) async fn client_errors_are_stored_and_replayed(backend: Backend) {
-    let h = harness(backend).await;
+pub(crate) async fn client_errors_are_stored_and_replayed(setup: Setup) {
+    let h = harness(setup).await;
     let body = r#"{"status":402}"#;
     let first = h.send(post_json("/charges", Some("k"), body)).await;
     let second = h.send(post_json("/charges", Some("k"), body)).await;
@@ -209,8 +209,8 @@ pub(crate) async fn client_errors_are_stored_and_replayed(backend: Backend) {
     assert_eq!(h.calls(), 1);
 }
 
-pub(crate) async fn server_errors_release_the_key(backend: Backend) {
-    let h = harness(backend).await;
+pub(crate) async fn server_errors_release_the_key(setup: Setup) {
+    let h = harness(setup).await;
     let body = r#"{"status":503}"#;
     let first = h.send(post_json("/charges", Some("k"), body)).await;
     assert_eq!(first.status, StatusCode::SERVICE_UNAVAILABLE);
@@ -224,8 +224,8 @@ pub(crate) async fn server_errors_release_the_key(backend: Backend) {
     assert_eq!(other.status, StatusCode::CREATED);
 }
 
-pub(crate) async fn set_cookie_and_hop_by_hop_headers_are_not_replayed(backend: Backend) {
-    let h = harness(backend).await;
+pub(crate) async fn set_cookie_and_hop_by_hop_headers_are_not_replayed(setup: Setup) {
+    let h = harness(setup).await;
     let first = h.send(post_json("/charges", Some("k"), "{}")).await;
     assert_eq!(
         first.headers["set-cookie"], "session=secret",
@@ -241,8 +241,8 @@ pub(crate) async fn set_cookie_and_hop_by_hop_headers_are_not_replayed(backend: 
     }
 }
 
-pub(crate) async fn oversized_body_is_413_and_runs_nothing(backend: Backend) {
-    let h = harness(backend).await;
+pub(crate) async fn oversized_body_is_413_and_runs_nothing(setup: Setup) {
+    let h = harness(setup).await;
     let router = h.router.clone().layer(DefaultBodyLimit::max(1024));
     let big = format!(r#"{{"pad":"{}"}}"#, "x".repeat(2048));
     let reply = send(&router, post_json("/charges", Some("k"), &big)).await;
@@ -254,8 +254,8 @@ pub(crate) async fn oversized_body_is_413_and_runs_nothing(backend: Backend) {
     assert_eq!(reply.status, StatusCode::CREATED);
 }
 
-pub(crate) async fn unresolved_scope_is_401(backend: Backend) {
-    let h = harness(backend).await;
+pub(crate) async fn unresolved_scope_is_401(setup: Setup) {
+    let h = harness(setup).await;
     let mut request = post_json("/charges", Some("k"), "{}");
     request.headers_mut().remove("x-org");
     let reply = h.send(request).await;
@@ -264,8 +264,8 @@ pub(crate) async fn unresolved_scope_is_401(backend: Backend) {
     assert_eq!(h.calls(), 0);
 }
 
-pub(crate) async fn scopes_isolate_tenants(backend: Backend) {
-    let h = harness(backend).await;
+pub(crate) async fn scopes_isolate_tenants(setup: Setup) {
+    let h = harness(setup).await;
     let as_org = |org: &str| {
         let mut request = post_json("/charges", Some("shared-key"), "{}");
         request.headers_mut().insert("x-org", org.parse().unwrap());
@@ -277,8 +277,8 @@ pub(crate) async fn scopes_isolate_tenants(backend: Backend) {
     assert_eq!(h.calls(), 2, "one execution per tenant");
 }
 
-pub(crate) async fn endpoints_do_not_share_keys(backend: Backend) {
-    let h = harness(backend).await;
+pub(crate) async fn endpoints_do_not_share_keys(setup: Setup) {
+    let h = harness(setup).await;
     let text = |uri: &str| {
         Request::post(uri)
             .header("idempotency-key", "k")
@@ -291,9 +291,9 @@ pub(crate) async fn endpoints_do_not_share_keys(backend: Backend) {
     assert_eq!(h.calls(), 2);
 }
 
-pub(crate) async fn custom_header_name(backend: Backend) {
+pub(crate) async fn custom_header_name(setup: Setup) {
     let name = HeaderName::from_static("x-idempotency-key");
-    let h = harness_with(backend, |b| b.header_name(name.clone())).await;
+    let h = harness_with(setup, |b| b.header_name(name.clone())).await;
     let request = || {
         Request::post("/text")
             .header("x-idempotency-key", "k")
@@ -311,8 +311,8 @@ pub(crate) async fn custom_header_name(backend: Backend) {
     assert_eq!(h.calls(), 2);
 }
 
-pub(crate) async fn every_extractor_kind_works(backend: Backend) {
-    let h = harness(backend).await;
+pub(crate) async fn every_extractor_kind_works(setup: Setup) {
+    let h = harness(setup).await;
     let form = || {
         Request::post("/forms/42?q=1")
             .header("content-type", "application/x-www-form-urlencoded")

@@ -7,11 +7,11 @@ use axum::http::StatusCode;
 use idem_runtime::store::MemoryStore;
 use idem_runtime::{Idempotency, clock::ManualClock};
 
-use crate::support::{App, Backend, Calls, harness, harness_with, post_json, send};
+use crate::support::{App, Calls, Setup, Store, harness, harness_with, post_json, send};
 use idem_tests::Gate;
 
-pub(crate) async fn in_flight_duplicate_is_409_with_retry_after(backend: Backend) {
-    let h = harness(backend).await;
+pub(crate) async fn in_flight_duplicate_is_409_with_retry_after(setup: Setup) {
+    let h = harness(setup).await;
     let router = h.router.clone();
     let first =
         tokio::spawn(async move { send(&router, post_json("/gated", Some("k"), "{}")).await });
@@ -31,8 +31,8 @@ pub(crate) async fn in_flight_duplicate_is_409_with_retry_after(backend: Backend
     assert_eq!(h.calls(), 1);
 }
 
-pub(crate) async fn in_flight_duplicate_with_other_body_is_422(backend: Backend) {
-    let h = harness(backend).await;
+pub(crate) async fn in_flight_duplicate_with_other_body_is_422(setup: Setup) {
+    let h = harness(setup).await;
     let router = h.router.clone();
     let first =
         tokio::spawn(async move { send(&router, post_json("/gated", Some("k"), "{}")).await });
@@ -47,8 +47,8 @@ pub(crate) async fn in_flight_duplicate_with_other_body_is_422(backend: Backend)
     assert_eq!(h.calls(), 1);
 }
 
-pub(crate) async fn wait_mode_replays_the_first_response(backend: Backend) {
-    let h = harness(backend).await;
+pub(crate) async fn wait_mode_replays_the_first_response(setup: Setup) {
+    let h = harness(setup).await;
     let router = h.router.clone();
     let first =
         tokio::spawn(async move { send(&router, post_json("/gated-wait", Some("k"), "{}")).await });
@@ -72,8 +72,8 @@ pub(crate) async fn wait_mode_replays_the_first_response(backend: Backend) {
     );
 }
 
-pub(crate) async fn wait_mode_gives_up_with_409(backend: Backend) {
-    let h = harness_with(backend, |b| b.wait_timeout(Duration::from_millis(50))).await;
+pub(crate) async fn wait_mode_gives_up_with_409(setup: Setup) {
+    let h = harness_with(setup, |b| b.wait_timeout(Duration::from_millis(50))).await;
     let router = h.router.clone();
     let first =
         tokio::spawn(async move { send(&router, post_json("/gated-wait", Some("k"), "{}")).await });
@@ -86,8 +86,8 @@ pub(crate) async fn wait_mode_gives_up_with_409(backend: Backend) {
     assert_eq!(h.calls(), 1);
 }
 
-pub(crate) async fn panics_release_the_key(backend: Backend) {
-    let h = harness(backend).await;
+pub(crate) async fn panics_release_the_key(setup: Setup) {
+    let h = harness(setup).await;
     let router = h.router.clone();
     let body = r#"{"panic":true}"#;
     let panicked =
@@ -109,8 +109,8 @@ pub(crate) async fn panics_release_the_key(backend: Backend) {
     assert_eq!(h.calls(), 2);
 }
 
-pub(crate) async fn dropped_requests_release_the_key(backend: Backend) {
-    let h = harness(backend).await;
+pub(crate) async fn dropped_requests_release_the_key(setup: Setup) {
+    let h = harness(setup).await;
     let router = h.router.clone();
     let first =
         tokio::spawn(async move { send(&router, post_json("/gated", Some("k"), "{}")).await });
@@ -136,8 +136,8 @@ pub(crate) async fn dropped_requests_release_the_key(backend: Backend) {
     assert_eq!(h.calls(), 2);
 }
 
-pub(crate) async fn lapsed_lease_is_taken_over_and_the_old_owner_is_fenced(backend: Backend) {
-    let h = harness_with(backend, |b| b.lease(Duration::from_secs(30))).await;
+pub(crate) async fn lapsed_lease_is_taken_over_and_the_old_owner_is_fenced(setup: Setup) {
+    let h = harness_with(setup, |b| b.lease(Duration::from_secs(30))).await;
     let router = h.router.clone();
     let stale =
         tokio::spawn(async move { send(&router, post_json("/gated", Some("k"), "{}")).await });
@@ -170,8 +170,8 @@ pub(crate) async fn lapsed_lease_is_taken_over_and_the_old_owner_is_fenced(backe
     );
 }
 
-pub(crate) async fn completed_records_expire_after_their_ttl(backend: Backend) {
-    let h = harness(backend).await;
+pub(crate) async fn completed_records_expire_after_their_ttl(setup: Setup) {
+    let h = harness(setup).await;
     h.send(post_json("/payouts", Some("p"), "")).await;
     h.clock.advance(Duration::from_secs(59 * 60));
     assert!(
@@ -190,8 +190,8 @@ pub(crate) async fn completed_records_expire_after_their_ttl(backend: Backend) {
     assert_eq!(h.app.idem.purge_expired(100).await.unwrap(), 0);
 }
 
-pub(crate) async fn oversized_responses_are_sent_but_never_rerun(backend: Backend) {
-    let h = harness_with(backend, |b| b.max_response_bytes(1024)).await;
+pub(crate) async fn oversized_responses_are_sent_but_never_rerun(setup: Setup) {
+    let h = harness_with(setup, |b| b.max_response_bytes(1024)).await;
     let request = || {
         axum::http::Request::post("/large")
             .header("idempotency-key", "k")
@@ -213,25 +213,25 @@ pub(crate) async fn oversized_responses_are_sent_but_never_rerun(backend: Backen
     assert_eq!(h.calls(), 1, "the operation is never run again");
 }
 
-pub(crate) async fn store_failure_fails_closed_with_503(backend: Backend) {
+pub(crate) async fn store_failure_fails_closed_with_503(setup: Setup) {
     let calls = Calls::default();
-    let idem = match backend {
+    let idem = match setup.store {
         // A full memory store refuses new claims rather than evict what a retry may need.
-        Backend::Memory => {
+        Store::Memory => {
             let store = MemoryStore::with_capacity(1);
             Idempotency::builder()
                 .store(store)
                 .scope("org", crate::support::org_of)
         }
         // A real outage: the database's pool is closed under the engine.
-        Backend::Sqlite => {
+        Store::Sqlite => {
             let store = idem_tests::sqlite_store().await;
             store.pool().close().await;
             Idempotency::builder()
                 .store(store)
                 .scope("org", crate::support::org_of)
         }
-        Backend::Postgres => {
+        Store::Postgres => {
             let store = idem_tests::postgres_store().await;
             store.pool().close().await;
             Idempotency::builder()
@@ -247,7 +247,7 @@ pub(crate) async fn store_failure_fails_closed_with_503(backend: Backend) {
         calls: calls.clone(),
         gate: Gate::default(),
     };
-    let router = crate::support::router(app);
+    let router = crate::support::router(app, setup.face);
     // The memory store holds one record: the second distinct key is refused.
     let mut refused = None;
     for i in 0..=32 {
@@ -271,7 +271,7 @@ pub(crate) async fn store_failure_fails_closed_with_503(backend: Backend) {
     assert_eq!(reply.code(), "idempotency_store_unavailable");
     // A full store says when room frees (the record holding it expires after the 24 h TTL);
     // a failed one, the engine's `Retry-After`.
-    let retry_after = if matches!(backend, Backend::Memory) {
+    let retry_after = if matches!(setup.store, Store::Memory) {
         "86400"
     } else {
         "1"

@@ -1,35 +1,37 @@
-//! Every rule of SPEC section 3, through `Router` + `oneshot`, on the memory, SQLite and
-//! PostgreSQL stores.
+//! Every rule of one idempotent request, through `Router` + `oneshot`, on both HTTP faces (the
+//! `#[idempotent]` attribute and `IdempotencyLayer`) and the memory, SQLite and PostgreSQL
+//! stores.
 //!
-//! Each case is an `async fn(Backend)`; `cases!` instantiates it once per backend.
+//! Each case is an `async fn(Setup)`; `cases!` instantiates it once per face and store, as
+//! `attribute::memory::<case>`, ..., `layer::postgres::<case>`.
 
 mod cases;
+mod handlers;
 mod lifecycle;
 mod support;
 
 macro_rules! cases {
     ($($case:ident),* $(,)?) => {
-        mod memory {
-            $(
-                #[tokio::test]
-                async fn $case() {
-                    crate::$case(crate::support::Backend::Memory).await;
-                }
-            )*
+        mod attribute {
+            cases!(@stores Attribute; $($case),*);
         }
-        mod sqlite {
-            $(
-                #[tokio::test]
-                async fn $case() {
-                    crate::$case(crate::support::Backend::Sqlite).await;
-                }
-            )*
+        mod layer {
+            cases!(@stores Layer; $($case),*);
         }
-        mod postgres {
+    };
+    (@stores $face:ident; $($case:ident),*) => {
+        cases!(@store memory, $face, Memory; $($case),*);
+        cases!(@store sqlite, $face, Sqlite; $($case),*);
+        cases!(@store postgres, $face, Postgres; $($case),*);
+    };
+    (@store $module:ident, $face:ident, $store:ident; $($case:ident),*) => {
+        mod $module {
+            use crate::support::{Face, Setup, Store};
             $(
                 #[tokio::test]
                 async fn $case() {
-                    crate::$case(crate::support::Backend::Postgres).await;
+                    let setup = Setup { face: Face::$face, store: Store::$store };
+                    crate::$case(setup).await;
                 }
             )*
         }

@@ -1,0 +1,570 @@
+//! The tower layer: every mutating route of a router made idempotent at once, through the same
+//! HTTP flow as the attribute.
+
+use std::borrow::Cow;
+use std::collections::{HashMap, HashSet};
+use std::convert::Infallible;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::extract::{MatchedPath, Request};
+use axum::response::{IntoResponse, Response};
+use http::{HeaderMap, Method, StatusCode, header};
+use http_body_util::Limited;
+use tower::{Layer, Service};
+
+use crate::engine::{Outcome, record};
+use crate::face::endpoint::{ClientErrors, GLOBAL_SCOPE, InFlightMode, KeyMode, Spec};
+use crate::face::flow::{self, Covered};
+use crate::http::rejection::Rejection;
+use crate::idempotency::Idempotency;
+
+/// The shortest and longest TTL, as for the attribute.
+const MIN_TTL: Duration = Duration::from_secs(1);
+const MAX_TTL: Duration = Duration::from_secs(30 * 24 * 60 * 60);
+
+/// Makes every `POST`, `PUT` and `PATCH` route of an axum router idempotent, with one scope and
+/// TTL for all of them and overrides per route: the same flow, answers, metrics and atomic mode
+/// as [`#[idempotent]`](crate::idempotent), without annotating each handler.
+///
+/// ```
+/// use std::time::Duration;
+///
+/// use axum::extract::Request;
+/// use axum::middleware::{self, Next};
+/// use axum::response::Response;
+/// use axum::routing::post;
+/// use axum::{Json, Router, http::StatusCode};
+/// use idem_runtime::{Idempotency, store::MemoryStore};
+/// use serde_json::Value;
+///
+/// #[derive(Clone)]
+/// struct User(String);
+///
+/// async fn create_story(Json(story): Json<Value>) -> (StatusCode, Json<Value>) {
+///     (StatusCode::CREATED, Json(story)) // runs at most once per key and user
+/// }
+///
+/// /// Whose keys these are: the idempotency layer's scope resolver reads this extension.
+/// async fn authenticate(mut request: Request, next: Next) -> Response {
+///     request.extensions_mut().insert(User("ada".into()));
+///     next.run(request).await
+/// }
+///
+/// # fn main() -> Result<(), idem_runtime::BuildError> {
+/// let idempotency = Idempotency::builder()
+///     .store(MemoryStore::new())
+///     .scope("user", |parts| parts.extensions.get::<User>().map(|u| u.0.clone()))
+///     .build()?;
+///
+/// let api = Router::new()
+///     .route("/stories", post(create_story))
+///     .route("/dwellers/{id}/heartbeat", post(|| async { "beat" }))
+///     .layer(
+///         idempotency
+///             .layer()
+///             .scope("user") // keys per user, replayed for 24 hours (the default TTL)
+///             .route("/api/dwellers/{id}/heartbeat", |route| route.ttl(Duration::from_secs(60))),
+///     )
+///     // Outer layers run first: authenticate before the idempotency layer resolves the scope.
+///     .layer(middleware::from_fn(authenticate));
+/// let app: Router = Router::new().nest("/api", api);
+/// # Ok(()) }
+/// ```
+///
+/// # What it covers
+///
+/// Apply it with [`Router::layer`](axum::Router::layer) (or `route_layer`): it then runs after
+/// routing and names each route's operation `"{METHOD} {path}"` after the route's pattern
+/// (`POST /api/dwellers/{id}/act`, as [`MatchedPath`] reports it, with the prefixes of `nest`),
+/// which isolates its records and labels its metrics. Requests of the covered methods
+/// ([`methods`](Self::methods)) on matched routes not [skipped](Self::skip) go through the
+/// engine exactly as under the attribute: key validation, scope, fingerprint, claim, replay,
+/// `409`, `422`, fail-closed `503`, storing 2xx-4xx and releasing 5xx. Other requests, and
+/// requests no route matched (the fallback), reach the inner service untouched.
+///
+/// # How it differs from the attribute
+///
+/// - **Scope resolvers run before the handler's extractors**, so the principal must already be
+///   in the request: authenticate in a middleware applied outside this layer (after it, in
+///   builder order), or resolve the scope from the headers.
+/// - **It cannot tell an extractor's rejection from the handler's answer.** The responses with
+///   the statuses of [`rejections`](Self::rejections) (by default those of axum's extractors,
+///   authentication and the router: 400, 401, 403, 405, 413, 415, 422) are treated as requests
+///   that never started: not stored, the key released (counted `released`), and in atomic mode
+///   the handler's writes rolled back, so the client can fix the request and retry with the same
+///   key. Every other 2xx, 3xx and 4xx is stored.
+/// - **[`Builder::build`](crate::Builder::build) does not check layer routes**: a scope is
+///   checked when it is given to the layer (which panics when the engine has no resolver for
+///   it), and a handler taking a `Tx` for another database than the store's answers
+///   `500 idempotency_misconfigured`.
+/// - It buffers at most [`max_request_bytes`](Self::max_request_bytes) of a body to fingerprint
+///   it, refusing a larger one with `413 payload_too_large`: at once when `Content-Length` says
+///   so, before reading any of it. axum's `DefaultBodyLimit` applies as well; the smaller wins.
+///   Responses over the engine's [`max_response_bytes`](crate::Builder::max_response_bytes) are
+///   sent in full to the first client and answered `409 idempotency_response_too_large` to its
+///   retries, as under the attribute.
+///
+/// An [`#[idempotent]`](crate::idempotent) handler under the layer, on a covered route, runs as
+/// a plain handler: the layer's settings apply and the request claims one record, not two. On
+/// a route or method the layer does not cover, the attribute works on its own.
+///
+/// A handler under the layer that takes a `Tx` (or `AnyTx`) runs in atomic mode, as under the
+/// attribute: its writes commit together with the stored response.
+#[derive(Debug, Clone)]
+#[must_use]
+pub struct IdempotencyLayer {
+    engine: Idempotency,
+    config: Arc<Config>,
+}
+
+#[derive(Debug, Clone)]
+struct Config {
+    defaults: Settings,
+    methods: Vec<Method>,
+    routes: HashMap<String, RouteSettings>,
+    skipped: HashSet<String>,
+    max_request_bytes: usize,
+}
+
+/// What the flow needs for one route, resolved.
+#[derive(Debug, Clone, Copy)]
+struct Settings {
+    scope: &'static str,
+    ttl: Duration,
+    key: KeyMode,
+    in_flight: InFlightMode,
+    rejections: ClientErrors,
+}
+
+impl Idempotency {
+    /// A tower layer that makes every mutating route of a router idempotent on this engine;
+    /// the same as [`IdempotencyLayer::new`].
+    pub fn layer(&self) -> IdempotencyLayer {
+        IdempotencyLayer::new(self.clone())
+    }
+}
+
+impl IdempotencyLayer {
+    /// A layer on `engine` with the defaults: methods `POST`, `PUT` and `PATCH`, scope
+    /// `"global"`, TTL 24 h, key optional, in-flight duplicates rejected with 409, bodies up to
+    /// 2 MiB, rejections 400, 401, 403, 405, 413, 415 and 422.
+    pub fn new(engine: Idempotency) -> Self {
+        let mut rejections = ClientErrors::NONE;
+        for status in [
+            StatusCode::BAD_REQUEST,
+            StatusCode::UNAUTHORIZED,
+            StatusCode::FORBIDDEN,
+            StatusCode::METHOD_NOT_ALLOWED,
+            StatusCode::PAYLOAD_TOO_LARGE,
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            StatusCode::UNPROCESSABLE_ENTITY,
+        ] {
+            rejections.insert(status);
+        }
+        Self {
+            engine,
+            config: Arc::new(Config {
+                defaults: Settings {
+                    scope: GLOBAL_SCOPE,
+                    ttl: Duration::from_secs(24 * 60 * 60),
+                    key: KeyMode::Optional,
+                    in_flight: InFlightMode::Reject,
+                    rejections,
+                },
+                methods: vec![Method::POST, Method::PUT, Method::PATCH],
+                routes: HashMap::new(),
+                skipped: HashSet::new(),
+                max_request_bytes: 2 * 1024 * 1024,
+            }),
+        }
+    }
+
+    fn config(&mut self) -> &mut Config {
+        Arc::make_mut(&mut self.config)
+    }
+
+    /// Whose keys these are (default `"global"`): a scope registered with
+    /// [`Builder::scope`](crate::Builder::scope), whose resolver finds the principal of each
+    /// request (`401 idempotency_scope_unresolved` when it finds none).
+    ///
+    /// # Panics
+    /// When the engine has no resolver for `scope`.
+    #[track_caller]
+    pub fn scope(mut self, scope: &'static str) -> Self {
+        check_scope(&self.engine, scope);
+        self.config().defaults.scope = scope;
+        self
+    }
+
+    /// How long a completed response is replayed (default 24 h).
+    ///
+    /// # Panics
+    /// When `ttl` is not within 1 s ..= 30 days, the attribute's range.
+    #[track_caller]
+    pub fn ttl(mut self, ttl: Duration) -> Self {
+        self.config().defaults.ttl = checked_ttl(ttl);
+        self
+    }
+
+    /// What to do with a request that carries no key (default [`KeyMode::Optional`]: run it
+    /// without idempotency).
+    pub fn key(mut self, key: KeyMode) -> Self {
+        self.config().defaults.key = key;
+        self
+    }
+
+    /// What to do with a duplicate that arrives while the first request runs (default
+    /// [`InFlightMode::Reject`]: 409 with `Retry-After`).
+    pub fn in_flight(mut self, in_flight: InFlightMode) -> Self {
+        self.config().defaults.in_flight = in_flight;
+        self
+    }
+
+    /// The client-error statuses that are not stored but release the key, because they mean
+    /// the request was refused before the handler ran: an extractor's rejection, the
+    /// authentication's answer, the router's 405. Replaces the default set (400, 401, 403, 405,
+    /// 413, 415, 422); pass none to store every 4xx.
+    ///
+    /// # Panics
+    /// When a status is not a 4xx (2xx and 3xx are always stored, 5xx always released).
+    #[track_caller]
+    pub fn rejections(mut self, statuses: impl IntoIterator<Item = StatusCode>) -> Self {
+        self.config().defaults.rejections = client_errors(statuses);
+        self
+    }
+
+    /// The methods the layer covers (default `POST`, `PUT`, `PATCH`); requests with other
+    /// methods reach the inner service untouched. Add `DELETE` if yours need keys.
+    ///
+    /// # Panics
+    /// When `methods` holds `GET`, `HEAD` or `OPTIONS`: safe methods never touch the store.
+    #[track_caller]
+    pub fn methods(mut self, methods: impl IntoIterator<Item = Method>) -> Self {
+        let methods: Vec<Method> = methods.into_iter().collect();
+        if let Some(safe) = methods
+            .iter()
+            .find(|m| matches!(**m, Method::GET | Method::HEAD | Method::OPTIONS))
+        {
+            panic!(
+                "IdempotencyLayer::methods: {safe} is a safe method and is never made \
+                 idempotent; cover only methods that change something (POST, PUT, PATCH, DELETE)"
+            );
+        }
+        self.config().methods = methods;
+        self
+    }
+
+    /// Overrides settings for the route whose pattern is `path` (as written in
+    /// `Router::route`, with the prefixes of `nest`: `"/api/stories"`); what the override leaves
+    /// alone follows the layer's settings. Calling it again for the same path amends the
+    /// override.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # use idem_runtime::{Idempotency, KeyMode, store::MemoryStore};
+    /// # let idempotency = Idempotency::builder().store(MemoryStore::new()).build().unwrap();
+    /// let layer = idempotency
+    ///     .layer()
+    ///     .route("/v1/payouts", |route| route.key(KeyMode::Required).ttl(Duration::from_secs(7 * 86_400)));
+    /// ```
+    ///
+    /// # Panics
+    /// When `path` does not start with `/`, or the override names a scope the engine has no
+    /// resolver for.
+    #[track_caller]
+    pub fn route(
+        mut self,
+        path: &str,
+        configure: impl FnOnce(RouteSettings) -> RouteSettings,
+    ) -> Self {
+        check_path("route", path);
+        let current = self.config.routes.get(path).cloned().unwrap_or_default();
+        let route = configure(current);
+        if let Some(scope) = route.scope {
+            check_scope(&self.engine, scope);
+        }
+        self.config().routes.insert(path.to_owned(), route);
+        self
+    }
+
+    /// Leaves the route whose pattern is `path` alone: its requests reach the inner service
+    /// untouched (an `#[idempotent]` handler there works on its own). Wins over
+    /// [`route`](Self::route).
+    ///
+    /// # Panics
+    /// When `path` does not start with `/`.
+    #[track_caller]
+    pub fn skip(mut self, path: &str) -> Self {
+        check_path("skip", path);
+        self.config().skipped.insert(path.to_owned());
+        self
+    }
+
+    /// The largest request body the layer reads to fingerprint a request (default 2 MiB);
+    /// a larger one is answered `413 payload_too_large` and runs nothing. A request whose
+    /// `Content-Length` is larger is refused before any of its body is read.
+    pub fn max_request_bytes(mut self, limit: usize) -> Self {
+        self.config().max_request_bytes = limit;
+        self
+    }
+}
+
+impl<S> Layer<S> for IdempotencyLayer {
+    type Service = IdempotencyService<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        IdempotencyService {
+            inner,
+            engine: self.engine.clone(),
+            config: self.config.clone(),
+        }
+    }
+}
+
+/// Overrides for one route under an [`IdempotencyLayer`], built in the closure given to
+/// [`IdempotencyLayer::route`]. Each setting left alone follows the layer's.
+#[derive(Debug, Clone, Default)]
+#[must_use]
+pub struct RouteSettings {
+    scope: Option<&'static str>,
+    ttl: Option<Duration>,
+    key: Option<KeyMode>,
+    in_flight: Option<InFlightMode>,
+    rejections: Option<ClientErrors>,
+}
+
+impl RouteSettings {
+    /// The route's scope, as [`IdempotencyLayer::scope`]; checked when the closure returns.
+    pub fn scope(mut self, scope: &'static str) -> Self {
+        self.scope = Some(scope);
+        self
+    }
+
+    /// The route's TTL, as [`IdempotencyLayer::ttl`].
+    ///
+    /// # Panics
+    /// When `ttl` is not within 1 s ..= 30 days.
+    #[track_caller]
+    pub fn ttl(mut self, ttl: Duration) -> Self {
+        self.ttl = Some(checked_ttl(ttl));
+        self
+    }
+
+    /// The route's key mode, as [`IdempotencyLayer::key`].
+    pub fn key(mut self, key: KeyMode) -> Self {
+        self.key = Some(key);
+        self
+    }
+
+    /// The route's in-flight mode, as [`IdempotencyLayer::in_flight`].
+    pub fn in_flight(mut self, in_flight: InFlightMode) -> Self {
+        self.in_flight = Some(in_flight);
+        self
+    }
+
+    /// The route's rejection statuses, as [`IdempotencyLayer::rejections`].
+    ///
+    /// # Panics
+    /// When a status is not a 4xx.
+    #[track_caller]
+    pub fn rejections(mut self, statuses: impl IntoIterator<Item = StatusCode>) -> Self {
+        self.rejections = Some(client_errors(statuses));
+        self
+    }
+
+    fn over(&self, defaults: Settings) -> Settings {
+        Settings {
+            scope: self.scope.unwrap_or(defaults.scope),
+            ttl: self.ttl.unwrap_or(defaults.ttl),
+            key: self.key.unwrap_or(defaults.key),
+            in_flight: self.in_flight.unwrap_or(defaults.in_flight),
+            rejections: self.rejections.unwrap_or(defaults.rejections),
+        }
+    }
+}
+
+#[track_caller]
+fn check_scope(engine: &Idempotency, scope: &'static str) {
+    assert!(
+        engine.has_scope(scope),
+        "IdempotencyLayer: scope \"{scope}\" has no resolver on the engine: call \
+         `.scope(\"{scope}\", |parts| ..)` on `Idempotency::builder()`, or use \"global\""
+    );
+}
+
+#[track_caller]
+fn checked_ttl(ttl: Duration) -> Duration {
+    assert!(
+        (MIN_TTL..=MAX_TTL).contains(&ttl),
+        "IdempotencyLayer: a ttl of {ttl:?} is out of range: it must be within 1 s ..= 30 days"
+    );
+    ttl
+}
+
+#[track_caller]
+fn client_errors(statuses: impl IntoIterator<Item = StatusCode>) -> ClientErrors {
+    let mut set = ClientErrors::NONE;
+    for status in statuses {
+        assert!(
+            set.insert(status),
+            "IdempotencyLayer: rejection status {status} is not a client error (4xx): 2xx and \
+             3xx are always stored, 5xx always released"
+        );
+    }
+    set
+}
+
+#[track_caller]
+fn check_path(method: &str, path: &str) {
+    assert!(
+        path.starts_with('/'),
+        "IdempotencyLayer::{method}: the path `{path}` must be a route pattern starting with `/`, \
+         such as \"/api/stories\""
+    );
+}
+
+impl Config {
+    /// The operation a request runs as, or `None` when the layer leaves it alone.
+    fn spec(&self, request: &Request) -> Option<Spec> {
+        let method = request.method();
+        if !self.methods.contains(method) || request.extensions().get::<Covered>().is_some() {
+            return None;
+        }
+        let Some(path) = request.extensions().get::<MatchedPath>() else {
+            tracing::debug!(
+                %method,
+                path = request.uri().path(),
+                "no route matched: the idempotency layer leaves the request alone"
+            );
+            return None;
+        };
+        let path = path.as_str();
+        if self.skipped.contains(path) {
+            return None;
+        }
+        let settings = self
+            .routes
+            .get(path)
+            .map_or(self.defaults, |route| route.over(self.defaults));
+        Some(Spec {
+            name: Cow::Owned(format!("{method} {path}")),
+            scope: settings.scope,
+            ttl: settings.ttl,
+            key: settings.key,
+            in_flight: settings.in_flight,
+            released: settings.rejections,
+        })
+    }
+}
+
+/// The service [`IdempotencyLayer`] wraps around each route.
+#[derive(Debug, Clone)]
+pub struct IdempotencyService<S> {
+    inner: S,
+    engine: Idempotency,
+    config: Arc<Config>,
+}
+
+impl<S> IdempotencyService<S> {
+    /// The wrapped service.
+    pub fn get_ref(&self) -> &S {
+        &self.inner
+    }
+
+    /// The wrapped service, unwrapped.
+    pub fn into_inner(self) -> S {
+        self.inner
+    }
+}
+
+type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
+
+impl<S> Service<Request> for IdempotencyService<S>
+where
+    S: Service<Request, Error = Infallible> + Clone + Send + 'static,
+    S::Response: IntoResponse,
+    S::Future: Send + 'static,
+{
+    type Response = Response;
+    type Error = Infallible;
+    type Future = BoxFuture<Result<Response, Infallible>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: Request) -> Self::Future {
+        let Some(spec) = self.config.spec(&request) else {
+            let response = self.inner.call(request);
+            return Box::pin(async move {
+                let Ok(response) = response.await;
+                Ok(response.into_response())
+            });
+        };
+        // The inner service is ready; a clone takes its place for the next call.
+        let clone = self.inner.clone();
+        let inner = std::mem::replace(&mut self.inner, clone);
+        let engine = self.engine.clone();
+        let limit = self.config.max_request_bytes;
+        Box::pin(async move { Ok(run(&engine, &spec, limit, inner, request).await) })
+    }
+}
+
+/// One covered request through the HTTP flow, the inner service as its handler.
+async fn run<S>(
+    engine: &Idempotency,
+    spec: &Spec,
+    limit: usize,
+    mut inner: S,
+    request: Request,
+) -> Response
+where
+    S: Service<Request, Error = Infallible> + Send,
+    S::Response: IntoResponse,
+    S::Future: Send,
+{
+    let (mut parts, body) = request.into_parts();
+    // An `#[idempotent]` handler (or another layer) inside runs as a plain one.
+    parts.extensions.insert(Covered);
+    let pending = match flow::start(engine, spec, &mut parts) {
+        Ok(pending) => pending,
+        Err(response) => return response,
+    };
+    let body = if pending.has_key() {
+        if declared_length(&parts.headers).is_some_and(|len| len > limit as u64) {
+            record(&spec.name, Outcome::Invalid);
+            return Rejection::PayloadTooLarge.into_response();
+        }
+        Body::new(Limited::new(body, limit))
+    } else {
+        body
+    };
+    let (ready, request) = match pending.prepare(engine, spec, parts, body).await {
+        Ok(prepared) => prepared,
+        Err(response) => return response,
+    };
+    let handler = async move {
+        let Ok(response) = inner.call(request).await;
+        response.into_response()
+    };
+    ready.execute(engine, spec, handler).await
+}
+
+/// The body length the client declared, when it declared one that parses.
+fn declared_length(headers: &HeaderMap) -> Option<u64> {
+    headers
+        .get(header::CONTENT_LENGTH)?
+        .to_str()
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
+}
+
+#[cfg(test)]
+mod tests;
