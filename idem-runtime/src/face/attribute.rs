@@ -223,9 +223,9 @@ pub struct BodyBeforeLast;
 
 /// `S: ExtractParts<T, M>`: `T`, an argument before the last, extracts from the request head.
 #[diagnostic::on_unimplemented(
-    message = "`{T}` is not an extractor for router state `{Self}`: every argument of an `#[idempotent]` handler but the last must implement `FromRequestParts<{Self}>`",
-    label = "an argument of this handler is not an extractor for router state `{Self}`",
-    note = "use an extractor such as `Path<T>`, `Query<T>`, `HeaderMap` or `State<T>`, or implement `FromRequestParts<{Self}>` for `{T}`"
+    message = "`{T}` is not a `FromRequestParts<{Self}>` extractor, which every argument of an `#[idempotent]` handler but the last must be",
+    label = "an argument of this handler does not implement `FromRequestParts<{Self}>`",
+    note = "before the last argument, use extractors that leave the body unread: `Path<T>`, `Query<T>`, `HeaderMap`, `State<T>`, or a type implementing `FromRequestParts<{Self}>`"
 )]
 pub trait ExtractParts<T, M> {
     /// Runs `T::from_request_parts`, turning a rejection into its response.
