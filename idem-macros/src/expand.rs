@@ -1,12 +1,14 @@
 //! Code generation: the handler becomes a unit struct implementing axum's `Handler`.
 
-use proc_macro2::{Span, TokenStream};
-use quote::{format_ident, quote, quote_spanned};
+use proc_macro2::TokenStream;
+use quote::quote;
 use syn::ext::IdentExt;
-use syn::spanned::Spanned;
-use syn::{Attribute, FnArg, Ident, ItemFn, Type};
 
+use crate::ast::Handler;
 use crate::{attr::Args, validate};
+
+mod checks;
+mod handler;
 
 /// Parses, validates and expands. On error, the user's function is emitted unchanged beside the
 /// error, so one mistake in the attribute does not cascade into errors at every route using it.
@@ -23,11 +25,11 @@ pub(crate) fn idempotent(args: TokenStream, item: TokenStream) -> TokenStream {
 /// Reports the attribute's and the function's mistakes together, so fixing one does not reveal
 /// the next.
 fn try_expand(args: TokenStream, item: TokenStream) -> syn::Result<TokenStream> {
-    let item = validate::item(item)?;
+    let handler = Handler::parse(item)?;
     let config = syn::parse2::<Args>(args).and_then(validate::config);
-    let function = validate::function(&item);
-    match (config, function) {
-        (Ok(config), Ok(())) => Ok(expand(&item, &config)),
+    let checked = validate::handler(&handler);
+    match (config, checked) {
+        (Ok(config), Ok(())) => Ok(expand(&handler, &config)),
         (Err(mut error), Err(other)) => {
             error.combine(other);
             Err(error)
@@ -36,10 +38,14 @@ fn try_expand(args: TokenStream, item: TokenStream) -> syn::Result<TokenStream> 
     }
 }
 
-fn expand(item: &ItemFn, config: &validate::Config) -> TokenStream {
+/// The struct, and everything else attached to it through `__private::items`: when the struct
+/// cannot be declared (the function is inside an `impl` block), rustc then reports that one
+/// error, "struct is not supported in `trait`s or `impl`s", at the attribute, rather than a
+/// cascade about the code that would use it.
+fn expand(handler: &Handler, config: &validate::Config) -> TokenStream {
     let p = quote!(::idem_runtime::__private);
-    let vis = &item.vis;
-    let name = &item.sig.ident;
+    let Handler { vis, name, .. } = handler;
+    let (docs, cfgs) = (&handler.attrs.docs, &handler.attrs.cfgs);
     let name_str = name.unraw().to_string();
     let scope = &config.scope;
     let ttl = config.ttl_secs;
@@ -53,163 +59,34 @@ fn expand(item: &ItemFn, config: &validate::Config) -> TokenStream {
     } else {
         quote!(Reject)
     };
-
-    // Docs describe the endpoint (the struct); `cfg`s apply to everything; any other attribute
-    // (`#[tracing::instrument]`, `#[allow]`, ...) stays on the function that holds the body.
-    let is = |a: &Attribute, n: &str| a.path().is_ident(n);
-    let is_cfg = |a: &Attribute| is(a, "cfg") || is(a, "cfg_attr");
-    let docs = item.attrs.iter().filter(|a| is(a, "doc"));
-    let cfgs: Vec<_> = item.attrs.iter().filter(|a| is_cfg(a)).collect();
-    let mut inner = item.clone();
-    inner.vis = syn::Visibility::Inherited;
-    inner.attrs.retain(|a| !is(a, "doc") && !is_cfg(a));
-
-    let handler_impl = handler_impl(item);
-    // Atomic mode is chosen by a parameter's type (a `Tx` extractor, under any name or alias):
-    // one probe per parameter tells the builder what the handler needs from the store.
-    let probes = params(item)
-        .into_iter()
-        .map(|(ty, _)| quote_spanned!(ty.span()=> (&&#p::Probe::<#ty>::NEW).atomic_need()));
+    let arguments = checks::arguments_fn(handler);
+    let body = handler.body_fn();
+    let handler_impl = handler::handler_impl(handler);
 
     quote! {
         #(#cfgs)*
+        #[#p::items(
+            const _: () = {
+                static __IDEM_ENDPOINT: #p::Endpoint = #p::Endpoint::new(
+                    ::core::concat!(::core::module_path!(), "::", #name_str),
+                    #scope,
+                    #ttl,
+                    #p::KeyMode::#key_mode,
+                    #p::InFlightMode::#in_flight,
+                )
+                .with_atomic(__idem_arguments);
+                #arguments
+                #p::inventory::submit! { #p::Registration(&__IDEM_ENDPOINT) }
+
+                #body
+
+                #handler_impl
+            };
+        )]
         #(#docs)*
         #[allow(non_camel_case_types)]
         #[derive(Clone, Copy, Debug)]
         #vis struct #name;
-
-        #(#cfgs)*
-        const _: () = {
-            static __IDEM_ENDPOINT: #p::Endpoint = #p::Endpoint::new(
-                ::core::concat!(::core::module_path!(), "::", #name_str),
-                #scope,
-                #ttl,
-                #p::KeyMode::#key_mode,
-                #p::InFlightMode::#in_flight,
-            )
-            .with_atomic(__idem_atomic);
-            fn __idem_atomic() -> ::core::option::Option<#p::AtomicNeed> {
-                #[allow(unused_imports)]
-                use #p::{ProbeAtomic as _, ProbePlain as _};
-                ::core::option::Option::None #(.or(#probes))*
-            }
-            #p::inventory::submit! { #p::Registration(&__IDEM_ENDPOINT) }
-
-            #inner
-
-            #handler_impl
-        };
-    }
-}
-
-/// Every parameter's type, with the local that holds its value in the generated code.
-fn params(item: &ItemFn) -> Vec<(&Type, Ident)> {
-    item.sig
-        .inputs
-        .iter()
-        .filter_map(|arg| match arg {
-            FnArg::Typed(pat) => Some(&*pat.ty),
-            FnArg::Receiver(_) => None,
-        })
-        .enumerate()
-        .map(|(i, ty)| (ty, format_ident!("__idem_arg{}", i)))
-        .collect()
-}
-
-/// `impl Handler<(M,), S> for name`, running the extractors around the engine's steps.
-///
-/// The where-clause bounds only the router state `S` (see `__private::EngineState`): each
-/// bound is spanned at the user's own tokens, so when one fails, rustc's "required by this
-/// bound" note points at the extractor type, or at the attribute for the engine.
-fn handler_impl(item: &ItemFn) -> TokenStream {
-    let p = quote!(::idem_runtime::__private);
-    let name = &item.sig.ident;
-    let params: Vec<(&Type, Ident)> = params(item);
-    let extractors: Vec<&(&Type, Ident)> = params.iter().collect();
-    let args = params.iter().map(|(_, arg)| arg);
-    let state = quote!(__IdemS);
-    let marker = quote!(__IdemM);
-
-    let mut bounds = vec![quote_spanned!(Span::call_site()=> #state: #p::EngineState,)];
-    let mut extract_parts = Vec::new();
-    let mut extract_last = quote!(let _ = __idem_request;);
-    for (i, (ty, arg)) in extractors.iter().copied().enumerate() {
-        let span = ty.span();
-        let last = i + 1 == extractors.len();
-        // The whole bound is spanned at the user's type (`#p` would carry the call site), so
-        // rustc's "unsatisfied trait bound introduced here" points at the argument.
-        let (bound, call) = if !last {
-            (
-                quote_spanned!(span=> ::idem_runtime::__private::ExtractParts<#ty>),
-                quote_spanned!(span=> <#state as #p::ExtractParts<#ty>>::extract_parts(
-                    &mut __idem_parts, &__idem_state,
-                )),
-            )
-        } else {
-            (
-                quote_spanned!(span=> ::idem_runtime::__private::ExtractLast<#ty, __IdemM>),
-                quote_spanned!(span=> <#state as #p::ExtractLast<#ty, #marker>>::extract_last(
-                    __idem_request, &__idem_state,
-                )),
-            )
-        };
-        bounds.push(quote_spanned!(span=> __IdemS: #bound,));
-        let extract = quote! {
-            let #arg = match #call.await {
-                ::core::result::Result::Ok(__idem_value) => __idem_value,
-                ::core::result::Result::Err(__idem_response) => return __idem_response,
-            };
-        };
-        if !last {
-            extract_parts.push(extract);
-        } else {
-            extract_last = extract;
-        }
-    }
-    let (generics, handler_t) = if extractors.is_empty() {
-        (quote!(#state), quote!(((),)))
-    } else {
-        (quote!(#state, #marker), quote!((#marker,)))
-    };
-
-    // Spanned at the name: a non-`Send` future or an output that is not a response is
-    // reported there ("future returned by `name` is not `Send`").
-    let call = quote_spanned! {name.span()=>
-        #p::handler_future(#name(#(#args),*))
-    };
-    let run = quote!(__idem_ready.run(&__idem_engine, &__IDEM_ENDPOINT, #call).await);
-
-    quote! {
-        #[automatically_derived]
-        impl<#generics> #p::Handler<#handler_t, #state> for #name
-        where
-            #state: ::core::marker::Send + ::core::marker::Sync + 'static,
-            #(#bounds)*
-        {
-            type Future = #p::HandlerFuture;
-
-            fn call(self, __idem_request: #p::Request, __idem_state: #state) -> Self::Future {
-                ::std::boxed::Box::pin(async move {
-                    let __idem_engine = #p::EngineState::engine(&__idem_state);
-                    let (mut __idem_parts, __idem_body) = __idem_request.into_parts();
-                    let __idem_pending =
-                        match #p::begin(&__idem_engine, &__IDEM_ENDPOINT, &mut __idem_parts) {
-                            ::core::result::Result::Ok(__idem_pending) => __idem_pending,
-                            ::core::result::Result::Err(__idem_response) => return __idem_response,
-                        };
-                    #(#extract_parts)*
-                    let (__idem_ready, __idem_request) = match __idem_pending
-                        .body(&__idem_engine, &__IDEM_ENDPOINT, __idem_parts, __idem_body)
-                        .await
-                    {
-                        ::core::result::Result::Ok(__idem_ready) => __idem_ready,
-                        ::core::result::Result::Err(__idem_response) => return __idem_response,
-                    };
-                    #extract_last
-                    #run
-                })
-            }
-        }
     }
 }
 
@@ -223,6 +100,25 @@ mod tests {
         idempotent(args.parse().unwrap(), item.parse().unwrap()).to_string()
     }
 
+    /// The struct, and the items hung on it through `__private::items`.
+    fn expand_items(args: &str, item: &str) -> (syn::ItemStruct, String) {
+        let out = idempotent(args.parse().unwrap(), item.parse().unwrap());
+        let file: syn::File = syn::parse2(out.clone()).unwrap();
+        let [syn::Item::Struct(endpoint)] = &file.items[..] else {
+            panic!("{out}");
+        };
+        let items = endpoint
+            .attrs
+            .iter()
+            .find(|a| a.path().segments.last().unwrap().ident == "items")
+            .unwrap_or_else(|| panic!("{out}"));
+        let items: syn::File = items.parse_args().unwrap();
+        let [syn::Item::Const(block)] = &items.items[..] else {
+            panic!("{out}");
+        };
+        (endpoint.clone(), block.to_token_stream().to_string())
+    }
+
     fn idents(tokens: TokenStream, out: &mut Vec<String>) {
         for tree in tokens {
             match tree {
@@ -234,22 +130,18 @@ mod tests {
     }
 
     #[test]
-    fn expands_into_a_struct_and_a_handler_impl() {
-        let out = expand_str(
+    fn expands_into_a_struct_carrying_the_rest() {
+        let (endpoint, block) = expand_items(
             r#"scope = "org", ttl = "15m", key = "required""#,
             "/// Docs.\n#[cfg(all())]\n#[tracing::instrument]\npub async fn create(\
              State(s): State<App>, Json(b): Json<B>) -> String { b }",
         );
-        let file: syn::File = syn::parse_str(&out).unwrap();
-        let [syn::Item::Struct(endpoint), syn::Item::Const(block)] = &file.items[..] else {
-            panic!("{out}");
-        };
         let endpoint = endpoint.to_token_stream().to_string();
+        // `cfg` first, so a compiled-out handler leaves nothing, not even the items.
+        assert!(endpoint.starts_with("# [cfg (all ())] # [:: idem_runtime :: __private :: items"));
         assert!(endpoint.contains("doc = \" Docs.\""), "{endpoint}");
-        assert!(endpoint.contains("cfg (all ())"), "{endpoint}");
-        assert!(endpoint.contains("pub struct create ;"), "{endpoint}");
-        let block = block.to_token_stream().to_string();
-        assert!(block.starts_with("# [cfg (all ())] const _"), "{block}");
+        assert!(endpoint.ends_with("pub struct create ;"), "{endpoint}");
+        assert!(block.starts_with("const _ : () ="), "{block}");
         assert!(block.contains("900u64"), "{block}");
         assert!(block.contains("KeyMode :: Required"), "{block}");
         assert!(block.contains("InFlightMode :: Reject"), "{block}");
@@ -257,10 +149,72 @@ mod tests {
             block.contains("# [tracing :: instrument] async fn create"),
             "{block}"
         );
+        assert!(!block.contains("doc ="), "{block}");
         assert!(block.contains("__IdemS : :: idem_runtime :: __private :: EngineState"));
-        assert!(block.contains("__private :: ExtractParts < State < App > >"));
-        assert!(block.contains("__private :: ExtractLast < Json < B > , __IdemM >"));
-        assert!(block.contains("Handler < (__IdemM ,) , __IdemS > for create"));
+        assert!(block.contains("Handler < (__IdemM0 , __IdemM1 ,) , __IdemS > for create"));
+    }
+
+    #[test]
+    fn each_argument_is_bounded_by_its_role() {
+        let (_, block) = expand_items(
+            r#"scope = "global""#,
+            "async fn f(a: Path<u64>, s: axum::extract::State<Db>, b: Json<B>) {}",
+        );
+        assert!(block.contains("__private :: ExtractParts < Path < u64 > , __IdemM0 >"));
+        // `State<X>` words the error differently, on the same bound.
+        assert!(
+            block.contains("StateParts < axum :: extract :: State < Db > , Db , __IdemM1 >"),
+            "{block}"
+        );
+        assert!(block.contains("__private :: ExtractLast < Json < B > , __IdemM2 >"));
+        let (_, block) = expand_items(r#"scope = "global""#, "async fn f(s: State<Db>) {}");
+        assert!(
+            block.contains("StateLast < State < Db > , Db , __IdemM0 >"),
+            "{block}"
+        );
+    }
+
+    #[test]
+    fn arguments_before_the_last_are_checked_for_the_body_where_written() {
+        let (_, block) = expand_items(r#"scope = "global""#, "async fn f(a: A, b: B, c: C) {}");
+        assert!(
+            block.contains("Probe :: < A > :: NEW) . before_last ()"),
+            "{block}"
+        );
+        assert!(
+            block.contains("Probe :: < B > :: NEW) . before_last ()"),
+            "{block}"
+        );
+        assert!(
+            !block.contains("Probe :: < C > :: NEW) . before_last ()"),
+            "{block}"
+        );
+    }
+
+    #[test]
+    fn transactions_are_probed_by_type_pair_by_pair() {
+        let (_, block) = expand_items(
+            r#"scope = "global""#,
+            "async fn create(s: State<A>, mut tx: Db, b: Json<B>) {}",
+        );
+        assert!(
+            block.contains(". with_atomic (__idem_arguments)"),
+            "{block}"
+        );
+        assert!(
+            block.contains("Probe :: < Db > :: NEW) . atomic_need ()"),
+            "{block}"
+        );
+        assert_eq!(block.matches(". at_most_one_transaction ()").count(), 3);
+        assert!(
+            block.contains("Pair :: < Db , Json < B > > :: NEW)"),
+            "{block}"
+        );
+        assert!(block.contains("ExtractParts < Db , __IdemM1 >"), "{block}");
+        assert!(
+            block.contains("create (__idem_arg0 , __idem_arg1 , __idem_arg2)"),
+            "{block}"
+        );
     }
 
     #[test]
@@ -272,24 +226,7 @@ mod tests {
         );
         assert!(out.contains("let _ = __idem_request ;"), "{out}");
         assert!(!out.contains("Extract"), "{out}");
-    }
-
-    #[test]
-    fn a_transaction_is_an_extractor_and_probed_by_type() {
-        let out = expand_str(
-            r#"scope = "global""#,
-            "async fn create(s: State<A>, mut tx: Db, b: Json<B>) {}",
-        );
-        assert!(out.contains(". with_atomic (__idem_atomic)"), "{out}");
-        assert!(
-            out.contains("Probe :: < Db > :: NEW) . atomic_need ()"),
-            "{out}"
-        );
-        assert!(out.contains("ExtractParts < Db >"), "{out}");
-        assert!(
-            out.contains("create (__idem_arg0 , __idem_arg1 , __idem_arg2)"),
-            "{out}"
-        );
+        assert!(!out.contains("before_last"), "{out}");
     }
 
     /// Generated bindings must not collide with the user's items: a handler named `response`

@@ -3,6 +3,7 @@
 
 use proc_macro::TokenStream;
 
+mod ast;
 mod attr;
 mod expand;
 mod validate;
@@ -11,4 +12,14 @@ mod validate;
 #[proc_macro_attribute]
 pub fn idempotent(args: TokenStream, item: TokenStream) -> TokenStream {
     expand::idempotent(args.into(), item.into()).into()
+}
+
+/// Emits the item, then the items given as arguments: `#[idempotent]` hangs the code it
+/// generates on the struct this way, so that it exists only where the struct can be declared.
+#[doc(hidden)]
+#[proc_macro_attribute]
+pub fn __idempotent_items(items: TokenStream, item: TokenStream) -> TokenStream {
+    let mut tokens = item;
+    tokens.extend(items);
+    tokens
 }

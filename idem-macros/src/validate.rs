@@ -3,8 +3,9 @@
 
 use proc_macro2::{Span, TokenStream, TokenTree};
 use quote::{ToTokens, quote};
-use syn::{FnArg, GenericParam, Item, ItemFn, Type};
+use syn::{GenericParam, Type};
 
+use crate::ast::{Handler, Param};
 use crate::attr::{Arg, Args, edit_distance};
 
 mod ttl;
@@ -94,60 +95,11 @@ fn choice(arg: Option<&Arg>, name: &str, options: [&str; 2]) -> syn::Result<usiz
     Err(syn::Error::new_spanned(&arg.value, message))
 }
 
-/// Parses the annotated item, which must be a function.
-pub(crate) fn item(tokens: TokenStream) -> syn::Result<ItemFn> {
-    let item = match syn::parse2::<Item>(tokens.clone()) {
-        Ok(Item::Fn(function)) => return Ok(function),
-        Ok(item) => item,
-        Err(_) => Item::Verbatim(tokens),
-    };
-    let (what, at) = match &item {
-        Item::Struct(i) => ("a struct", pair(&i.struct_token, &i.ident)),
-        Item::Enum(i) => ("an enum", pair(&i.enum_token, &i.ident)),
-        Item::Union(i) => ("a union", pair(&i.union_token, &i.ident)),
-        Item::Trait(i) => ("a trait", pair(&i.trait_token, &i.ident)),
-        Item::Impl(i) => ("an `impl` block", i.impl_token.to_token_stream()),
-        Item::Mod(i) => ("a module", pair(&i.mod_token, &i.ident)),
-        Item::Const(i) => ("a constant", pair(&i.const_token, &i.ident)),
-        Item::Static(i) => ("a static", pair(&i.static_token, &i.ident)),
-        Item::Type(i) => ("a type alias", pair(&i.type_token, &i.ident)),
-        Item::Use(i) => ("a `use` declaration", i.use_token.to_token_stream()),
-        Item::Verbatim(tokens) if has_fn_token(tokens) => {
-            return Err(syn::Error::new_spanned(
-                tokens,
-                "`#[idempotent]` needs the handler's body: write `async fn name(..) { .. }`",
-            ));
-        }
-        _ => ("this item", first_token(&item.to_token_stream())),
-    };
-    Err(syn::Error::new_spanned(
-        at,
-        format!("`#[idempotent]` goes on an `async fn` axum handler, not on {what}"),
-    ))
-}
-
-fn pair(a: &dyn ToTokens, b: &dyn ToTokens) -> TokenStream {
-    let mut tokens = a.to_token_stream();
-    b.to_tokens(&mut tokens);
-    tokens
-}
-
-fn has_fn_token(tokens: &TokenStream) -> bool {
-    tokens
-        .clone()
-        .into_iter()
-        .any(|t| matches!(&t, TokenTree::Ident(i) if i == "fn"))
-}
-
-fn first_token(tokens: &TokenStream) -> TokenStream {
-    tokens.clone().into_iter().take(1).collect()
-}
-
-/// Checks that `item` can be an axum handler under `#[idempotent]`.
-pub(crate) fn function(item: &ItemFn) -> syn::Result<()> {
-    let sig = &item.sig;
-    let name = &sig.ident;
-    utoipa_path_below(item)?;
+/// Checks that the function can be an axum handler under `#[idempotent]`.
+pub(crate) fn handler(handler: &Handler) -> syn::Result<()> {
+    let sig = &handler.item.sig;
+    let name = &handler.name;
+    utoipa_path_below(&handler.item)?;
     if let Some(constness) = &sig.constness {
         return Err(syn::Error::new_spanned(
             constness,
@@ -181,23 +133,21 @@ pub(crate) fn function(item: &ItemFn) -> syn::Result<()> {
             "`#[idempotent]` handlers cannot be variadic: take at most 16 extractors",
         ));
     }
-    for input in &sig.inputs {
-        match input {
-            FnArg::Receiver(receiver) => {
-                return Err(syn::Error::new_spanned(
-                    receiver,
-                    format!(
-                        "`#[idempotent]` handlers cannot take `self`: move `{name}` out of the \
-                         `impl` block and pass shared data through `State`"
-                    ),
-                ));
-            }
-            FnArg::Typed(arg) => extractor_type(&arg.ty)?,
-        }
-    }
-    if let Some(extra) = sig.inputs.iter().nth(MAX_EXTRACTORS) {
+    if let Some(receiver) = &handler.receiver {
         return Err(syn::Error::new_spanned(
-            extra,
+            receiver,
+            format!(
+                "`#[idempotent]` handlers cannot take `self`: move `{name}` out of the `impl` \
+                 block and pass shared data through `State`"
+            ),
+        ));
+    }
+    for param in &handler.params {
+        extractor_type(&param.ty)?;
+    }
+    if let Some(Param { pat, ty, .. }) = handler.params.get(MAX_EXTRACTORS) {
+        return Err(syn::Error::new_spanned(
+            quote!(#pat: #ty),
             format!(
                 "`#[idempotent]` handlers take at most {MAX_EXTRACTORS} extractors, as axum \
                  handlers do: group some into a struct that implements `FromRequestParts`"
@@ -209,7 +159,7 @@ pub(crate) fn function(item: &ItemFn) -> syn::Result<()> {
 
 /// `#[utoipa::path]` below `#[idempotent]` would stay on the function inside the expansion, and
 /// the `__path_name` type it generates would be out of every caller's reach.
-fn utoipa_path_below(item: &ItemFn) -> syn::Result<()> {
+fn utoipa_path_below(item: &syn::ItemFn) -> syn::Result<()> {
     let below = item.attrs.iter().find(|attr| {
         let segments = &attr.path().segments;
         segments.len() == 2 && segments[0].ident == "utoipa" && segments[1].ident == "path"
@@ -336,9 +286,12 @@ mod tests {
         Arg { value: lit(value) }
     }
 
+    fn check(item: &str) -> syn::Result<()> {
+        handler(&Handler::from_fn(syn::parse_str(item).unwrap()))
+    }
+
     fn fn_err(item: &str) -> String {
-        let item: ItemFn = syn::parse_str(item).unwrap();
-        function(&item).unwrap_err().to_string()
+        check(item).unwrap_err().to_string()
     }
 
     #[test]
@@ -368,17 +321,8 @@ mod tests {
     }
 
     #[test]
-    fn items_that_are_not_functions() {
-        let err = |s: &str| item(s.parse().unwrap()).err().unwrap().to_string();
-        assert!(err("struct A { x: u8 }").ends_with("not on a struct"));
-        assert!(err("impl A {}").ends_with("not on an `impl` block"));
-        assert!(err("async fn f();").contains("needs the handler's body"));
-        assert!(item("async fn f() {}".parse().unwrap()).is_ok());
-    }
-
-    #[test]
     fn functions() {
-        assert!(function(&syn::parse_str("async fn f(a: A, b: Json<B>) {}").unwrap()).is_ok());
+        assert!(check("async fn f(a: A, b: Json<B>) {}").is_ok());
         assert!(fn_err("fn f() {}").ends_with("write `async fn f`"));
         assert!(fn_err("const async fn f() {}").contains("cannot be `const`"));
         assert!(fn_err("async unsafe fn f() {}").contains("cannot be `unsafe`"));
@@ -392,7 +336,7 @@ mod tests {
         assert!(fn_err("async fn f(a: &str) {}").contains("cannot be references"));
         assert!(fn_err("async fn f(a: Option<&str>) {}").contains("contain references"));
         assert!(fn_err("async fn f(a: Cow<'_, str>) {}").contains("cannot borrow"));
-        assert!(function(&syn::parse_str("async fn f(a: Cow<'static, str>) {}").unwrap()).is_ok());
+        assert!(check("async fn f(a: Cow<'static, str>) {}").is_ok());
         let many = (0..17).map(|i| format!("a{i}: A")).collect::<Vec<_>>();
         let many = format!("async fn f({}) {{}}", many.join(", "));
         assert!(fn_err(&many).contains("at most 16 extractors"));

@@ -1,12 +1,12 @@
-use axum::{Json, Router, routing::post};
+use axum::{Router, routing::post};
 use idem_runtime::{Idempotency, idempotent};
 
 #[idempotent(scope = "global")]
-async fn create(Json(body): Json<String>, _: String) -> String {
-    body
+async fn create(amount: u64, _body: String) -> String {
+    amount.to_string()
 }
 
 fn main() {
-    // The state is fixed before `post(create)` is checked: rustc reports the `Handler` bound.
+    // The state is fixed before `post(create)` is checked: the error is still about the argument.
     let _ = Router::<Idempotency>::new().route("/", post(create));
 }

@@ -1,7 +1,7 @@
 #![deny(warnings)]
 
-// A `Tx` parameter is handed over by the engine (atomic mode), not extracted: the body
-// extractor is still the last of the other parameters.
+// A `Tx` parameter is an extractor of the request head, so it goes anywhere before the body
+// extractor, and puts the handler in atomic mode.
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::{Json, Router, routing::post};

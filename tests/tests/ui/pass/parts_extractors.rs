@@ -2,7 +2,8 @@
 
 use std::collections::HashMap;
 
-use axum::extract::{FromRef, FromRequestParts, Path, Query, State};
+use axum::body::Bytes;
+use axum::extract::{FromRef, FromRequest, FromRequestParts, Path, Query, Request, State};
 use axum::http::{HeaderMap, StatusCode, request::Parts};
 use axum::{Json, Router, routing::post};
 use idem_runtime::{Idempotency, idempotent, store::MemoryStore};
@@ -28,6 +29,29 @@ impl<S: Send + Sync> FromRequestParts<S> for OrgId {
     }
 }
 
+/// An extractor for this application's state only.
+struct User(&'static str);
+
+impl FromRequestParts<AppState> for User {
+    type Rejection = StatusCode;
+
+    async fn from_request_parts(_: &mut Parts, state: &AppState) -> Result<Self, StatusCode> {
+        Ok(User(state.db.0))
+    }
+}
+
+/// A body extractor for this application's state only.
+struct Upload(Bytes);
+
+impl FromRequest<AppState> for Upload {
+    type Rejection = StatusCode;
+
+    async fn from_request(request: Request, state: &AppState) -> Result<Self, StatusCode> {
+        let bytes = Bytes::from_request(request, state).await;
+        Ok(Upload(bytes.map_err(|_| StatusCode::BAD_REQUEST)?))
+    }
+}
+
 #[idempotent(scope = "org")]
 async fn everything(
     State(state): State<AppState>,
@@ -43,6 +67,11 @@ async fn everything(
 }
 
 #[idempotent(scope = "org")]
+async fn state_specific(user: User, Path(id): Path<u64>, upload: Upload) -> String {
+    format!("{} {id} {}", user.0, upload.0.len())
+}
+
+#[idempotent(scope = "org")]
 async fn parts_only(org: OrgId, Path(id): Path<u64>) -> String {
     format!("{} {id}", org.0)
 }
@@ -54,6 +83,6 @@ fn main() {
         .build()
         .unwrap();
     let _app: Router = Router::new()
-        .route("/charges/{id}", post(everything).put(parts_only))
+        .route("/charges/{id}", post(everything).put(parts_only).patch(state_specific))
         .with_state(AppState { idempotency, db: Db("db") });
 }

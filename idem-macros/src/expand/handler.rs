@@ -1,0 +1,118 @@
+//! `impl Handler<M, S> for name`: the extractors run around the engine's steps.
+//!
+//! The where-clause bounds only the router state `S` (see `__private`), one bound per argument,
+//! spanned at the argument's type: when one fails where the handler is routed, rustc's
+//! "unsatisfied trait bound introduced here" note points at that argument.
+
+use proc_macro2::{Span, TokenStream};
+use quote::{format_ident, quote, quote_spanned};
+
+use crate::ast::{Handler, Param, Role};
+
+pub(super) fn handler_impl(handler: &Handler) -> TokenStream {
+    let p = quote!(::idem_runtime::__private);
+    let name = &handler.name;
+    let state = quote!(__IdemS);
+    let markers: Vec<_> = handler
+        .params
+        .iter()
+        .map(|param| format_ident!("__IdemM{}", param.index))
+        .collect();
+
+    let mut bounds = vec![quote_spanned!(Span::call_site()=> #state: #p::EngineState,)];
+    let mut extract_head = Vec::new();
+    let mut extract_last = quote!(let _ = __idem_request;);
+    for (param, marker) in handler.params.iter().zip(&markers) {
+        let (bound, call) = extractor(param, marker);
+        bounds.push(bound);
+        let local = param.local();
+        let extract = quote! {
+            let #local = match #call.await {
+                ::core::result::Result::Ok(__idem_value) => __idem_value,
+                ::core::result::Result::Err(__idem_response) => return __idem_response,
+            };
+        };
+        match param.role {
+            Role::Head => extract_head.push(extract),
+            Role::Last => extract_last = extract,
+        }
+    }
+    // axum's own marker for a handler without arguments.
+    let handler_t = if markers.is_empty() {
+        quote!(((),))
+    } else {
+        quote!((#(#markers,)*))
+    };
+    let locals = handler.params.iter().map(Param::local);
+
+    // Spanned at the name: a non-`Send` future or an output that is not a response is
+    // reported there ("future returned by `name` is not `Send`").
+    let call = quote_spanned! {name.span()=>
+        #p::handler_future(#name(#(#locals),*))
+    };
+    let run = quote!(__idem_ready.run(&__idem_engine, &__IDEM_ENDPOINT, #call).await);
+
+    quote! {
+        #[automatically_derived]
+        impl<#state, #(#markers),*> #p::Handler<#handler_t, #state> for #name
+        where
+            #state: ::core::marker::Send + ::core::marker::Sync + 'static,
+            #(#bounds)*
+        {
+            type Future = #p::HandlerFuture;
+
+            fn call(self, __idem_request: #p::Request, __idem_state: #state) -> Self::Future {
+                ::std::boxed::Box::pin(async move {
+                    let __idem_engine = #p::EngineState::engine(&__idem_state);
+                    let (mut __idem_parts, __idem_body) = __idem_request.into_parts();
+                    let __idem_pending =
+                        match #p::begin(&__idem_engine, &__IDEM_ENDPOINT, &mut __idem_parts) {
+                            ::core::result::Result::Ok(__idem_pending) => __idem_pending,
+                            ::core::result::Result::Err(__idem_response) => return __idem_response,
+                        };
+                    #(#extract_head)*
+                    let (__idem_ready, __idem_request) = match __idem_pending
+                        .body(&__idem_engine, &__IDEM_ENDPOINT, __idem_parts, __idem_body)
+                        .await
+                    {
+                        ::core::result::Result::Ok(__idem_ready) => __idem_ready,
+                        ::core::result::Result::Err(__idem_response) => return __idem_response,
+                    };
+                    #extract_last
+                    #run
+                })
+            }
+        }
+    }
+}
+
+/// The bound on the router state for one argument, and the call that extracts it.
+///
+/// The whole bound is spanned at the user's type (a `#p` prefix would carry the call site), so
+/// rustc's "unsatisfied trait bound introduced here" points at the argument.
+fn extractor(param: &Param, marker: &proc_macro2::Ident) -> (TokenStream, TokenStream) {
+    let ty = &param.ty;
+    let span = param.span();
+    let p = quote_spanned!(span=> ::idem_runtime::__private);
+    // `State<X>` only changes the error's wording: `StateParts` and `StateLast` have
+    // `ExtractParts` and `ExtractLast` as supertraits and hold exactly when they do.
+    let bound = match (param.role, &param.state) {
+        (Role::Head, None) => quote_spanned!(span=> #p::ExtractParts<#ty, #marker>),
+        (Role::Head, Some(x)) => quote_spanned!(span=> #p::StateParts<#ty, #x, #marker>),
+        (Role::Last, None) => quote_spanned!(span=> #p::ExtractLast<#ty, #marker>),
+        (Role::Last, Some(x)) => quote_spanned!(span=> #p::StateLast<#ty, #x, #marker>),
+    };
+    let call = match param.role {
+        Role::Head => quote_spanned!(span=>
+            <__IdemS as #p::ExtractParts<#ty, #marker>>::extract_parts(
+                &mut __idem_parts, &__idem_state,
+            )
+        ),
+        Role::Last => quote_spanned!(span=>
+            <__IdemS as #p::ExtractLast<#ty, #marker>>::extract_last(
+                __idem_request, &__idem_state,
+            )
+        ),
+    };
+    (quote_spanned!(span=> __IdemS: #bound,), call)
+}
