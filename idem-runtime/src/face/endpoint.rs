@@ -63,6 +63,7 @@ pub struct AtomicNeed {
 }
 
 impl AtomicNeed {
+    #[cfg_attr(not(any(feature = "sqlite", feature = "postgres")), allow(dead_code))]
     pub(crate) const fn new(database: &'static str, is_met: fn(&Capabilities) -> bool) -> Self {
         Self { database, is_met }
     }

@@ -28,18 +28,7 @@ use crate::http::response::StoredResponse;
 use crate::idempotency::Idempotency;
 use crate::store::Fence;
 
-#[cfg(any(feature = "sqlite", feature = "postgres"))]
-use crate::face::tx::TxOffer;
-/// Without a SQL store feature there are no transactions to offer.
-#[cfg(not(any(feature = "sqlite", feature = "postgres")))]
-#[derive(Clone)]
-pub(crate) struct TxOffer;
-#[cfg(not(any(feature = "sqlite", feature = "postgres")))]
-impl TxOffer {
-    fn new(_: &crate::store::Capabilities) -> Option<Self> {
-        None
-    }
-}
+use crate::face::offer::{PendingTx, TxOffer};
 
 /// Marks a request an outer [`IdempotencyLayer`](crate::IdempotencyLayer) already made
 /// idempotent, so an `#[idempotent]` handler under it does not claim a second record.
@@ -300,7 +289,6 @@ where
     };
     match engine.engine().claim(&attempt).await {
         Claimed::Owner(owner) => {
-            #[cfg(any(feature = "sqlite", feature = "postgres"))]
             if let Some(offer) = &tx {
                 offer.bind(owner.key());
             }
@@ -371,14 +359,11 @@ where
     };
     let payload = Bytes::from(stored.encode());
     let status = Some(stored.status().as_u16());
-    #[cfg(any(feature = "sqlite", feature = "postgres"))]
     if let Some(pending) = pending {
         return complete_atomic(engine, spec, owner, pending, &payload, status)
             .await
             .unwrap_or_else(|| Response::from_parts(parts, Body::from(bytes)));
     }
-    #[cfg(not(any(feature = "sqlite", feature = "postgres")))]
-    let _ = pending;
     record(&spec.name, Outcome::Executed);
     match owner.complete(payload, status, spec.ttl).await {
         Settled::Done(Fence::Held) => {}
@@ -393,23 +378,17 @@ where
     Response::from_parts(parts, Body::from(bytes))
 }
 
-#[cfg(any(feature = "sqlite", feature = "postgres"))]
-fn returned(offer: &TxOffer) -> Option<Box<dyn crate::face::tx::PendingTx>> {
+fn returned(offer: &TxOffer) -> Option<Box<dyn PendingTx>> {
     offer.returned()
-}
-#[cfg(not(any(feature = "sqlite", feature = "postgres")))]
-fn returned(_: &TxOffer) -> Option<()> {
-    None
 }
 
 /// Atomic mode: the completion rides in the handler's transaction. `None` when both committed
 /// (send the handler's response); otherwise the answer to send instead.
-#[cfg(any(feature = "sqlite", feature = "postgres"))]
 async fn complete_atomic(
     engine: &Idempotency,
     spec: &Spec,
     owner: Owner,
-    pending: Box<dyn crate::face::tx::PendingTx>,
+    pending: Box<dyn PendingTx>,
     payload: &[u8],
     status: Option<u16>,
 ) -> Option<Response> {
@@ -468,7 +447,6 @@ where
     F: Future<Output = Response> + Send,
 {
     let response = handler.await;
-    #[cfg(any(feature = "sqlite", feature = "postgres"))]
     if let Some(pending) = tx.as_ref().and_then(returned) {
         if response.status().is_server_error() {
             return response; // `pending` rolls back when dropped
@@ -478,8 +456,6 @@ where
             return unavailable(engine);
         }
     }
-    #[cfg(not(any(feature = "sqlite", feature = "postgres")))]
-    let _ = (engine, tx);
     response
 }
 

@@ -7,5 +7,6 @@ pub mod attribute;
 pub(crate) mod endpoint;
 pub(crate) mod flow;
 pub(crate) mod layer;
+pub(crate) mod offer;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 pub(crate) mod tx;

@@ -1,26 +1,25 @@
 //! Atomic mode, as the HTTP faces offer it: the handler's database writes and the stored
 //! response commit together.
 //!
-//! The engine puts a [`TxOffer`] in the request's extensions when its store lends transactions
-//! ([`Capabilities`]); the [`Tx`] and [`AnyTx`] extractors take it. When the handler returns,
+//! The engine puts a `TxOffer` in the request's extensions when its store lends transactions
+//! (`Capabilities`); the [`Tx`] and [`AnyTx`] extractors take it. When the handler returns,
 //! the transaction it began is handed back through the offer, and the engine completes the
 //! record inside it before committing.
 
 use std::fmt;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use std::sync::Arc;
 
 use axum::extract::FromRequestParts;
 use http::request::Parts;
-use sha2::{Digest, Sha256};
 use sqlx::Transaction;
 
 use crate::core::error::StoreError;
 use crate::core::key::RecordKey;
 use crate::face::endpoint::AtomicNeed;
+use crate::face::offer::{PendingTx, TxOffer};
 use crate::http::rejection::Rejection;
 use crate::store::atomic::{AtomicDatabase, AtomicStore};
-use crate::store::{BoxFuture, Capabilities, Completion, Fence, LeaseToken};
+use crate::store::{BoxFuture, Completion, Fence, LeaseToken};
 
 /// A database transaction that commits together with the idempotency record.
 ///
@@ -132,7 +131,7 @@ impl<S: Send + Sync, DB: AtomicDatabase> FromRequestParts<S> for Tx<DB> {
 
     async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Rejection> {
         let offer = TxOffer::take(parts)?;
-        let store = offer.0.capabilities.atomic::<DB>().cloned().ok_or(
+        let store = offer.capabilities().atomic::<DB>().cloned().ok_or(
             Rejection::Misconfigured {
                 reason: "the idempotency store offers no transactions on this handler's database",
             },
@@ -204,11 +203,11 @@ impl<S: Send + Sync> FromRequestParts<S> for AnyTx {
         let Some(offer) = parts.extensions.get::<TxOffer>() else {
             return Ok(Self::None);
         };
-        if offer.0.capabilities.atomic::<sqlx::Postgres>().is_some() {
+        if offer.capabilities().atomic::<sqlx::Postgres>().is_some() {
             Tx::from_request_parts(parts, state)
                 .await
                 .map(Self::Postgres)
-        } else if offer.0.capabilities.atomic::<sqlx::Sqlite>().is_some() {
+        } else if offer.capabilities().atomic::<sqlx::Sqlite>().is_some() {
             Tx::from_request_parts(parts, state).await.map(Self::Sqlite)
         } else {
             Ok(Self::None)
@@ -239,93 +238,6 @@ impl AtomicParam for AnyTx {
     }
 }
 
-/// What the engine offers a request's `Tx` extractor: the store's transactions, the seed of its
-/// downstream keys, and where the handler's transaction is handed back.
-#[derive(Clone)]
-pub(crate) struct TxOffer(Arc<OfferInner>);
-
-struct OfferInner {
-    capabilities: Capabilities,
-    seed: OnceLock<[u8; 32]>,
-    taken: AtomicBool,
-    returned: Mutex<Option<Box<dyn PendingTx>>>,
-}
-
-impl TxOffer {
-    /// An offer for one request, when the engine's store lends transactions.
-    pub(crate) fn new(capabilities: &Capabilities) -> Option<Self> {
-        capabilities.has_atomic().then(|| {
-            Self(Arc::new(OfferInner {
-                capabilities: capabilities.clone(),
-                seed: OnceLock::new(),
-                taken: AtomicBool::new(false),
-                returned: Mutex::new(None),
-            }))
-        })
-    }
-
-    /// Binds downstream keys to the request's record.
-    pub(crate) fn bind(&self, key: &RecordKey) {
-        let _ = self.0.seed.set(*key.as_bytes());
-    }
-
-    /// The transaction the handler began and handed back, if any.
-    pub(crate) fn returned(&self) -> Option<Box<dyn PendingTx>> {
-        self.0
-            .returned
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .take()
-    }
-
-    fn take(parts: &Parts) -> Result<Self, Rejection> {
-        let offer = parts
-            .extensions
-            .get::<Self>()
-            .ok_or(Rejection::Misconfigured {
-                reason: "a `Tx` works only in an `#[idempotent]` handler or under `IdempotencyLayer`, \
-                         with a store that lends transactions",
-            })?;
-        if offer.0.taken.swap(true, Ordering::AcqRel) {
-            return Err(Rejection::Misconfigured {
-                reason: "a handler takes at most one `Tx`",
-            });
-        }
-        Ok(offer.clone())
-    }
-
-    fn hand_back(&self, tx: Box<dyn PendingTx>) {
-        *self
-            .0
-            .returned
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner) = Some(tx);
-    }
-
-    fn downstream_key(&self, purpose: &str) -> String {
-        let seed = self
-            .0
-            .seed
-            .get_or_init(|| std::array::from_fn(|_| fastrand::u8(..)));
-        downstream_key(seed, purpose)
-    }
-}
-
-/// A handler's transaction, handed back for the engine to finish. Dropping it rolls back.
-pub(crate) trait PendingTx: Send {
-    /// Completes the record inside the transaction and commits both. Anything but
-    /// `Ok(Fence::Held)` leaves nothing of the attempt committed.
-    fn complete_and_commit<'a>(
-        self: Box<Self>,
-        key: &'a RecordKey,
-        token: LeaseToken,
-        completion: Completion<'a>,
-    ) -> BoxFuture<'a, Result<Fence, StoreError>>;
-
-    /// Commits the transaction alone (a request without an idempotency key).
-    fn commit(self: Box<Self>) -> BoxFuture<'static, Result<(), StoreError>>;
-}
-
 struct Begun<DB: AtomicDatabase> {
     tx: Transaction<'static, DB>,
     store: Arc<dyn AtomicStore<DB>>,
@@ -354,42 +266,5 @@ impl<DB: AtomicDatabase> PendingTx for Begun<DB> {
 
     fn commit(self: Box<Self>) -> BoxFuture<'static, Result<(), StoreError>> {
         Box::pin(async move { self.tx.commit().await.map_err(StoreError::unavailable) })
-    }
-}
-
-pub(crate) fn downstream_key(seed: &[u8; 32], purpose: &str) -> String {
-    let mut hasher = Sha256::new();
-    hasher.update(b"idem.downstream.v1");
-    hasher.update(seed);
-    hasher.update((purpose.len() as u64).to_be_bytes());
-    hasher.update(purpose.as_bytes());
-    let mut b: [u8; 16] = hasher.finalize()[..16].try_into().expect("16 of 32 bytes");
-    b[6] = (b[6] & 0x0f) | 0x80; // version 8
-    b[8] = (b[8] & 0x3f) | 0x80; // RFC 9562 variant
-    let hex = crate::core::key::hex(&b);
-    format!(
-        "{}-{}-{}-{}-{}",
-        &hex[..8],
-        &hex[8..12],
-        &hex[12..16],
-        &hex[16..20],
-        &hex[20..]
-    )
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn downstream_keys_are_stable_distinct_uuids() {
-        let seed = [7u8; 32];
-        let a = downstream_key(&seed, "charge");
-        assert_eq!(a, downstream_key(&seed, "charge"));
-        assert_ne!(a, downstream_key(&seed, "refund"));
-        assert_ne!(a, downstream_key(&[8u8; 32], "charge"));
-        assert_eq!(a.len(), 36);
-        assert_eq!(&a[14..15], "8", "version 8: {a}");
-        assert!(matches!(&a[19..20], "8" | "9" | "a" | "b"), "variant: {a}");
     }
 }
