@@ -64,7 +64,7 @@ pub(crate) enum Claimed {
     /// The first request is still running.
     InFlight,
     /// The store failed (logged here): refuse (fail closed).
-    Unavailable,
+    Unavailable(StoreError),
 }
 
 impl Engine {
@@ -99,7 +99,7 @@ impl Engine {
                         error = &error as &dyn std::error::Error,
                         "idempotency store failed; refusing the request"
                     );
-                    (Outcome::StoreError, Claimed::Unavailable)
+                    (Outcome::StoreError, Claimed::Unavailable(error))
                 }
                 Ok(Claim::Acquired { took_over }) => {
                     if took_over {

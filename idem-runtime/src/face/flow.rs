@@ -305,7 +305,7 @@ where
             retry_after: policy.retry_after,
         }
         .into_response(),
-        Claimed::Unavailable => unavailable(engine),
+        Claimed::Unavailable(_) => unavailable(engine),
     }
 }
 

@@ -6,5 +6,6 @@
 pub mod attribute;
 pub(crate) mod endpoint;
 pub(crate) mod flow;
+pub(crate) mod operation;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 pub(crate) mod tx;

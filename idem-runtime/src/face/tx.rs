@@ -106,6 +106,20 @@ impl<DB: AtomicDatabase> Tx<DB> {
     }
 }
 
+impl<DB: AtomicDatabase> Tx<DB> {
+    /// The transaction of a programmatic operation in atomic mode, handed back through `offer`
+    /// when dropped; `None` when the store lends no transactions on `DB`.
+    pub(crate) fn offered(offer: &TxOffer) -> Option<Self> {
+        let store = offer.0.capabilities.atomic::<DB>().cloned()?;
+        offer.0.taken.store(true, Ordering::Release);
+        Some(Self {
+            store,
+            tx: None,
+            offer: offer.clone(),
+        })
+    }
+}
+
 impl<DB: AtomicDatabase> Drop for Tx<DB> {
     fn drop(&mut self) {
         // Hand the transaction back to the engine, which commits or rolls it back.
