@@ -36,10 +36,11 @@
 //! [`Submitted::created`] is `true` for the one submit whose create of the task object won:
 //! at most one per task.
 //!
-//! Cost (conditional stores): a fresh keyed submit makes three PUTs where an unkeyed one makes
-//! one (the record's create and its flip to `ready`, beside the task); a retry of a finished
-//! submit is one GET. A record in a local folder is read with a LIST and a GET
-//! ([`Swap::Generations`]).
+//! Cost, on a store with conditional updates: a retry of a finished submit is one GET. A fresh
+//! keyed submit is one GET (finding no record) and three PUTs where an unkeyed submit is one PUT:
+//! the record's create and its flip to `ready` beside the task. The flip is the price of the
+//! two phases (a crash between record and task must be visible and repairable). In a local
+//! folder a record is read with a LIST and a GET ([`Swap::Generations`]).
 //!
 //! # What it promises
 //!
@@ -341,8 +342,8 @@ impl Queue {
 
     async fn submit_keyed(&self, keyed: &Keyed) -> Result<Submitted, QueueError> {
         let path = keyed.record_path();
-        // Optimistic: a fresh key needs no read first.
-        let mut seen: Option<(Record, Version)> = None;
+        // Read first: a retry (the case this exists for) then costs one GET.
+        let mut seen = self.read_record(&path).await?;
         for _ in 0..ATTEMPTS {
             let Some((record, version)) = seen.take() else {
                 let record = self.new_record(keyed);

@@ -26,8 +26,6 @@ pub fn open(location: &str) -> Result<Queue, QueueError> {
         if bucket.is_empty() {
             return Err(fail("no bucket: use s3://bucket/prefix".into()));
         }
-        // HTTPS through rustls needs a crypto provider; ring is the one built in.
-        let _ = rustls::crypto::ring::default_provider().install_default();
         let s3 = AmazonS3Builder::from_env()
             .with_bucket_name(bucket)
             .build()
