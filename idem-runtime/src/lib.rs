@@ -37,6 +37,8 @@
 //!   (`Tx<sqlx::Sqlite>`).
 //! - `postgres`: `store::PostgresStore`, on sqlx, and atomic mode on it (`Tx<sqlx::Postgres>`).
 //!   With both features, `AnyTx` takes whichever store the engine was built with.
+//! - `object-store`: `store::BucketStore`, records in an object store (S3, GCS, Azure, in
+//!   memory) through the `object_store` crate, whose backend features the application enables.
 //!
 //! [axum]: https://docs.rs/axum
 #![cfg_attr(docsrs, feature(doc_cfg))]

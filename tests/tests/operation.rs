@@ -70,4 +70,5 @@ every_backend! {
     memory: idem_runtime::store::MemoryStore,
     sqlite: idem_runtime::store::SqliteStore,
     postgres: idem_runtime::store::PostgresStore,
+    object: idem_runtime::store::BucketStore,
 }

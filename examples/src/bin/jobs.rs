@@ -156,7 +156,9 @@ fn parse_submit(mut args: impl Iterator<Item = String>) -> Result<Command, Strin
             "--ttl" => &mut ttl,
             other => return Err(format!("unknown argument `{other}`")),
         };
-        let value = args.next().ok_or_else(|| format!("`{flag}` needs a value"))?;
+        let value = args
+            .next()
+            .ok_or_else(|| format!("`{flag}` needs a value"))?;
         if slot.replace(value).is_some() {
             return Err(format!("`{flag}` given twice"));
         }
@@ -170,9 +172,7 @@ fn parse_submit(mut args: impl Iterator<Item = String>) -> Result<Command, Strin
         Some(name) => Scope::Custom(name.to_owned()),
     };
     let ttl = ttl
-        .map(|text| {
-            humantime::parse_duration(&text).map_err(|e| format!("`--ttl {text}`: {e}"))
-        })
+        .map(|text| humantime::parse_duration(&text).map_err(|e| format!("`--ttl {text}`: {e}")))
         .transpose()?;
     Ok(Command::Submit {
         task_type,
@@ -188,12 +188,17 @@ mod tests {
     use super::*;
 
     fn args(line: &str) -> impl Iterator<Item = String> {
-        line.split(' ').map(str::to_owned).collect::<Vec<_>>().into_iter()
+        line.split(' ')
+            .map(str::to_owned)
+            .collect::<Vec<_>>()
+            .into_iter()
     }
 
     #[test]
     fn submit_arguments() {
-        let command = parse(args("submit --type email --input {} --key k --scope queue --ttl 1d"));
+        let command = parse(args(
+            "submit --type email --input {} --key k --scope queue --ttl 1d",
+        ));
         assert_eq!(
             command,
             Ok(Command::Submit {
@@ -205,15 +210,26 @@ mod tests {
             })
         );
         let custom = parse(args("submit --type email --input 1 --scope tenant-42")).unwrap();
-        assert!(matches!(custom, Command::Submit { scope: Scope::Custom(name), .. } if name == "tenant-42"));
+        assert!(
+            matches!(custom, Command::Submit { scope: Scope::Custom(name), .. } if name == "tenant-42")
+        );
     }
 
     #[test]
     fn bad_arguments_are_refused() {
         assert!(parse(args("submit --type email")).is_err(), "no input");
-        assert!(parse(args("submit --type email --input {")).is_err(), "not JSON");
-        assert!(parse(args("submit --type a --type b --input 1")).is_err(), "twice");
-        assert!(parse(args("submit --type a --input 1 --ttl soon")).is_err(), "bad ttl");
+        assert!(
+            parse(args("submit --type email --input {")).is_err(),
+            "not JSON"
+        );
+        assert!(
+            parse(args("submit --type a --type b --input 1")).is_err(),
+            "twice"
+        );
+        assert!(
+            parse(args("submit --type a --input 1 --ttl soon")).is_err(),
+            "bad ttl"
+        );
         assert!(parse(args("submit --type a --input 1 --bogus x")).is_err());
         assert!(parse(args("get")).is_err());
         assert!(parse(args("frobnicate")).is_err());

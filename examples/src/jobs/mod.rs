@@ -57,7 +57,7 @@
 //! derives it. This queue's record instead fixes the task id in phase 1, which makes phase 2
 //! (create the task, if absent) safe for *any* submit to finish at once, with no lease and no
 //! waiting; and its format is the documented JSON above, readable without idem. The queue
-//! reuses idem's key rules ([`IdempotencyKey`](idem_runtime::IdempotencyKey)) and its canonical
+//! reuses idem's key rules ([`IdempotencyKey`]) and its canonical
 //! JSON fingerprint for `input_hash`.
 
 mod objects;
@@ -97,7 +97,9 @@ pub struct Queue {
 
 impl std::fmt::Debug for Queue {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Queue").field("objects", &self.objects).finish_non_exhaustive()
+        f.debug_struct("Queue")
+            .field("objects", &self.objects)
+            .finish_non_exhaustive()
     }
 }
 
@@ -228,7 +230,9 @@ impl Queue {
 
     async fn create_task(&self, task: &Task) -> Result<bool, QueueError> {
         let bytes = serde_json::to_vec(task).expect("a task serialises");
-        self.objects.create_once(&task_path(&task.task_id), bytes.into()).await
+        self.objects
+            .create_once(&task_path(&task.task_id), bytes.into())
+            .await
     }
 }
 

@@ -21,9 +21,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use object_store::path::Path;
-use object_store::{
-    ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload, UpdateVersion,
-};
+use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload, UpdateVersion};
 
 use super::QueueError;
 
@@ -134,13 +132,11 @@ impl Objects {
         version: &Version,
     ) -> Result<Option<Version>, QueueError> {
         match version {
-            Version::Tag(tag) => {
-                match self.put(path, bytes, PutMode::Update(tag.clone())).await {
-                    Ok(put) => Ok(Some(Version::Tag(put.into()))),
-                    Err(object_store::Error::Precondition { .. }) => Ok(None),
-                    Err(error) => Err(self.refuse(error)),
-                }
-            }
+            Version::Tag(tag) => match self.put(path, bytes, PutMode::Update(tag.clone())).await {
+                Ok(put) => Ok(Some(Version::Tag(put.into()))),
+                Err(object_store::Error::Precondition { .. }) => Ok(None),
+                Err(error) => Err(self.refuse(error)),
+            },
             Version::Generation(n) => self.create_generation(path, n + 1, bytes).await,
         }
     }
@@ -212,9 +208,16 @@ mod tests {
     #[test]
     fn generations_sit_in_a_folder_named_after_the_record() {
         let record = Path::from("idempotency/email/ab12.json");
-        assert_eq!(generation(&record, 2).as_ref(), "idempotency/email/ab12/0000000002.json");
+        assert_eq!(
+            generation(&record, 2).as_ref(),
+            "idempotency/email/ab12/0000000002.json"
+        );
         assert_eq!(generation_of("0000000002.json"), Some(2));
         assert_eq!(generation_of("2.json"), None);
-        assert_eq!(generation_of("0000000002.json#1"), None, "a staging file is not one");
+        assert_eq!(
+            generation_of("0000000002.json#1"),
+            None,
+            "a staging file is not one"
+        );
     }
 }

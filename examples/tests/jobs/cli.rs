@@ -17,7 +17,11 @@ fn jobs(store: &str, env: &[(&str, &str)], args: &[&str]) -> Output {
 }
 
 fn stdout_json(output: &Output) -> Value {
-    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
     let text = String::from_utf8(output.stdout.clone()).unwrap();
     assert_eq!(text.lines().count(), 1, "one line: {text}");
     serde_json::from_str(&text).unwrap()
@@ -26,7 +30,21 @@ fn stdout_json(output: &Output) -> Value {
 /// The documented session, against `store`.
 fn session(store: &str, env: &[(&str, &str)]) {
     let submit = |input: &str| {
-        jobs(store, env, &["submit", "--type", "email", "--input", input, "--key", "welcome-ada", "--ttl", "30d"])
+        jobs(
+            store,
+            env,
+            &[
+                "submit",
+                "--type",
+                "email",
+                "--input",
+                input,
+                "--key",
+                "welcome-ada",
+                "--ttl",
+                "30d",
+            ],
+        )
     };
     let first = stdout_json(&submit(r#"{"to": "ada@example.com"}"#));
     assert_eq!(first["created"], true);
@@ -46,8 +64,16 @@ fn session(store: &str, env: &[(&str, &str)]) {
     assert!(task["created_at"].as_str().unwrap().ends_with('Z'));
 
     // Without a key, every submit is a new task.
-    let a = stdout_json(&jobs(store, env, &["submit", "--type", "email", "--input", "{}"]));
-    let b = stdout_json(&jobs(store, env, &["submit", "--type", "email", "--input", "{}"]));
+    let a = stdout_json(&jobs(
+        store,
+        env,
+        &["submit", "--type", "email", "--input", "{}"],
+    ));
+    let b = stdout_json(&jobs(
+        store,
+        env,
+        &["submit", "--type", "email", "--input", "{}"],
+    ));
     assert_ne!(a["task_id"], b["task_id"]);
 }
 
@@ -56,15 +82,24 @@ fn the_documented_session_on_a_folder() {
     let folder = std::env::temp_dir().join(format!("idem-jobs-cli-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&folder);
     session(folder.to_str().unwrap(), &[]);
-    assert!(folder.join("tasks").is_dir(), "the folder was made on first use");
+    assert!(
+        folder.join("tasks").is_dir(),
+        "the folder was made on first use"
+    );
     let _ = std::fs::remove_dir_all(folder);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_documented_session_on_s3() {
-    let Some(endpoint) = support::s3_endpoint() else { return };
+    let Some(endpoint) = support::s3_endpoint() else {
+        return;
+    };
     let bucket = format!("jobs-cli-{}", std::process::id());
-    reqwest::Client::new().put(format!("{endpoint}/{bucket}")).send().await.unwrap();
+    reqwest::Client::new()
+        .put(format!("{endpoint}/{bucket}"))
+        .send()
+        .await
+        .unwrap();
     let leaked: &'static str = Box::leak(endpoint.clone().into_boxed_str());
     let env = [
         ("AWS_ENDPOINT_URL", leaked),
@@ -74,7 +109,9 @@ async fn the_documented_session_on_s3() {
         ("AWS_REGION", "us-east-1"),
     ];
     let store = format!("s3://{bucket}/queue");
-    tokio::task::spawn_blocking(move || session(&store, &env)).await.unwrap();
+    tokio::task::spawn_blocking(move || session(&store, &env))
+        .await
+        .unwrap();
     // The objects are under the prefix.
     let s3 = support::s3(&endpoint, &bucket);
     let listed = object_store::ObjectStore::list_with_delimiter(&s3, Some(&"queue/tasks".into()))
@@ -91,16 +128,36 @@ fn bad_arguments_exit_2() {
         &["submit", "--type", "email"][..],
         &["submit", "--type", "email", "--input", "{not json"],
         &["submit", "--type", "a/b", "--input", "{}"],
-        &["submit", "--type", "email", "--input", "{}", "--key", "has space"],
-        &["submit", "--type", "email", "--input", "{}", "--key", "k", "--ttl", "forever"],
-        &["submit", "--type", "email", "--input", "{}", "--key", "k", "--ttl", "0s"],
+        &[
+            "submit",
+            "--type",
+            "email",
+            "--input",
+            "{}",
+            "--key",
+            "has space",
+        ],
+        &[
+            "submit", "--type", "email", "--input", "{}", "--key", "k", "--ttl", "forever",
+        ],
+        &[
+            "submit", "--type", "email", "--input", "{}", "--key", "k", "--ttl", "0s",
+        ],
         &["get", "../../etc/passwd"],
         &["launch"],
     ] {
         let output = jobs(store, &[], args);
-        assert_eq!(output.status.code(), Some(2), "{args:?}: {}", String::from_utf8_lossy(&output.stderr));
+        assert_eq!(
+            output.status.code(),
+            Some(2),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
         assert!(!output.stderr.is_empty());
     }
-    assert!(!Path::new(&folder).join("tasks").exists(), "nothing was written");
+    assert!(
+        !Path::new(&folder).join("tasks").exists(),
+        "nothing was written"
+    );
     let _ = std::fs::remove_dir_all(folder);
 }

@@ -65,7 +65,10 @@ async fn record(h: &Harness, key: &str) -> idem_examples::jobs::Record {
                 .filter(|n| n.ends_with(".json"))
                 .collect();
             names.sort();
-            Path::from(format!("idempotency/email/{hash}/{}", names.last().unwrap()))
+            Path::from(format!(
+                "idempotency/email/{hash}/{}",
+                names.last().unwrap()
+            ))
         }
         None => Path::from(format!("idempotency/email/{hash}.json")),
     };
@@ -75,73 +78,133 @@ async fn record(h: &Harness, key: &str) -> idem_examples::jobs::Record {
 }
 
 async fn a_retry_gets_the_same_task(backend: Backend) {
-    let Some(h) = Harness::new(backend).await else { return };
-    let first = submit(&h, "welcome-ada", json!({"to": "ada", "n": 1})).await.unwrap();
+    let Some(h) = Harness::new(backend).await else {
+        return;
+    };
+    let first = submit(&h, "welcome-ada", json!({"to": "ada", "n": 1}))
+        .await
+        .unwrap();
     assert!(first.created);
     // Key order and whitespace do not matter: the input hash is over canonical JSON.
-    let retry = submit(&h, "welcome-ada", json!({"n": 1, "to": "ada"})).await.unwrap();
-    assert_eq!(retry, Submitted { task_id: first.task_id.clone(), created: false });
+    let retry = submit(&h, "welcome-ada", json!({"n": 1, "to": "ada"}))
+        .await
+        .unwrap();
+    assert_eq!(
+        retry,
+        Submitted {
+            task_id: first.task_id.clone(),
+            created: false
+        }
+    );
     assert_eq!(h.tasks().await, 1);
-    let task = h.queue.get(&first.task_id).await.unwrap().expect("the task exists");
-    assert_eq!((task.task_type.as_str(), &task.input), ("email", &json!({"to": "ada", "n": 1})));
+    let task = h
+        .queue
+        .get(&first.task_id)
+        .await
+        .unwrap()
+        .expect("the task exists");
+    assert_eq!(
+        (task.task_type.as_str(), &task.input),
+        ("email", &json!({"to": "ada", "n": 1}))
+    );
     let record = record(&h, "welcome-ada").await;
     assert_eq!(record.status, Status::Ready);
     assert_eq!(record.task_id, first.task_id);
     assert_eq!(record.task_path, format!("tasks/{}.json", first.task_id));
-    assert_eq!((record.key.as_str(), record.scope.as_str()), ("welcome-ada", "email"));
+    assert_eq!(
+        (record.key.as_str(), record.scope.as_str()),
+        ("welcome-ada", "email")
+    );
     // Another key is another task.
-    let other = submit(&h, "welcome-bob", json!({"to": "bob"})).await.unwrap();
+    let other = submit(&h, "welcome-bob", json!({"to": "bob"}))
+        .await
+        .unwrap();
     assert!(other.created && other.task_id != first.task_id);
     h.finish();
 }
 
 async fn another_input_is_a_conflict_and_creates_no_task(backend: Backend) {
-    let Some(h) = Harness::new(backend).await else { return };
+    let Some(h) = Harness::new(backend).await else {
+        return;
+    };
     let first = submit(&h, "k", json!({"to": "ada"})).await.unwrap();
     let conflict = submit(&h, "k", json!({"to": "bob"})).await;
     match conflict {
         Err(QueueError::IdempotencyConflict { task_id }) => assert_eq!(task_id, first.task_id),
         other => panic!("expected IdempotencyConflict, got {other:?}"),
     }
-    assert!(conflict_message_names_it(), "the CLI prints the variant's name");
+    assert!(
+        conflict_message_names_it(),
+        "the CLI prints the variant's name"
+    );
     assert_eq!(h.tasks().await, 1, "no task for the conflicting submit");
     h.finish();
 }
 
 fn conflict_message_names_it() -> bool {
-    let error = QueueError::IdempotencyConflict { task_id: "t".into() };
+    let error = QueueError::IdempotencyConflict {
+        task_id: "t".into(),
+    };
     error.to_string().starts_with("IdempotencyConflict")
 }
 
 async fn a_crash_between_record_and_task_is_repaired_by_the_next_submit(backend: Backend) {
-    let Some(h) = Harness::new(backend).await else { return };
+    let Some(h) = Harness::new(backend).await else {
+        return;
+    };
     h.recorder.crash_before_next_task();
     let crashed = submit(&h, "k", json!({"to": "ada"})).await;
     assert!(matches!(crashed, Err(QueueError::Store(_))), "{crashed:?}");
     let stuck = record(&h, "k").await;
-    assert_eq!(stuck.status, Status::Creating, "the record outlived its producer");
+    assert_eq!(
+        stuck.status,
+        Status::Creating,
+        "the record outlived its producer"
+    );
     assert_eq!(h.tasks().await, 0);
     // The next submit of the key creates the task the record names, and flips it.
     let repaired = submit(&h, "k", json!({"to": "ada"})).await.unwrap();
-    assert_eq!(repaired, Submitted { task_id: stuck.task_id.clone(), created: true });
+    assert_eq!(
+        repaired,
+        Submitted {
+            task_id: stuck.task_id.clone(),
+            created: true
+        }
+    );
     assert_eq!(record(&h, "k").await.status, Status::Ready);
     let retry = submit(&h, "k", json!({"to": "ada"})).await.unwrap();
-    assert_eq!(retry, Submitted { task_id: stuck.task_id, created: false });
+    assert_eq!(
+        retry,
+        Submitted {
+            task_id: stuck.task_id,
+            created: false
+        }
+    );
     assert_eq!(h.tasks().await, 1);
     h.finish();
 }
 
 async fn an_expired_record_is_replaced_by_compare_and_swap(backend: Backend) {
-    let Some(h) = Harness::new(backend).await else { return };
+    let Some(h) = Harness::new(backend).await else {
+        return;
+    };
     let ttl = Duration::from_secs(3600);
-    let send = || h.queue.submit("email", &json!({})).idempotency_key("k").idempotency_ttl(ttl);
+    let send = || {
+        h.queue
+            .submit("email", &json!({}))
+            .idempotency_key("k")
+            .idempotency_ttl(ttl)
+    };
     let first = send().await.unwrap();
     h.clock.advance(ttl - Duration::from_secs(1));
     assert_eq!(send().await.unwrap().task_id, first.task_id, "still live");
     h.clock.advance(Duration::from_secs(1));
     h.recorder.take();
     let renewed = send().await.unwrap();
-    assert!(renewed.created && renewed.task_id != first.task_id, "expired: a new task");
+    assert!(
+        renewed.created && renewed.task_id != first.task_id,
+        "expired: a new task"
+    );
     let requests = h.recorder.take();
     let replace = match backend {
         // The record's next generation, created only if absent.
@@ -153,40 +216,73 @@ async fn an_expired_record_is_replaced_by_compare_and_swap(backend: Backend) {
         "replaced by compare-and-swap, never overwritten: {requests:?}"
     );
     assert_eq!(record(&h, "k").await.task_id, renewed.task_id);
-    assert_eq!(h.tasks().await, 2, "the old task stays; the key maps to the new one");
+    assert_eq!(
+        h.tasks().await,
+        2,
+        "the old task stays; the key maps to the new one"
+    );
     h.finish();
 }
 
 async fn scopes_separate_keys(backend: Backend) {
-    let Some(h) = Harness::new(backend).await else { return };
+    let Some(h) = Harness::new(backend).await else {
+        return;
+    };
     let input = json!({"n": 1});
-    let email = h.queue.submit("email", &input).idempotency_key("k").await.unwrap();
+    let email = h
+        .queue
+        .submit("email", &input)
+        .idempotency_key("k")
+        .await
+        .unwrap();
     // By default the scope is the task type: another type, another key space.
-    let sms = h.queue.submit("sms", &input).idempotency_key("k").await.unwrap();
+    let sms = h
+        .queue
+        .submit("sms", &input)
+        .idempotency_key("k")
+        .await
+        .unwrap();
     assert!(sms.created && sms.task_id != email.task_id);
     // The queue scope is one key space for every type: another type is another input.
     let queue = |task_type: &'static str| {
-        h.queue.submit(task_type, &input).idempotency_key("q").scope(Scope::Queue)
+        h.queue
+            .submit(task_type, &input)
+            .idempotency_key("q")
+            .scope(Scope::Queue)
     };
     let q = queue("email").await.unwrap();
-    assert!(matches!(queue("sms").await, Err(QueueError::IdempotencyConflict { task_id }) if task_id == q.task_id));
+    assert!(
+        matches!(queue("sms").await, Err(QueueError::IdempotencyConflict { task_id }) if task_id == q.task_id)
+    );
     // Custom scopes (tenants) isolate.
     let tenant = |name: &str| {
-        h.queue.submit("email", &input).idempotency_key("k").scope(Scope::Custom(name.into()))
+        h.queue
+            .submit("email", &input)
+            .idempotency_key("k")
+            .scope(Scope::Custom(name.into()))
     };
     let a = tenant("tenant-a").await.unwrap();
     let b = tenant("tenant-b").await.unwrap();
     assert!(a.created && b.created && a.task_id != b.task_id);
     assert_eq!(tenant("tenant-a").await.unwrap().task_id, a.task_id);
     let bad = tenant("../escape").await;
-    assert!(matches!(bad, Err(QueueError::Invalid { what: "scope", .. })), "{bad:?}");
+    assert!(
+        matches!(bad, Err(QueueError::Invalid { what: "scope", .. })),
+        "{bad:?}"
+    );
     h.finish();
 }
 
 async fn requests_made_by_a_submit_and_its_retry(backend: Backend) {
-    let Some(h) = Harness::new(backend).await else { return };
+    let Some(h) = Harness::new(backend).await else {
+        return;
+    };
     h.queue.submit("email", &json!({})).await.unwrap();
-    assert_eq!(h.recorder.take(), ["PUT create tasks"], "without a key: one PUT");
+    assert_eq!(
+        h.recorder.take(),
+        ["PUT create tasks"],
+        "without a key: one PUT"
+    );
     submit(&h, "k", json!({})).await.unwrap();
     let fresh = h.recorder.take();
     let retry_requests = {
@@ -246,21 +342,40 @@ async fn conditional_mode_on_a_store_without_updates_is_refused() {
 #[tokio::test]
 async fn the_s3_server_enforces_put_preconditions() {
     use object_store::{ObjectStore, PutMode, PutOptions, UpdateVersion};
-    let Some(endpoint) = crate::support::s3_endpoint() else { return };
+    let Some(endpoint) = crate::support::s3_endpoint() else {
+        return;
+    };
     let bucket = format!("jobs-preconditions-{}", std::process::id());
-    reqwest::Client::new().put(format!("{endpoint}/{bucket}")).send().await.unwrap();
+    reqwest::Client::new()
+        .put(format!("{endpoint}/{bucket}"))
+        .send()
+        .await
+        .unwrap();
     let s3 = crate::support::s3(&endpoint, &bucket);
     let path = Path::from("record.json");
     let put = |mode: PutMode, body: &'static str| {
-        s3.put_opts(&path, body.into(), PutOptions { mode, ..PutOptions::default() })
+        s3.put_opts(
+            &path,
+            body.into(),
+            PutOptions {
+                mode,
+                ..PutOptions::default()
+            },
+        )
     };
     let first = put(PutMode::Create, "1").await.unwrap();
     let again = put(PutMode::Create, "2").await;
-    assert!(matches!(again, Err(object_store::Error::AlreadyExists { .. })), "{again:?}");
+    assert!(
+        matches!(again, Err(object_store::Error::AlreadyExists { .. })),
+        "{again:?}"
+    );
     let version = UpdateVersion::from(first);
     put(PutMode::Update(version.clone()), "3").await.unwrap();
     let stale = put(PutMode::Update(version), "4").await;
-    assert!(matches!(stale, Err(object_store::Error::Precondition { .. })), "{stale:?}");
+    assert!(
+        matches!(stale, Err(object_store::Error::Precondition { .. })),
+        "{stale:?}"
+    );
     let body = s3.get(&path).await.unwrap().bytes().await.unwrap();
     assert_eq!(&body[..], b"3");
 }

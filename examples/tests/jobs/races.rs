@@ -19,7 +19,10 @@ fn submit_from_threads(queue: &Queue, key: &'static str, ttl: Duration) -> Vec<S
         .map(|_| {
             let (queue, barrier) = (queue.clone(), barrier.clone());
             std::thread::spawn(move || {
-                let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+                let runtime = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .unwrap();
                 barrier.wait();
                 runtime.block_on(async {
                     queue
@@ -55,19 +58,33 @@ async fn fifty_threads_one_task(backend: Backend) {
 async fn concurrent_repairs_make_one_task(backend: Backend) {
     let h = Harness::new(backend).await.unwrap();
     h.recorder.crash_before_next_task();
-    let crashed = h.queue.submit("email", &json!({"to": "ada"})).idempotency_key("k").await;
+    let crashed = h
+        .queue
+        .submit("email", &json!({"to": "ada"}))
+        .idempotency_key("k")
+        .await;
     assert!(crashed.is_err());
     assert_eq!(h.tasks().await, 0, "a record stuck in creating, no task");
     let answers = submit_from_threads(&h.producer(), "k", Duration::from_secs(3600));
     one_task(&answers);
-    assert_eq!(h.tasks().await, 1, "every repairer created the same task, once");
+    assert_eq!(
+        h.tasks().await,
+        1,
+        "every repairer created the same task, once"
+    );
     h.finish();
 }
 
 async fn concurrent_replacements_of_an_expired_record_make_one_task(backend: Backend) {
     let h = Harness::new(backend).await.unwrap();
     let ttl = Duration::from_secs(60);
-    let old = h.queue.submit("email", &json!({"to": "ada"})).idempotency_key("k").idempotency_ttl(ttl).await.unwrap();
+    let old = h
+        .queue
+        .submit("email", &json!({"to": "ada"}))
+        .idempotency_key("k")
+        .idempotency_ttl(ttl)
+        .await
+        .unwrap();
     h.clock.advance(ttl);
     let answers = submit_from_threads(&h.producer(), "k", ttl);
     let new = one_task(&answers);
@@ -110,15 +127,30 @@ async fn fifty_processes_one_task() {
     let children: Vec<_> = (0..PRODUCERS)
         .map(|_| {
             tokio::process::Command::new(env!("CARGO_BIN_EXE_jobs"))
-                .args(["submit", "--type", "email", "--input", r#"{"to":"ada"}"#, "--key", "k"])
+                .args([
+                    "submit",
+                    "--type",
+                    "email",
+                    "--input",
+                    r#"{"to":"ada"}"#,
+                    "--key",
+                    "k",
+                ])
                 .env("JOBS_STORE", &folder)
                 .output()
         })
         .collect();
     let mut answers = Vec::new();
     for child in children {
-        let output = tokio::time::timeout(Duration::from_secs(60), child).await.unwrap().unwrap();
-        assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+        let output = tokio::time::timeout(Duration::from_secs(60), child)
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(
+            output.status.success(),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
         let answer: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
         answers.push(Submitted {
             task_id: answer["task_id"].as_str().unwrap().to_owned(),

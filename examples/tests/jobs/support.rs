@@ -135,7 +135,11 @@ async fn create_bucket(endpoint: &str, bucket: &str) {
         .send()
         .await
         .unwrap_or_else(|e| panic!("the S3 server at {endpoint} is not answering: {e}"));
-    assert!(response.status().is_success(), "creating bucket {bucket}: {}", response.status());
+    assert!(
+        response.status().is_success(),
+        "creating bucket {bucket}: {}",
+        response.status()
+    );
 }
 
 /// Forwards to a store, logging each request (`PUT create tasks`, `GET idempotency`...) and
@@ -166,7 +170,10 @@ impl Recorder {
     }
 
     fn note(&self, request: String) {
-        self.log.lock().unwrap_or_else(PoisonError::into_inner).push(request);
+        self.log
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(request);
     }
 }
 
