@@ -109,8 +109,13 @@ impl Harness {
         listed.objects.len()
     }
 
-    pub(crate) fn finish(self) {
-        if let Some(folder) = self.folder {
+    /// Ends the test; the folder, if any, is removed (also when the test panics).
+    pub(crate) fn finish(self) {}
+}
+
+impl Drop for Harness {
+    fn drop(&mut self) {
+        if let Some(folder) = &self.folder {
             let _ = std::fs::remove_dir_all(folder);
         }
     }
