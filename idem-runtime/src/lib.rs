@@ -30,6 +30,8 @@
 //! - [`Idempotency`]: the engine, built with [`Builder`]: store, scopes, header name, limits.
 //! - [`store`]: the [`Store`](store::Store) trait and the memory, SQLite and PostgreSQL stores.
 //! - [`Rejection`]: the `application/problem+json` answers the engine gives itself.
+//! - [`Idempotency::operation`]: the programmatic API, for work that is not an HTTP handler
+//!   (a job submission, a message consumer): run a closure once per key, typed outcome.
 //!
 //! # Feature flags
 //!
@@ -37,6 +39,7 @@
 //! |---|---|
 //! | `sqlite` | `store::SqliteStore`, on sqlx with a bundled SQLite, and atomic mode on it (`Tx<sqlx::Sqlite>`) |
 //! | `postgres` | `store::PostgresStore`, on sqlx, and atomic mode on it (`Tx<sqlx::Postgres>`) |
+//! | `object-store` | `store::BucketStore`: records in an object store (S3, GCS, Azure, in memory) through the `object_store` crate, whose backend features the application enables |
 //! | `utoipa` | `openapi::IdempotencyDoc`: the key header and the engine's answers in a utoipa OpenAPI document |
 //!
 //! None is on by default: the memory store needs none. With both `sqlite` and `postgres`,
@@ -67,6 +70,7 @@ pub use crate::core::fingerprint::{Fingerprint, canonical_json};
 pub use crate::core::key::{IdempotencyKey, MAX_KEY_LEN, RecordKey};
 pub use crate::face::endpoint::{AtomicNeed, Endpoint, GLOBAL_SCOPE, InFlightMode, KeyMode};
 pub use crate::face::layer::{IdempotencyLayer, IdempotencyService, RouteSettings};
+pub use crate::face::operation::{Operation, OperationError, OperationKey, Outcome, PayloadError};
 #[cfg(all(feature = "sqlite", feature = "postgres"))]
 #[cfg_attr(docsrs, doc(cfg(all(feature = "sqlite", feature = "postgres"))))]
 pub use crate::face::tx::AnyTx;

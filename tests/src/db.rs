@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use idem_runtime::store::{MemoryStore, PostgresStore, SqliteStore, Store};
+use idem_runtime::store::{BucketStore, MemoryStore, PostgresStore, SqliteStore, Store};
 use sqlx::postgres::PgPoolOptions;
 use sqlx::{AssertSqlSafe, PgPool};
 
@@ -200,6 +200,19 @@ pub trait TestStore: Store + Clone {
 impl TestStore for MemoryStore {
     async fn fresh() -> Self {
         MemoryStore::new()
+    }
+
+    async fn discard(self) {}
+}
+
+/// A [`BucketStore`] on a fresh `object_store::memory::InMemory`: conditional PUTs that are
+/// truly atomic, as S3's are.
+impl TestStore for BucketStore {
+    async fn fresh() -> Self {
+        let memory = std::sync::Arc::new(object_store::memory::InMemory::new());
+        BucketStore::new(memory)
+            .await
+            .expect("InMemory supports conditional PUTs")
     }
 
     async fn discard(self) {}

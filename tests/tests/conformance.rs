@@ -85,3 +85,4 @@ macro_rules! backend {
 backend!(memory: idem_runtime::store::MemoryStore);
 backend!(sqlite: idem_runtime::store::SqliteStore);
 backend!(postgres: idem_runtime::store::PostgresStore);
+backend!(object: idem_runtime::store::BucketStore);

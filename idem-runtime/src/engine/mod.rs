@@ -72,6 +72,8 @@ pub(crate) enum Claimed {
     /// The store failed (logged here): refuse (fail closed), asking the caller to come back
     /// after `retry_after`.
     Unavailable {
+        /// What failed.
+        error: StoreError,
         /// The policy's `Retry-After`, or when a full store expects room.
         retry_after: Duration,
     },
@@ -124,7 +126,8 @@ impl Engine {
                         } => after,
                         _ => self.policy.retry_after,
                     };
-                    (Outcome::StoreError, Claimed::Unavailable { retry_after })
+                    let unavailable = Claimed::Unavailable { error, retry_after };
+                    (Outcome::StoreError, unavailable)
                 }
                 Ok(Claim::Acquired { took_over }) => {
                     if took_over {

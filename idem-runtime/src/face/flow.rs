@@ -312,7 +312,7 @@ where
         Claimed::InFlight => engine.reject(Rejection::InProgress {
             retry_after: policy.retry_after,
         }),
-        Claimed::Unavailable { retry_after } => {
+        Claimed::Unavailable { retry_after, .. } => {
             engine.reject(Rejection::StoreUnavailable { retry_after })
         }
     }

@@ -8,5 +8,6 @@ pub(crate) mod endpoint;
 pub(crate) mod flow;
 pub(crate) mod layer;
 pub(crate) mod offer;
+pub(crate) mod operation;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 pub(crate) mod tx;

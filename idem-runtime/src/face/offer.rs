@@ -75,6 +75,12 @@ impl TxOffer {
         Ok(offer.clone())
     }
 
+    /// Marks the offer taken by a transaction the engine made itself (the programmatic API).
+    #[cfg_attr(not(any(feature = "sqlite", feature = "postgres")), allow(dead_code))]
+    pub(crate) fn mark_taken(&self) {
+        self.0.taken.store(true, Ordering::Release);
+    }
+
     #[cfg_attr(not(any(feature = "sqlite", feature = "postgres")), allow(dead_code))]
     pub(crate) fn hand_back(&self, tx: Box<dyn PendingTx>) {
         *self

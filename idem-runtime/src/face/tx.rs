@@ -105,6 +105,20 @@ impl<DB: AtomicDatabase> Tx<DB> {
     }
 }
 
+impl<DB: AtomicDatabase> Tx<DB> {
+    /// The transaction of a programmatic operation in atomic mode, handed back through `offer`
+    /// when dropped; `None` when the store lends no transactions on `DB`.
+    pub(crate) fn offered(offer: &TxOffer) -> Option<Self> {
+        let store = offer.capabilities().atomic::<DB>().cloned()?;
+        offer.mark_taken();
+        Some(Self {
+            store,
+            tx: None,
+            offer: offer.clone(),
+        })
+    }
+}
+
 impl<DB: AtomicDatabase> Drop for Tx<DB> {
     fn drop(&mut self) {
         // Hand the transaction back to the engine, which commits or rolls it back.

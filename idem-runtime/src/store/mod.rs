@@ -1,4 +1,6 @@
-//! Where idempotency records live: the [`Store`] trait and its backends.
+//! Where idempotency records live: the [`Store`] trait and its backends: `MemoryStore`,
+//! `SqliteStore` (feature `sqlite`), `PostgresStore` (`postgres`) and `BucketStore`
+//! (`object-store`).
 //!
 //! A record moves through two states. A *claim* creates it **in flight**, owned by one request
 //! under a lease and a [`LeaseToken`]; *complete* turns it into a **completed** record holding the
@@ -28,6 +30,8 @@ mod capabilities;
 mod memory;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 mod migrate;
+#[cfg(feature = "object-store")]
+mod object;
 #[cfg(feature = "postgres")]
 mod postgres;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
@@ -37,6 +41,9 @@ pub(crate) mod sqlite;
 
 pub use capabilities::Capabilities;
 pub use memory::MemoryStore;
+#[cfg(feature = "object-store")]
+#[cfg_attr(docsrs, doc(cfg(feature = "object-store")))]
+pub use object::BucketStore;
 #[cfg(feature = "postgres")]
 #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
 pub use postgres::{PostgresStore, PostgresStoreBuilder};

@@ -1,0 +1,29 @@
+//! The `jobs` queue's idempotent submit, on three backends: `InMemory`, a local folder
+//! (`LocalFileSystem`, records swapped by generations) and a real S3 protocol server on loopback
+//! (moto, started by `.ci/run`, its URL in `JOBS_TEST_S3_ENDPOINT`).
+//!
+//! What proves what:
+//! - [`design`]: the record's rules (same key -> same task, conflict, repair after a crash
+//!   between record and task, expiry replaced by compare-and-swap, scopes, request counts), on
+//!   every backend, sequentially. On moto these prove the S3 protocol path: `If-None-Match: *`
+//!   and `If-Match` on PUT, as a real S3 client sends them.
+//! - [`races`]: 50 concurrent submits of one key (threads, and processes through the CLI),
+//!   concurrent repairs, concurrent replacement of an expired record. These need a store whose
+//!   conditional PUT is atomic, so they run on `InMemory` and the local folder (hard links);
+//!   moto checks its preconditions then writes without a lock, so a race there could make two
+//!   tasks, which would prove nothing about S3.
+//! - [`cli`]: the command line as documented: JSON line, exit statuses, `get`, `JOBS_STORE`
+//!   on a folder and on S3.
+//!
+//! ```text
+//! cargo test -p idem-examples --test jobs
+//! ```
+
+#[path = "jobs/cli.rs"]
+mod cli;
+#[path = "jobs/design.rs"]
+mod design;
+#[path = "jobs/races.rs"]
+mod races;
+#[path = "jobs/support.rs"]
+mod support;

@@ -1,0 +1,381 @@
+//! The record's rules, on every backend.
+
+use std::time::Duration;
+
+use idem_examples::jobs::{QueueError, Scope, Status, Submitted};
+use object_store::ObjectStoreExt;
+use object_store::path::Path;
+use serde_json::json;
+
+use crate::support::{Backend, Harness};
+
+macro_rules! on_every_backend {
+    ($($case:ident),+ $(,)?) => {
+        $(
+            mod $case {
+                use crate::support::Backend;
+
+                #[tokio::test]
+                async fn memory() {
+                    super::$case(Backend::Memory).await;
+                }
+
+                #[tokio::test]
+                async fn folder() {
+                    super::$case(Backend::Folder).await;
+                }
+
+                #[tokio::test]
+                async fn s3() {
+                    super::$case(Backend::S3).await;
+                }
+            }
+        )+
+    };
+}
+
+on_every_backend!(
+    a_retry_gets_the_same_task,
+    another_input_is_a_conflict_and_creates_no_task,
+    a_crash_between_record_and_task_is_repaired_by_the_next_submit,
+    an_expired_record_is_replaced_by_compare_and_swap,
+    scopes_separate_keys,
+    requests_made_by_a_submit_and_its_retry,
+);
+
+async fn submit(h: &Harness, key: &str, input: serde_json::Value) -> Result<Submitted, QueueError> {
+    h.queue.submit("email", &input).idempotency_key(key).await
+}
+
+/// The record of `key` in the task type's scope, read the way the backend stores it.
+async fn record(h: &Harness, key: &str) -> idem_examples::jobs::Record {
+    use sha2::Digest;
+    let hash: String = sha2::Sha256::digest(format!("email:{key}"))
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    let store = h.recorder.clone();
+    let path = match &h.folder {
+        // The newest generation.
+        Some(folder) => {
+            let dir = folder.join(format!("idempotency/email/{hash}"));
+            let mut names: Vec<_> = std::fs::read_dir(dir)
+                .unwrap()
+                .map(|e| e.unwrap().file_name().into_string().unwrap())
+                .filter(|n| n.ends_with(".json"))
+                .collect();
+            names.sort();
+            Path::from(format!(
+                "idempotency/email/{hash}/{}",
+                names.last().unwrap()
+            ))
+        }
+        None => Path::from(format!("idempotency/email/{hash}.json")),
+    };
+    let bytes = store.get(&path).await.unwrap().bytes().await.unwrap();
+    h.recorder.take();
+    serde_json::from_slice(&bytes).unwrap()
+}
+
+async fn a_retry_gets_the_same_task(backend: Backend) {
+    let Some(h) = Harness::new(backend).await else {
+        return;
+    };
+    let first = submit(&h, "welcome-ada", json!({"to": "ada", "n": 1}))
+        .await
+        .unwrap();
+    assert!(first.created);
+    // Key order and whitespace do not matter: the input hash is over canonical JSON.
+    let retry = submit(&h, "welcome-ada", json!({"n": 1, "to": "ada"}))
+        .await
+        .unwrap();
+    assert_eq!(
+        retry,
+        Submitted {
+            task_id: first.task_id.clone(),
+            created: false
+        }
+    );
+    assert_eq!(h.tasks().await, 1);
+    let task = h
+        .queue
+        .get(&first.task_id)
+        .await
+        .unwrap()
+        .expect("the task exists");
+    assert_eq!(
+        (task.task_type.as_str(), &task.input),
+        ("email", &json!({"to": "ada", "n": 1}))
+    );
+    let record = record(&h, "welcome-ada").await;
+    assert_eq!(record.status, Status::Ready);
+    assert_eq!(record.task_id, first.task_id);
+    assert_eq!(record.task_path, format!("tasks/{}.json", first.task_id));
+    assert_eq!(
+        (record.key.as_str(), record.scope.as_str()),
+        ("welcome-ada", "email")
+    );
+    // Another key is another task.
+    let other = submit(&h, "welcome-bob", json!({"to": "bob"}))
+        .await
+        .unwrap();
+    assert!(other.created && other.task_id != first.task_id);
+    h.finish();
+}
+
+async fn another_input_is_a_conflict_and_creates_no_task(backend: Backend) {
+    let Some(h) = Harness::new(backend).await else {
+        return;
+    };
+    let first = submit(&h, "k", json!({"to": "ada"})).await.unwrap();
+    let conflict = submit(&h, "k", json!({"to": "bob"})).await;
+    match conflict {
+        Err(QueueError::IdempotencyConflict { task_id }) => assert_eq!(task_id, first.task_id),
+        other => panic!("expected IdempotencyConflict, got {other:?}"),
+    }
+    assert!(
+        conflict_message_names_it(),
+        "the CLI prints the variant's name"
+    );
+    assert_eq!(h.tasks().await, 1, "no task for the conflicting submit");
+    h.finish();
+}
+
+fn conflict_message_names_it() -> bool {
+    let error = QueueError::IdempotencyConflict {
+        task_id: "t".into(),
+    };
+    error.to_string().starts_with("IdempotencyConflict")
+}
+
+async fn a_crash_between_record_and_task_is_repaired_by_the_next_submit(backend: Backend) {
+    let Some(h) = Harness::new(backend).await else {
+        return;
+    };
+    h.recorder.crash_before_next_task();
+    let crashed = submit(&h, "k", json!({"to": "ada"})).await;
+    assert!(matches!(crashed, Err(QueueError::Store(_))), "{crashed:?}");
+    let stuck = record(&h, "k").await;
+    assert_eq!(
+        stuck.status,
+        Status::Creating,
+        "the record outlived its producer"
+    );
+    assert_eq!(h.tasks().await, 0);
+    // The next submit of the key creates the task the record names, and flips it.
+    let repaired = submit(&h, "k", json!({"to": "ada"})).await.unwrap();
+    assert_eq!(
+        repaired,
+        Submitted {
+            task_id: stuck.task_id.clone(),
+            created: true
+        }
+    );
+    assert_eq!(record(&h, "k").await.status, Status::Ready);
+    let retry = submit(&h, "k", json!({"to": "ada"})).await.unwrap();
+    assert_eq!(
+        retry,
+        Submitted {
+            task_id: stuck.task_id,
+            created: false
+        }
+    );
+    assert_eq!(h.tasks().await, 1);
+    h.finish();
+}
+
+async fn an_expired_record_is_replaced_by_compare_and_swap(backend: Backend) {
+    let Some(h) = Harness::new(backend).await else {
+        return;
+    };
+    let ttl = Duration::from_secs(3600);
+    let send = || {
+        h.queue
+            .submit("email", &json!({}))
+            .idempotency_key("k")
+            .idempotency_ttl(ttl)
+    };
+    let first = send().await.unwrap();
+    h.clock.advance(ttl - Duration::from_secs(1));
+    assert_eq!(send().await.unwrap().task_id, first.task_id, "still live");
+    h.clock.advance(Duration::from_secs(1));
+    h.recorder.take();
+    let renewed = send().await.unwrap();
+    assert!(
+        renewed.created && renewed.task_id != first.task_id,
+        "expired: a new task"
+    );
+    let requests = h.recorder.take();
+    let replace = match backend {
+        // The record's next generation, created only if absent.
+        Backend::Folder => "PUT create idempotency",
+        _ => "PUT update idempotency",
+    };
+    assert!(
+        requests.iter().any(|r| r == replace) && !requests.iter().any(|r| r.contains("overwrite")),
+        "replaced by compare-and-swap, never overwritten: {requests:?}"
+    );
+    assert_eq!(record(&h, "k").await.task_id, renewed.task_id);
+    assert_eq!(
+        h.tasks().await,
+        2,
+        "the old task stays; the key maps to the new one"
+    );
+    h.finish();
+}
+
+async fn scopes_separate_keys(backend: Backend) {
+    let Some(h) = Harness::new(backend).await else {
+        return;
+    };
+    let input = json!({"n": 1});
+    let email = h
+        .queue
+        .submit("email", &input)
+        .idempotency_key("k")
+        .await
+        .unwrap();
+    // By default the scope is the task type: another type, another key space.
+    let sms = h
+        .queue
+        .submit("sms", &input)
+        .idempotency_key("k")
+        .await
+        .unwrap();
+    assert!(sms.created && sms.task_id != email.task_id);
+    // The queue scope is one key space for every type: another type is another input.
+    let queue = |task_type: &'static str| {
+        h.queue
+            .submit(task_type, &input)
+            .idempotency_key("q")
+            .scope(Scope::Queue)
+    };
+    let q = queue("email").await.unwrap();
+    assert!(
+        matches!(queue("sms").await, Err(QueueError::IdempotencyConflict { task_id }) if task_id == q.task_id)
+    );
+    // Custom scopes (tenants) isolate.
+    let tenant = |name: &str| {
+        h.queue
+            .submit("email", &input)
+            .idempotency_key("k")
+            .scope(Scope::Custom(name.into()))
+    };
+    let a = tenant("tenant-a").await.unwrap();
+    let b = tenant("tenant-b").await.unwrap();
+    assert!(a.created && b.created && a.task_id != b.task_id);
+    assert_eq!(tenant("tenant-a").await.unwrap().task_id, a.task_id);
+    let bad = tenant("../escape").await;
+    assert!(
+        matches!(bad, Err(QueueError::Invalid { what: "scope", .. })),
+        "{bad:?}"
+    );
+    h.finish();
+}
+
+async fn requests_made_by_a_submit_and_its_retry(backend: Backend) {
+    let Some(h) = Harness::new(backend).await else {
+        return;
+    };
+    h.queue.submit("email", &json!({})).await.unwrap();
+    assert_eq!(
+        h.recorder.take(),
+        ["PUT create tasks"],
+        "without a key: one PUT"
+    );
+    submit(&h, "k", json!({})).await.unwrap();
+    let fresh = h.recorder.take();
+    let retry_requests = {
+        submit(&h, "k", json!({})).await.unwrap();
+        h.recorder.take()
+    };
+    match backend {
+        Backend::Folder => {
+            assert_eq!(
+                fresh,
+                [
+                    "LIST idempotency",
+                    "PUT create idempotency",
+                    "PUT create tasks",
+                    "PUT create idempotency"
+                ],
+                "no generation yet; generation 1 (creating), task, generation 2 (ready)"
+            );
+            assert_eq!(retry_requests, ["LIST idempotency", "GET idempotency"]);
+        }
+        _ => {
+            assert_eq!(
+                fresh,
+                [
+                    "GET idempotency",
+                    "PUT create idempotency",
+                    "PUT create tasks",
+                    "PUT update idempotency"
+                ],
+                "no record yet; record (If-None-Match), task, flip to ready (If-Match)"
+            );
+            assert_eq!(retry_requests, ["GET idempotency"], "a retry is one GET");
+        }
+    }
+    h.finish();
+}
+
+/// A store that cannot compare-and-swap is refused by name, not written racily.
+#[tokio::test]
+async fn conditional_mode_on_a_store_without_updates_is_refused() {
+    let folder = std::env::temp_dir().join(format!("idem-jobs-refuse-{}", std::process::id()));
+    std::fs::create_dir_all(&folder).unwrap();
+    let local = object_store::local::LocalFileSystem::new_with_prefix(&folder).unwrap();
+    let queue = idem_examples::jobs::Queue::new(std::sync::Arc::new(local));
+    let refused = queue.submit("email", &json!({})).idempotency_key("k").await;
+    match refused {
+        Err(error @ QueueError::Unsupported { .. }) => {
+            assert!(error.to_string().contains("LocalFileSystem"), "{error}");
+        }
+        other => panic!("expected Unsupported, got {other:?}"),
+    }
+    let _ = std::fs::remove_dir_all(folder);
+}
+
+/// What the S3 tests rely on: the server enforces `If-None-Match: *` and `If-Match` on PUT
+/// (checked through the same client the queue uses).
+#[tokio::test]
+async fn the_s3_server_enforces_put_preconditions() {
+    use object_store::{ObjectStore, PutMode, PutOptions, UpdateVersion};
+    let Some(endpoint) = crate::support::s3_endpoint() else {
+        return;
+    };
+    let bucket = format!("jobs-preconditions-{}", std::process::id());
+    reqwest::Client::new()
+        .put(format!("{endpoint}/{bucket}"))
+        .send()
+        .await
+        .unwrap();
+    let s3 = crate::support::s3(&endpoint, &bucket);
+    let path = Path::from("record.json");
+    let put = |mode: PutMode, body: &'static str| {
+        s3.put_opts(
+            &path,
+            body.into(),
+            PutOptions {
+                mode,
+                ..PutOptions::default()
+            },
+        )
+    };
+    let first = put(PutMode::Create, "1").await.unwrap();
+    let again = put(PutMode::Create, "2").await;
+    assert!(
+        matches!(again, Err(object_store::Error::AlreadyExists { .. })),
+        "{again:?}"
+    );
+    let version = UpdateVersion::from(first);
+    put(PutMode::Update(version.clone()), "3").await.unwrap();
+    let stale = put(PutMode::Update(version), "4").await;
+    assert!(
+        matches!(stale, Err(object_store::Error::Precondition { .. })),
+        "{stale:?}"
+    );
+    let body = s3.get(&path).await.unwrap().bytes().await.unwrap();
+    assert_eq!(&body[..], b"3");
+}

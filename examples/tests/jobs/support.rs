@@ -1,0 +1,270 @@
+//! The three backends the queue's tests run on, and a store wrapper that counts requests and
+//! injects the crash between a record and its task.
+
+use std::fmt;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use async_trait::async_trait;
+use futures_core::stream::BoxStream;
+use idem_examples::jobs::{Queue, Swap};
+use idem_runtime::clock::ManualClock;
+use object_store::path::Path;
+use object_store::{
+    CopyOptions, GetOptions, GetResult, ListResult, MultipartUpload, ObjectMeta, ObjectStore,
+    PutMode, PutMultipartOptions, PutOptions, PutPayload, PutResult,
+};
+
+/// Where a test's queue lives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Backend {
+    /// `object_store::memory::InMemory`: truly atomic conditional puts.
+    Memory,
+    /// A fresh folder through `LocalFileSystem` (generations).
+    Folder,
+    /// A fresh bucket on the moto S3 server `.ci/run` starts (`JOBS_TEST_S3_ENDPOINT`).
+    S3,
+}
+
+/// The moto server's URL, or `None` (the test is skipped) outside CI when none is running.
+/// Under CI (`CI=true`) a missing server fails the test.
+pub(crate) fn s3_endpoint() -> Option<String> {
+    match std::env::var("JOBS_TEST_S3_ENDPOINT") {
+        Ok(url) if !url.is_empty() => Some(url),
+        _ if std::env::var("CI").is_ok_and(|ci| ci == "true") => {
+            panic!("CI=true but JOBS_TEST_S3_ENDPOINT is not set: .ci/run starts moto and sets it")
+        }
+        _ => {
+            eprintln!("skipped: no S3 server (set JOBS_TEST_S3_ENDPOINT, as .ci/run does)");
+            None
+        }
+    }
+}
+
+fn unique(prefix: &str) -> String {
+    static SEQ: AtomicU64 = AtomicU64::new(0);
+    format!(
+        "{prefix}-{}-{}-{:06x}",
+        std::process::id(),
+        SEQ.fetch_add(1, Ordering::Relaxed),
+        fastrand::u32(..0xff_ffff)
+    )
+}
+
+/// A queue on a fresh store of `backend`, behind a [`Recorder`], on a manual clock.
+pub(crate) struct Harness {
+    pub(crate) queue: Queue,
+    pub(crate) recorder: Arc<Recorder>,
+    pub(crate) clock: ManualClock,
+    pub(crate) folder: Option<PathBuf>,
+}
+
+impl Harness {
+    /// `None` when the backend is S3 and no server runs (outside CI).
+    pub(crate) async fn new(backend: Backend) -> Option<Self> {
+        let (inner, swap, folder): (Arc<dyn ObjectStore>, _, _) = match backend {
+            Backend::Memory => (
+                Arc::new(object_store::memory::InMemory::new()),
+                Swap::Conditional,
+                None,
+            ),
+            Backend::Folder => {
+                let folder = std::env::temp_dir().join(unique("idem-jobs"));
+                std::fs::create_dir_all(&folder).unwrap();
+                let local = object_store::local::LocalFileSystem::new_with_prefix(&folder).unwrap();
+                (Arc::new(local), Swap::Generations, Some(folder))
+            }
+            Backend::S3 => {
+                let endpoint = s3_endpoint()?;
+                let bucket = unique("jobs");
+                create_bucket(&endpoint, &bucket).await;
+                (Arc::new(s3(&endpoint, &bucket)), Swap::Conditional, None)
+            }
+        };
+        let recorder = Arc::new(Recorder::new(inner));
+        let clock = ManualClock::new();
+        let queue = Queue::with_swap(recorder.clone(), swap).clock(clock.clone());
+        Some(Self {
+            queue,
+            recorder,
+            clock,
+            folder,
+        })
+    }
+
+    /// Another queue on the same store (another producer), sharing the clock.
+    pub(crate) fn producer(&self) -> Queue {
+        self.queue.clone()
+    }
+
+    /// Task objects in the store.
+    pub(crate) async fn tasks(&self) -> usize {
+        let listed = self
+            .recorder
+            .inner
+            .list_with_delimiter(Some(&Path::from("tasks")))
+            .await
+            .unwrap();
+        listed.objects.len()
+    }
+
+    /// Ends the test; the folder, if any, is removed (also when the test panics).
+    pub(crate) fn finish(self) {}
+}
+
+impl Drop for Harness {
+    fn drop(&mut self) {
+        if let Some(folder) = &self.folder {
+            let _ = std::fs::remove_dir_all(folder);
+        }
+    }
+}
+
+/// An S3 client for the moto server: path-style, plain HTTP, any credentials.
+pub(crate) fn s3(endpoint: &str, bucket: &str) -> object_store::aws::AmazonS3 {
+    object_store::aws::AmazonS3Builder::new()
+        .with_endpoint(endpoint)
+        .with_allow_http(true)
+        .with_bucket_name(bucket)
+        .with_region("us-east-1")
+        .with_access_key_id("testing")
+        .with_secret_access_key("testing")
+        .build()
+        .unwrap()
+}
+
+async fn create_bucket(endpoint: &str, bucket: &str) {
+    let response = reqwest::Client::new()
+        .put(format!("{endpoint}/{bucket}"))
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("the S3 server at {endpoint} is not answering: {e}"));
+    assert!(
+        response.status().is_success(),
+        "creating bucket {bucket}: {}",
+        response.status()
+    );
+}
+
+/// Forwards to a store, logging each request (`PUT create tasks`, `GET idempotency`...) and
+/// failing the first task PUT when told to: a producer that died between its record and its task.
+pub(crate) struct Recorder {
+    inner: Arc<dyn ObjectStore>,
+    log: Mutex<Vec<String>>,
+    crash_before_task: AtomicBool,
+}
+
+impl Recorder {
+    fn new(inner: Arc<dyn ObjectStore>) -> Self {
+        Self {
+            inner,
+            log: Mutex::default(),
+            crash_before_task: AtomicBool::new(false),
+        }
+    }
+
+    /// The requests made since the last call.
+    pub(crate) fn take(&self) -> Vec<String> {
+        std::mem::take(&mut *self.log.lock().unwrap_or_else(PoisonError::into_inner))
+    }
+
+    /// The next PUT of a task object fails as if the producer died first.
+    pub(crate) fn crash_before_next_task(&self) {
+        self.crash_before_task.store(true, Ordering::SeqCst);
+    }
+
+    fn note(&self, request: String) {
+        self.log
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(request);
+    }
+}
+
+/// `tasks`, `idempotency`: what a request was about.
+fn area(path: &Path) -> &str {
+    path.as_ref().split('/').next().unwrap_or("")
+}
+
+impl fmt::Debug for Recorder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Recorder({})", self.inner)
+    }
+}
+
+impl fmt::Display for Recorder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Recorder({})", self.inner)
+    }
+}
+
+#[async_trait]
+impl ObjectStore for Recorder {
+    async fn put_opts(
+        &self,
+        location: &Path,
+        payload: PutPayload,
+        opts: PutOptions,
+    ) -> object_store::Result<PutResult> {
+        let mode = match opts.mode {
+            PutMode::Overwrite => "overwrite",
+            PutMode::Create => "create",
+            PutMode::Update(_) => "update",
+        };
+        self.note(format!("PUT {mode} {}", area(location)));
+        if area(location) == "tasks" && self.crash_before_task.swap(false, Ordering::SeqCst) {
+            return Err(object_store::Error::Generic {
+                store: "Recorder",
+                source: "fault injected: the producer died before creating its task".into(),
+            });
+        }
+        self.inner.put_opts(location, payload, opts).await
+    }
+
+    async fn put_multipart_opts(
+        &self,
+        location: &Path,
+        opts: PutMultipartOptions,
+    ) -> object_store::Result<Box<dyn MultipartUpload>> {
+        self.note(format!("PUT multipart {}", area(location)));
+        self.inner.put_multipart_opts(location, opts).await
+    }
+
+    async fn get_opts(
+        &self,
+        location: &Path,
+        options: GetOptions,
+    ) -> object_store::Result<GetResult> {
+        self.note(format!("GET {}", area(location)));
+        self.inner.get_opts(location, options).await
+    }
+
+    fn delete_stream(
+        &self,
+        locations: BoxStream<'static, object_store::Result<Path>>,
+    ) -> BoxStream<'static, object_store::Result<Path>> {
+        self.note("DELETE".into());
+        self.inner.delete_stream(locations)
+    }
+
+    fn list(&self, prefix: Option<&Path>) -> BoxStream<'static, object_store::Result<ObjectMeta>> {
+        self.note(format!("LIST {}", prefix.map_or("", area)));
+        self.inner.list(prefix)
+    }
+
+    async fn list_with_delimiter(&self, prefix: Option<&Path>) -> object_store::Result<ListResult> {
+        self.note(format!("LIST {}", prefix.map_or("", area)));
+        self.inner.list_with_delimiter(prefix).await
+    }
+
+    async fn copy_opts(
+        &self,
+        from: &Path,
+        to: &Path,
+        options: CopyOptions,
+    ) -> object_store::Result<()> {
+        self.note("COPY".into());
+        self.inner.copy_opts(from, to, options).await
+    }
+}
