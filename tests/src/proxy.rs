@@ -1,0 +1,68 @@
+//! [`TcpProxy`]: a loopback TCP proxy in front of a store's server, cut and restored at will, so
+//! a test gets a real outage: live connections dropped, new ones refused.
+
+use std::net::SocketAddr;
+
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+/// Forwards connections from [`addr`](TcpProxy::addr) to a target while up. Cutting it drops
+/// every live connection (both ends) and closes each new one at once, as an unreachable server
+/// would look to a client; restoring it forwards again. Stops when dropped.
+#[derive(Debug)]
+pub struct TcpProxy {
+    addr: SocketAddr,
+    up: watch::Sender<bool>,
+    task: JoinHandle<()>,
+}
+
+impl TcpProxy {
+    /// A proxy on `127.0.0.1:<free port>` to `target`, up.
+    pub async fn start(target: SocketAddr) -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (up, _) = watch::channel(true);
+        let state = up.clone();
+        let task = tokio::spawn(async move {
+            loop {
+                let Ok((mut client, _)) = listener.accept().await else {
+                    return;
+                };
+                let mut down = state.subscribe();
+                if !*down.borrow_and_update() {
+                    drop(client); // refused: the server is "unreachable"
+                    continue;
+                }
+                tokio::spawn(async move {
+                    let Ok(mut server) = TcpStream::connect(target).await else {
+                        return;
+                    };
+                    tokio::select! {
+                        _ = tokio::io::copy_bidirectional(&mut client, &mut server) => {}
+                        _ = down.wait_for(|up| !*up) => {} // cut: both ends are dropped
+                    }
+                });
+            }
+        });
+        Self { addr, up, task }
+    }
+
+    /// Where clients connect.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Cuts (`false`) or restores (`true`) the proxy.
+    pub fn set_up(&self, up: bool) {
+        self.up.send_replace(up);
+    }
+}
+
+impl Drop for TcpProxy {
+    fn drop(&mut self) {
+        // Live connections end with the channel: every `wait_for` sees it closed.
+        self.set_up(false);
+        self.task.abort();
+    }
+}
