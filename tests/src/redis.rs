@@ -4,13 +4,15 @@
 //!
 //! Prefixes are named like the PostgreSQL schemas ([`unique_name`](crate::db::unique_name)), so
 //! tests running in parallel never see each other's records; [`discard`](TestStore::discard)
-//! deletes a store's keys. A crashed test's keys are not swept: they expire by themselves within
-//! their TTL (a day at most in these suites).
+//! deletes a store's keys. What a failed or careless test left behind (the engine suite never
+//! discards its stores) is deleted by the first [`redis_store`] of a later test process once it
+//! is an hour old, and expires by itself within its TTL anyway.
 
 use std::net::{SocketAddr, TcpListener};
 use std::path::PathBuf;
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::OnceLock;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use idem_runtime::RecordKey;
@@ -19,7 +21,7 @@ use idem_runtime::store::{
     Claim, ClaimRequest, Completion, Fence, LeaseToken, RedisStore, RedisStoreBuilder, Store,
 };
 
-use crate::db::{TestStore, unique_name};
+use crate::db::{TestStore, is_stale, unique_name};
 
 /// The Redis server tests use unless `REDIS_URL` names another.
 pub const DEFAULT_REDIS_URL: &str = "redis://127.0.0.1:6379";
@@ -64,12 +66,51 @@ pub fn redis_store_builder() -> RedisStoreBuilder {
 /// When the server cannot be reached, with a hint on how to start it.
 pub async fn redis_store() -> RedisStore {
     let url = redis_url();
-    redis_store_builder().build().await.unwrap_or_else(|e| {
+    let store = redis_store_builder().build().await.unwrap_or_else(|e| {
         panic!(
             "Redis is not reachable at {url} ({e}); start it with \
              `redis-server --daemonize yes --bind 127.0.0.1 --save ''` or set REDIS_URL"
         )
-    })
+    });
+    sweep_redis(&url).await;
+    store
+}
+
+/// Once per process: deletes the keys of test prefixes more than an hour old. Best effort.
+async fn sweep_redis(url: &str) {
+    static SWEPT: AtomicBool = AtomicBool::new(false);
+    if SWEPT.swap(true, Ordering::Relaxed) {
+        return;
+    }
+    let Ok(client) = redis::Client::open(url) else {
+        return;
+    };
+    let Ok(mut conn) = client.get_multiplexed_async_connection().await else {
+        return;
+    };
+    let mut cursor = 0u64;
+    loop {
+        let scanned: redis::RedisResult<(u64, Vec<String>)> = redis::cmd("SCAN")
+            .arg(cursor)
+            .arg("MATCH")
+            .arg("idem_test_*")
+            .arg("COUNT")
+            .arg(1000)
+            .query_async(&mut conn)
+            .await;
+        let Ok((next, keys)) = scanned else { return };
+        for key in keys {
+            let prefix = key.split(':').next().unwrap_or_default();
+            if is_stale(prefix) {
+                let _: redis::RedisResult<()> =
+                    redis::cmd("DEL").arg(&key).query_async(&mut conn).await;
+            }
+        }
+        if next == 0 {
+            return;
+        }
+        cursor = next;
+    }
 }
 
 /// Deletes every key under `prefix` on the server at `url` (one node). Keys are deleted one
@@ -91,11 +132,13 @@ pub async fn delete_prefix(url: &str, prefix: &str) {
             .query_async(&mut conn)
             .await
             .expect("scan a test prefix");
-        let mut pipe = redis::pipe();
-        for key in &keys {
-            pipe.cmd("DEL").arg(key).ignore();
+        if !keys.is_empty() {
+            let mut pipe = redis::pipe();
+            for key in &keys {
+                pipe.cmd("DEL").arg(key).ignore();
+            }
+            let () = pipe.query_async(&mut conn).await.expect("delete test keys");
         }
-        let () = pipe.query_async(&mut conn).await.expect("delete test keys");
         if next == 0 {
             return;
         }

@@ -215,6 +215,7 @@ pub(crate) async fn oversized_responses_are_sent_but_never_rerun(backend: Backen
 
 pub(crate) async fn store_failure_fails_closed_with_503(backend: Backend) {
     let calls = Calls::default();
+    let mut outage = None;
     let idem = match backend {
         // A full memory store refuses new claims rather than evict what a retry may need.
         Backend::Memory => {
@@ -234,6 +235,21 @@ pub(crate) async fn store_failure_fails_closed_with_503(backend: Backend) {
         Backend::Postgres => {
             let store = idem_tests::postgres_store().await;
             store.pool().close().await;
+            Idempotency::builder()
+                .store(store)
+                .scope("org", crate::support::org_of)
+        }
+        // The server disappears behind the store's proxy (kept cut until the test ends).
+        Backend::Redis => {
+            let proxy = idem_tests::TcpProxy::start(idem_tests::redis::redis_addr()).await;
+            let store =
+                idem_runtime::store::RedisStore::builder(format!("redis://{}", proxy.addr()))
+                    .prefix(idem_tests::redis::unique_prefix())
+                    .build()
+                    .await
+                    .unwrap();
+            proxy.set_up(false);
+            outage = Some(proxy);
             Idempotency::builder()
                 .store(store)
                 .scope("org", crate::support::org_of)
@@ -270,4 +286,5 @@ pub(crate) async fn store_failure_fails_closed_with_503(backend: Backend) {
     let reply = refused.expect("the store should have refused a claim");
     assert_eq!(reply.code(), "idempotency_store_unavailable");
     assert_eq!(reply.headers["retry-after"], "1");
+    drop(outage);
 }

@@ -1,5 +1,5 @@
-//! Every rule of SPEC section 3, through `Router` + `oneshot`, on the memory, SQLite and
-//! PostgreSQL stores.
+//! Every rule of SPEC section 3, through `Router` + `oneshot`, on the memory, SQLite,
+//! PostgreSQL and Redis stores.
 //!
 //! Each case is an `async fn(Backend)`; `cases!` instantiates it once per backend.
 
@@ -30,6 +30,14 @@ macro_rules! cases {
                 #[tokio::test]
                 async fn $case() {
                     crate::$case(crate::support::Backend::Postgres).await;
+                }
+            )*
+        }
+        mod redis {
+            $(
+                #[tokio::test]
+                async fn $case() {
+                    crate::$case(crate::support::Backend::Redis).await;
                 }
             )*
         }

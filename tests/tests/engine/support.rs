@@ -24,6 +24,8 @@ pub(crate) enum Backend {
     Memory,
     Sqlite,
     Postgres,
+    /// A key prefix of its own on the shared server; its records expire within their TTL.
+    Redis,
 }
 
 /// How many times the handlers ran.
@@ -169,6 +171,7 @@ pub(crate) async fn builder(backend: Backend) -> Builder {
         Backend::Memory => builder.store(MemoryStore::new()),
         Backend::Sqlite => builder.store(idem_tests::sqlite_store().await),
         Backend::Postgres => builder.store(idem_tests::postgres_store().await),
+        Backend::Redis => builder.store(idem_tests::redis_store().await),
     }
 }
 
