@@ -27,7 +27,8 @@
 //! # Where things are
 //! - [`idempotent`]: the attribute and its arguments.
 //! - [`Idempotency`]: the engine, built with [`Builder`]: store, scopes, header name, limits.
-//! - [`store`]: the [`Store`](store::Store) trait and the memory, SQLite and PostgreSQL stores.
+//! - [`store`]: the [`Store`](store::Store) trait and the memory, SQLite, PostgreSQL and Redis
+//!   stores.
 //! - [`Rejection`]: the `application/problem+json` answers the engine gives itself.
 //!
 //! # Feature flags
@@ -35,6 +36,9 @@
 //!   (`Tx<sqlx::Sqlite>`).
 //! - `postgres`: `store::PostgresStore`, on sqlx, and atomic mode on it (`Tx<sqlx::Postgres>`).
 //!   With both features, `AnyTx` takes whichever store the engine was built with.
+//! - `redis`: `store::RedisStore`, on the `redis` crate (Lua scripts, a reconnecting connection
+//!   manager, expiry by Redis); no atomic mode.
+//! - `cluster`: `RedisStore::cluster_builder`, the same store on Redis Cluster.
 //!
 //! [axum]: https://docs.rs/axum
 #![cfg_attr(docsrs, feature(doc_cfg))]
