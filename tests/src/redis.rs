@@ -2,7 +2,7 @@
 //! [`redis_url`], and private servers ([`RedisServer`]) for what must not touch the shared one:
 //! a one-node Redis Cluster, a server with another eviction policy.
 //!
-//! Prefixes are named like the PostgreSQL schemas ([`unique_name`](crate::db::unique_name)), so
+//! Prefixes are named like the PostgreSQL schemas ([`unique_name`]), so
 //! tests running in parallel never see each other's records; [`discard`](TestStore::discard)
 //! deletes a store's keys. What a failed or careless test left behind (the engine suite never
 //! discards its stores) is deleted by the first [`redis_store`] of a later test process once it
