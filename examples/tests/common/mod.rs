@@ -86,42 +86,14 @@ impl Drop for ScratchDir {
     }
 }
 
-/// Configures a [`Server`] before start.
+/// Configures a [`Server`] before start. `Default` and `redis` are in [`redis`].
 pub(crate) struct ServerBuilder {
     env: Vec<(String, String)>,
+    /// The Redis prefix the server will own (see [`redis`]).
     redis: Option<RedisPrefix>,
 }
 
-/// Whether this test binary runs every server on Redis (see the module docs).
-fn redis_by_default() -> bool {
-    env!("CARGO_CRATE_NAME").ends_with("_redis")
-}
-
-impl Default for ServerBuilder {
-    fn default() -> Self {
-        let builder = Self {
-            env: Vec::new(),
-            redis: None,
-        };
-        if !redis_by_default() {
-            return builder;
-        }
-        let prefix = RedisPrefix::new();
-        let mut builder = builder.redis(&prefix);
-        builder.redis = Some(prefix);
-        builder
-    }
-}
-
 impl ServerBuilder {
-    /// Keeps the idempotency records in Redis under `prefix` (`IDEM_STORE=redis`); the app data
-    /// stays in `DATABASE_URL`.
-    pub(crate) fn redis(self, prefix: &RedisPrefix) -> Self {
-        self.env("IDEM_STORE", "redis")
-            .env("REDIS_URL", prefix.url.as_str())
-            .env("REDIS_PREFIX", prefix.prefix.as_str())
-    }
-
     /// Sets an environment variable of the process.
     pub(crate) fn env(mut self, name: &str, value: impl Into<String>) -> Self {
         self.env.push((name.to_owned(), value.into()));

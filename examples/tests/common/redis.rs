@@ -1,7 +1,40 @@
 //! Redis for end-to-end tests: a key prefix of the test's own on the shared server, its keys
-//! deleted afterwards.
+//! deleted afterwards, and servers started on it.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
+
+use super::ServerBuilder;
+
+/// Whether this test binary runs every server on Redis (see the `common` module docs).
+fn redis_by_default() -> bool {
+    env!("CARGO_CRATE_NAME").ends_with("_redis")
+}
+
+impl Default for ServerBuilder {
+    fn default() -> Self {
+        let builder = Self {
+            env: Vec::new(),
+            redis: None,
+        };
+        if !redis_by_default() {
+            return builder;
+        }
+        let prefix = RedisPrefix::new();
+        let mut builder = builder.redis(&prefix);
+        builder.redis = Some(prefix);
+        builder
+    }
+}
+
+impl ServerBuilder {
+    /// Keeps the idempotency records in Redis under `prefix` (`IDEM_STORE=redis`); the app data
+    /// stays in `DATABASE_URL`.
+    pub(crate) fn redis(self, prefix: &RedisPrefix) -> Self {
+        self.env("IDEM_STORE", "redis")
+            .env("REDIS_URL", prefix.url.as_str())
+            .env("REDIS_PREFIX", prefix.prefix.as_str())
+    }
+}
 
 /// The Redis server the tests use: `REDIS_URL` when it names one, else the local server.
 pub(crate) fn redis_url() -> String {
