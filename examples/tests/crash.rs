@@ -1,7 +1,7 @@
 //! A crash mid-request (the README's "in flight, owner's lease lapsed (crash): take it over"),
-//! over real processes: `payments` is SIGKILLed while a charge runs,
-//! a new process starts on the same database, and the client's retry with the same key is
-//! answered 409 until the dead owner's lease lapses, then runs the charge once.
+//! over real processes: `payments` is SIGKILLed while a charge runs, a new process starts on the
+//! same database (and the same Redis, when the records live there), and the client's retry with
+//! the same key is answered 409 until the dead owner's lease lapses, then runs the charge once.
 //!
 //! The same for a payout killed after its row was written (atomic mode): the row dies with the
 //! process, so the retry that takes over leaves exactly one payout.
@@ -11,7 +11,7 @@ mod common;
 use std::os::unix::process::ExitStatusExt;
 use std::time::{Duration, Instant};
 
-use common::{Call, PgDatabase, Response, STEP_TIMEOUT, ScratchDir, Server, charge};
+use common::{Call, PgDatabase, RedisPrefix, Response, STEP_TIMEOUT, ScratchDir, Server, charge};
 use serde_json::json;
 
 /// How long the charge runs: long enough to be killed mid-way.
@@ -23,18 +23,22 @@ const TAKEOVER_DEADLINE: Duration = Duration::from_secs(20);
 const POLL: Duration = Duration::from_millis(250);
 const SIGKILL: i32 = 9;
 
-fn server(database_url: &str) -> Server {
-    Server::builder()
+fn server(database_url: &str, redis: Option<&RedisPrefix>) -> Server {
+    let builder = Server::builder()
         .env("DATABASE_URL", database_url)
         .env("SLOW_MS", SLOW_MS)
-        .env("IDEM_LEASE_MS", LEASE_MS)
-        .start()
+        .env("IDEM_LEASE_MS", LEASE_MS);
+    match redis {
+        Some(prefix) => builder.redis(prefix),
+        None => builder,
+    }
+    .start()
 }
 
-/// Kills the server running a charge, restarts it on the same database and retries the charge
-/// until the new process takes it over.
-async fn a_retry_after_a_crash_charges_once(database_url: &str) {
-    let mut first = server(database_url);
+/// Kills the server running a charge, restarts it on the same database (and Redis records, if
+/// `redis`) and retries the charge until the new process takes it over.
+async fn a_retry_after_a_crash_charges_once(database_url: &str, redis: Option<&RedisPrefix>) {
+    let mut first = server(database_url, redis);
     let request = first
         .post("/v1/charges")
         .org("acme")
@@ -64,7 +68,7 @@ async fn a_retry_after_a_crash_charges_once(database_url: &str) {
     drop(first);
 
     // A new process on the same database: the dead owner's record is still there, in flight.
-    let second = server(database_url);
+    let second = server(database_url, redis);
     let request = request.to(&second);
     let (created, conflicts) = retry_until_taken_over(&request).await;
     assert_eq!(created.status, 201, "{}", created.text());
@@ -156,7 +160,7 @@ async fn payout_rows(database_url: &str) -> i64 {
 /// Kills the server after a payout's row is written, while the bank is still being asked
 /// (`ba_slow`), restarts it on the same database, and retries: one payout row in the end.
 async fn a_payout_killed_mid_way_pays_out_once(database_url: &str) {
-    let mut first = server(database_url);
+    let mut first = server(database_url, None);
     let request = first
         .post("/v1/payouts")
         .org("acme")
@@ -174,7 +178,7 @@ async fn a_payout_killed_mid_way_pays_out_once(database_url: &str) {
     );
     drop(first);
 
-    let second = server(database_url);
+    let second = server(database_url, None);
     let request = request.to(&second);
     let (created, _) = retry_until_taken_over(&request).await;
     assert_eq!(created.status, 201, "{}", created.text());
@@ -205,11 +209,19 @@ async fn postgres_a_payout_killed_mid_way_pays_out_once() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sqlite_a_retry_after_a_crash_charges_once() {
     let dir = ScratchDir::new();
-    a_retry_after_a_crash_charges_once(&dir.sqlite_url()).await;
+    a_retry_after_a_crash_charges_once(&dir.sqlite_url(), None).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_a_retry_after_a_crash_charges_once() {
     let database = PgDatabase::create().await;
-    a_retry_after_a_crash_charges_once(&database.url).await;
+    a_retry_after_a_crash_charges_once(&database.url, None).await;
+}
+
+/// The crash comes while the processor authorizes, before any write: without atomic mode too,
+/// the retry that takes over charges once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_a_retry_after_a_crash_charges_once() {
+    let (dir, redis) = (ScratchDir::new(), RedisPrefix::new());
+    a_retry_after_a_crash_charges_once(&dir.sqlite_url(), Some(&redis)).await;
 }

@@ -1,9 +1,11 @@
-//! Many app instances on one PostgreSQL database: two `payments` processes share the idempotency records, so a key claimed on one
-//! is in flight, or replayed, on the other. Duplicates split across both run the charge once.
+//! Many app instances on one store: two
+//! `payments` processes share the idempotency records, in one PostgreSQL database or in one
+//! Redis, so a key claimed on one is in flight, or replayed, on the other. Duplicates split
+//! across both run the charge once.
 
 mod common;
 
-use common::{PgDatabase, Server, ServerBuilder, charge};
+use common::{PgDatabase, RedisPrefix, Server, ServerBuilder, charge};
 use serde_json::Value;
 use tokio::task::JoinSet;
 
@@ -127,19 +129,48 @@ async fn two_instances_on_one_postgres_database_charge_once() {
             server.output()
         );
     }
+    charge_once_across(&servers).await;
+    // The servers hold connections to the database: stop them before it is dropped.
+    drop(servers);
+}
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_instances_on_one_redis_charge_once() {
+    // Records in one Redis, app data in one PostgreSQL database: both shared.
+    let database = PgDatabase::create().await;
+    let redis = RedisPrefix::new();
+    let instance = || {
+        Server::builder()
+            .env("DATABASE_URL", database.url.as_str())
+            .env("SLOW_MS", "1000")
+            .redis(&redis)
+    };
+    let servers = start_together([instance(), instance()]);
+    for server in &servers {
+        assert!(
+            server.output().contains("idempotency store: redis at"),
+            "{}",
+            server.output()
+        );
+    }
+    charge_once_across(&servers).await;
+    drop(servers);
+}
+
+/// Bursts of duplicates split across both instances run once; keys and orgs stay apart.
+async fn charge_once_across(servers: &[Server; 2]) {
     // A fast charge: duplicates find it in flight on either instance, or completed and replay.
-    let fast = burst(&servers, "acme", "multi-fast", &charge(1999, "tok_visa")).await;
+    let fast = burst(servers, "acme", "multi-fast", &charge(1999, "tok_visa")).await;
     assert_eq!(
-        list_everywhere(&servers, "acme").await,
+        list_everywhere(servers, "acme").await,
         vec![parse(&fast.body)]
     );
 
     // A slow charge (SLOW_MS=1000): most duplicates arrive while it runs. The instance that did
     // not run it answered 409 too: it saw the other process's claim in the shared store.
-    let slow = burst(&servers, "initech", "multi-slow", &charge(2999, "tok_slow")).await;
+    let slow = burst(servers, "initech", "multi-slow", &charge(2999, "tok_slow")).await;
     assert_eq!(
-        list_everywhere(&servers, "initech").await,
+        list_everywhere(servers, "initech").await,
         vec![parse(&slow.body)]
     );
     let idle = 1 - slow.executed_on;
@@ -164,7 +195,7 @@ async fn two_instances_on_one_postgres_database_charge_once() {
     assert!(!second.is_replay());
     assert_ne!(second.json()["id"], parse(&fast.body)["id"]);
     assert_eq!(
-        list_everywhere(&servers, "acme").await,
+        list_everywhere(servers, "acme").await,
         vec![second.json(), parse(&fast.body)],
         "two keys, two charges, newest first"
     );
@@ -182,13 +213,11 @@ async fn two_instances_on_one_postgres_database_charge_once() {
     assert!(!globex.is_replay());
     assert_ne!(globex.json()["id"], parse(&fast.body)["id"]);
     assert_eq!(
-        list_everywhere(&servers, "globex").await,
+        list_everywhere(servers, "globex").await,
         vec![globex.json()]
     );
-    assert_eq!(list_everywhere(&servers, "acme").await.len(), 2);
+    assert_eq!(list_everywhere(servers, "acme").await.len(), 2);
 
-    let executed = counters(&servers, "executed").await;
+    let executed = counters(servers, "executed").await;
     assert_eq!(executed.iter().sum::<u64>(), 4, "{executed:?}");
-    // The servers hold connections to the database: stop them before it is dropped.
-    drop(servers);
 }

@@ -1,19 +1,47 @@
 //! The payments binary's configuration and lifecycle, end to end: store selection by
-//! `IDEM_STORE` / `DATABASE_URL`, refusal of the unavailable Redis store, graceful shutdown.
+//! `IDEM_STORE` / `DATABASE_URL`, a Redis that cannot be reached, graceful shutdown.
 
 mod common;
 
-use common::{PgDatabase, Server, charge};
+use common::{PgDatabase, RedisPrefix, Server, charge};
 
 #[test]
-fn redis_store_exits_non_zero_with_a_clear_message() {
-    let (status, output) = Server::builder().env("IDEM_STORE", "redis").run_to_exit();
+fn an_unreachable_redis_exits_non_zero_with_a_clear_message() {
+    // Nothing listens on that port.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .unwrap()
+        .port();
+    let (status, output) = Server::builder()
+        .env("IDEM_STORE", "redis")
+        .env("REDIS_URL", format!("redis://:hunter2@127.0.0.1:{port}"))
+        .run_to_exit();
+    assert!(!status.success(), "exited with {status}");
+    let line = output
+        .lines()
+        .find(|line| line.starts_with("payments: "))
+        .unwrap_or_else(|| panic!("{output}"));
+    assert!(
+        line.contains(&format!(
+            "cannot start the redis store at REDIS_URL=redis://:***@127.0.0.1:{port}: \
+             idempotency store unavailable: "
+        )),
+        "{line}"
+    );
+    assert!(!output.contains("hunter2"), "{output}");
+}
+
+#[test]
+fn a_bad_redis_prefix_exits_non_zero_and_names_it() {
+    let (status, output) = Server::builder()
+        .env("IDEM_STORE", "redis")
+        .env("REDIS_PREFIX", "{payments}")
+        .run_to_exit();
     assert!(!status.success(), "exited with {status}");
     assert!(
-        output.contains("Redis store is not available in this version"),
+        output.contains("invalid Redis key prefix \"{payments}\""),
         "{output}"
     );
-    assert_eq!(output.trim().lines().count(), 1, "one line: {output}");
 }
 
 #[test]
@@ -62,6 +90,41 @@ async fn the_memory_store_serves_the_same_contract() {
         server.output()
     );
     charge_and_replay(&server, "acme").await;
+}
+
+#[tokio::test]
+async fn redis_keeps_the_records_and_the_database_the_data() {
+    let redis = RedisPrefix::new();
+    let server = Server::builder().redis(&redis).start();
+    assert!(
+        server.output().contains(&format!(
+            "idempotency store: redis at {} under {}",
+            redis.url, redis.prefix
+        )),
+        "{}",
+        server.output()
+    );
+    charge_and_replay(&server, "acme").await;
+    // One record, in Redis, named as the README says; the charge itself is in SQLite (listed
+    // above by `charge_and_replay`).
+    let keys = redis.keys();
+    assert_eq!(keys.len(), 1, "{keys:?}");
+    let hex = keys[0]
+        .strip_prefix(&format!("{}{{", redis.prefix))
+        .and_then(|rest| rest.strip_suffix('}'))
+        .unwrap_or_else(|| panic!("{keys:?}"));
+    assert!(
+        hex.len() == 64 && hex.bytes().all(|b| b.is_ascii_hexdigit()),
+        "{hex}"
+    );
+    // A sweeper is not needed: it says so and ends.
+    assert!(
+        server
+            .output()
+            .contains("the idempotency store expires records itself; no sweeper needed"),
+        "{}",
+        server.output()
+    );
 }
 
 #[tokio::test]

@@ -457,9 +457,10 @@ pub enum BuildError {
     /// An endpoint runs in atomic mode, but the store lends no transactions on its database.
     #[error(
         "endpoint `{endpoint}` runs in atomic mode on {database}, but the idempotency store \
-         `{store}` offers no {database} transactions: build the engine with a store that does \
-         (`SqliteStore` for SQLite, `PostgresStore` for PostgreSQL), on the database holding the \
-         endpoint's tables, or take no `Tx` in the handler"
+         `{store}` offers no {database} transactions, so the handler's writes could not commit \
+         with its stored response: build the engine with a store that does (`SqliteStore` for \
+         SQLite, `PostgresStore` for PostgreSQL), on the database holding the endpoint's tables, \
+         or take no `Tx` in the handler"
     )]
     AtomicUnsupported {
         /// The endpoint (module path and function name).

@@ -28,7 +28,8 @@
 //! - [`idempotent`]: the attribute and its arguments.
 //! - [`IdempotencyLayer`]: the tower layer, for every mutating route of a router at once.
 //! - [`Idempotency`]: the engine, built with [`Builder`]: store, scopes, header name, limits.
-//! - [`store`]: the [`Store`](store::Store) trait and the memory, SQLite and PostgreSQL stores.
+//! - [`store`]: the [`Store`](store::Store) trait and the memory, SQLite, PostgreSQL and Redis
+//!   stores.
 //! - [`Rejection`]: the `application/problem+json` answers the engine gives itself.
 //! - [`Idempotency::operation`]: the programmatic API, for work that is not an HTTP handler
 //!   (a job submission, a message consumer): run a closure once per key, typed outcome.
@@ -40,6 +41,8 @@
 //! | `sqlite` | `store::SqliteStore`, on sqlx with a bundled SQLite, and atomic mode on it (`Tx<sqlx::Sqlite>`) |
 //! | `postgres` | `store::PostgresStore`, on sqlx, and atomic mode on it (`Tx<sqlx::Postgres>`) |
 //! | `object-store` | `store::BucketStore`: records in an object store (S3, GCS, Azure, in memory) through the `object_store` crate, whose backend features the application enables |
+//! | `redis` | `store::RedisStore`, on the `redis` crate (Lua scripts, a reconnecting connection manager, expiry by Redis); no atomic mode |
+//! | `cluster` | `RedisStore::cluster_builder`: the same store on Redis Cluster |
 //! | `utoipa` | `openapi::IdempotencyDoc`: the key header and the engine's answers in a utoipa OpenAPI document |
 //!
 //! None is on by default: the memory store needs none. With both `sqlite` and `postgres`,

@@ -247,7 +247,7 @@ fn created_at(name: &str) -> Option<u64> {
     name.strip_prefix(PREFIX)?.split('_').next()?.parse().ok()
 }
 
-fn is_stale(name: &str) -> bool {
+pub(crate) fn is_stale(name: &str) -> bool {
     let cutoff = unix_secs(SystemTime::now()).saturating_sub(STALE_AFTER.as_secs());
     created_at(name).is_some_and(|secs| secs < cutoff)
 }

@@ -2,11 +2,17 @@
 //!
 //! [`db`] makes a fresh database per test: [`sqlite_store`] (a temporary file),
 //! [`postgres_store`] (a schema of its own on the server at [`postgres_url`]), and the
-//! [`TestStore`] trait the store conformance suite is generic over.
+//! [`TestStore`] trait the store conformance suite is generic over. [`redis`] does the same for
+//! Redis ([`redis_store`]: a key prefix of its own on the server at [`redis_url`]) and starts
+//! private Redis servers; [`proxy`] puts a loopback TCP proxy that can be cut in front of any
+//! store's server.
 
 pub mod db;
 pub mod gate;
 pub mod proxy;
+pub mod redis;
 
 pub use db::{TestStore, postgres_store, postgres_url, sqlite_store};
 pub use gate::Gate;
+pub use proxy::TcpProxy;
+pub use redis::{redis_store, redis_url};

@@ -1,26 +1,30 @@
-//! A loopback TCP proxy between an app and its database that a test cuts and restores: store
-//! outages and blips through a real network seam.
+//! [`TcpProxy`]: a loopback TCP proxy in front of a store's server, cut and restored at will, so
+//! a test gets a real outage: live connections dropped, new ones refused.
 
 use std::net::SocketAddr;
 
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
+use tokio::task::JoinHandle;
 
-/// A loopback TCP proxy to PostgreSQL that can be cut and restored.
-pub struct Proxy {
-    /// Where clients connect.
-    pub addr: SocketAddr,
+/// Forwards connections from [`addr`](TcpProxy::addr) to a target while up. Cutting it drops
+/// every live connection (both ends) and closes each new one at once, as an unreachable server
+/// would look to a client; restoring it forwards again. Stops when dropped.
+#[derive(Debug)]
+pub struct TcpProxy {
+    addr: SocketAddr,
     up: watch::Sender<bool>,
+    task: JoinHandle<()>,
 }
 
-impl Proxy {
-    /// Starts forwarding to `target`.
+impl TcpProxy {
+    /// A proxy on `127.0.0.1:<free port>` to `target`, up.
     pub async fn start(target: SocketAddr) -> Self {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let (up, _) = watch::channel(true);
         let state = up.clone();
-        tokio::spawn(async move {
+        let task = tokio::spawn(async move {
             loop {
                 let Ok((mut client, _)) = listener.accept().await else {
                     return;
@@ -41,12 +45,25 @@ impl Proxy {
                 });
             }
         });
-        Self { addr, up }
+        Self { addr, up, task }
     }
 
-    /// Cuts (`false`: live connections dropped, new ones refused) or restores the link.
+    /// Where clients connect.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Cuts (`false`) or restores (`true`) the proxy.
     pub fn set_up(&self, up: bool) {
         self.up.send_replace(up);
+    }
+}
+
+impl Drop for TcpProxy {
+    fn drop(&mut self) {
+        // Live connections end with the channel: every `wait_for` sees it closed.
+        self.set_up(false);
+        self.task.abort();
     }
 }
 

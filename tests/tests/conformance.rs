@@ -1,6 +1,7 @@
 //! The store conformance suite: every case in [`lifecycle`] and [`bulk`] runs against every
-//! backend, each test on a store of its own (a PostgreSQL schema, a SQLite file), so they run in
-//! parallel. `MemoryStore` is the reference; the others must behave exactly like it. Times are
+//! backend, each test on a store of its own (a PostgreSQL schema, a SQLite file, a Redis key
+//! prefix), so they run in parallel. Redis runs twice: on the shared server, and on a one-node
+//! Redis Cluster this process starts. `MemoryStore` is the reference; the others must behave exactly like it. Times are
 //! explicit `Timestamp`s: no sleeps, no timing assertions.
 //!
 //! A new backend is one `impl TestStore` in `tests/src/db.rs` and one `backend!` line below.
@@ -86,3 +87,5 @@ backend!(memory: idem_runtime::store::MemoryStore);
 backend!(sqlite: idem_runtime::store::SqliteStore);
 backend!(postgres: idem_runtime::store::PostgresStore);
 backend!(object: idem_runtime::store::BucketStore);
+backend!(redis: idem_runtime::store::RedisStore);
+backend!(redis_cluster: idem_tests::redis::RedisClusterStore);

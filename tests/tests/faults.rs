@@ -17,7 +17,8 @@ use http_body_util::BodyExt;
 use idem_runtime::store::{MemoryStore, PostgresStore};
 use idem_runtime::{Idempotency, idempotent};
 use idem_tests::Gate;
-use idem_tests::proxy::{Proxy, postgres_target};
+use idem_tests::TcpProxy as Proxy;
+use idem_tests::proxy::postgres_target;
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use serde_json::{Value, json};
 use sqlx::AssertSqlSafe;
@@ -153,7 +154,7 @@ fn header(headers: &axum::http::HeaderMap, name: &str) -> Option<String> {
 
 /// A PostgreSQL store reached through `proxy`, on the schema of `direct`.
 async fn proxied_store(proxy: &Proxy, template: &str, direct: &PostgresStore) -> PostgresStore {
-    let url = template.replace("{proxy}", &proxy.addr.to_string());
+    let url = template.replace("{proxy}", &proxy.addr().to_string());
     let pool = PgPoolOptions::new()
         .max_connections(4)
         .acquire_timeout(Duration::from_secs(1))

@@ -1,6 +1,6 @@
-//! PostgreSQL outages: while the database is unreachable every idempotent request is refused
-//! with 503 and the handler does not run (fail closed); when it comes back, service resumes
-//! without a restart.
+//! Store outages, on PostgreSQL and on Redis: while the store is unreachable every idempotent
+//! request is refused with 503 and the handler does not run (fail closed); when it comes back,
+//! service resumes without a restart.
 //!
 //! The outage is real: the store connects through a TCP proxy on loopback that the test cuts
 //! (dropping live connections and refusing new ones) and restores.
@@ -15,9 +15,10 @@ use axum::http::{Request, StatusCode};
 use axum::routing::post;
 use axum::{Json, Router};
 use http_body_util::BodyExt;
-use idem_runtime::store::PostgresStore;
+use idem_runtime::store::{PostgresStore, RedisStore, Store};
 use idem_runtime::{Idempotency, idempotent};
-use idem_tests::proxy::{Proxy, postgres_target};
+use idem_tests::TcpProxy;
+use idem_tests::proxy::postgres_target;
 use serde_json::Value;
 use sqlx::postgres::PgPoolOptions;
 use tower::ServiceExt;
@@ -61,12 +62,12 @@ async fn send(app: &Router, key: &str) -> (StatusCode, Option<String>, Value) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn outage_fails_closed_and_service_resumes_without_restart() {
+async fn postgres_outage_fails_closed_and_service_resumes_without_restart() {
     let (target, template) = postgres_target();
     // Migrate a fresh schema directly, then serve through the proxy.
     let direct = idem_tests::postgres_store().await;
-    let proxy = Proxy::start(target).await;
-    let proxied_url = template.replace("{proxy}", &proxy.addr.to_string());
+    let proxy = TcpProxy::start(target).await;
+    let proxied_url = template.replace("{proxy}", &proxy.addr().to_string());
     let pool = PgPoolOptions::new()
         .max_connections(4)
         .acquire_timeout(Duration::from_secs(2))
@@ -77,6 +78,13 @@ async fn outage_fails_closed_and_service_resumes_without_restart() {
         .build()
         .await
         .unwrap();
+    outage_scenario(store, &proxy).await;
+    idem_tests::db::drop_postgres_store(&direct).await;
+}
+
+/// Serves through `store`, whose server is behind `proxy`: one request before the outage, three
+/// during it (503, the handler does not run), then service resumes by itself.
+async fn outage_scenario(store: impl Store, proxy: &TcpProxy) {
     let calls = Arc::new(AtomicUsize::new(0));
     let idem = Idempotency::builder().store(store).build().unwrap();
     let app = Router::new()
@@ -104,7 +112,7 @@ async fn outage_fails_closed_and_service_resumes_without_restart() {
     );
 
     proxy.set_up(true);
-    // The pool reconnects on its own; allow it a few attempts, bounded.
+    // The store reconnects on its own; allow it a few attempts, bounded.
     let mut recovered = None;
     for _ in 0..20 {
         let (status, _, body) = send(&app, "after").await;
@@ -114,7 +122,7 @@ async fn outage_fails_closed_and_service_resumes_without_restart() {
         }
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
-    let (status, body) = recovered.expect("service should resume once the database is back");
+    let (status, body) = recovered.expect("service should resume once the store is back");
     assert_eq!(status, StatusCode::CREATED);
     assert_eq!(body["key"], "after");
     // A request refused during the outage was never recorded: retrying it now runs it once.
@@ -127,5 +135,18 @@ async fn outage_fails_closed_and_service_resumes_without_restart() {
         3,
         "before, after, during-1: once each"
     );
-    idem_tests::db::drop_postgres_store(&direct).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_outage_fails_closed_and_service_resumes_without_restart() {
+    let proxy = TcpProxy::start(idem_tests::redis::redis_addr()).await;
+    let store = RedisStore::builder(format!("redis://{}", proxy.addr()))
+        .prefix(idem_tests::redis::unique_prefix())
+        .connect_timeout(Duration::from_millis(500))
+        .response_timeout(Duration::from_millis(500))
+        .build()
+        .await
+        .unwrap();
+    outage_scenario(store.clone(), &proxy).await;
+    idem_tests::TestStore::discard(store).await;
 }

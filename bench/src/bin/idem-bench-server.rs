@@ -2,15 +2,17 @@
 //! axum-idempotent, on 127.0.0.1.
 //!
 //! ```text
-//! idem-bench-server [--bind 127.0.0.1:18080] [--store memory|sqlite|postgres]
+//! idem-bench-server [--bind 127.0.0.1:18080] [--store memory|sqlite|postgres|redis]
 //!                   [--database-url URL] [--pg-no-ping] [--pg-pool N] [--count-round-trips]
-//!                   [--memory-capacity N] [--workers N] [--max-seconds S]
+//!                   [--redis-url URL] [--memory-capacity N] [--workers N] [--max-seconds S]
 //! ```
 //!
 //! Routes: `POST /bare`, `POST /idem` (on the chosen store), `POST /peer` (axum-idempotent on
 //! moka), `GET /healthz`, and with `--count-round-trips` `GET /stats/pg`, the
 //! [`idem_bench::pgcount`] totals of the PostgreSQL connections (the store then connects through
 //! a counting proxy). `--pg-no-ping` builds the pool with `test_before_acquire(false)`.
+//! `--store redis` connects `RedisStore::connect` to `--redis-url` (default
+//! `redis://127.0.0.1:6379`; `bench/run.sh` starts a Redis server of its own for it).
 //!
 //! The server stops by itself after `--max-seconds` (default 900), or on Ctrl-C.
 
@@ -23,7 +25,7 @@ use axum::Json;
 use axum::routing::get;
 use idem_bench::{app, peer, pgcount};
 use idem_runtime::Idempotency;
-use idem_runtime::store::{MemoryStore, PostgresStore, SqliteStore};
+use idem_runtime::store::{MemoryStore, PostgresStore, RedisStore, SqliteStore};
 use sqlx::postgres::PgPoolOptions;
 
 #[derive(Debug)]
@@ -31,6 +33,7 @@ struct Args {
     bind: SocketAddr,
     store: String,
     database_url: Option<String>,
+    redis_url: String,
     pg_no_ping: bool,
     pg_pool: Option<u32>,
     count_round_trips: bool,
@@ -44,6 +47,7 @@ fn parse_args() -> Result<Args, String> {
         bind: "127.0.0.1:18080".parse().map_err(|e| format!("{e}"))?,
         store: "memory".into(),
         database_url: None,
+        redis_url: "redis://127.0.0.1:6379".into(),
         pg_no_ping: false,
         pg_pool: None,
         count_round_trips: false,
@@ -58,6 +62,7 @@ fn parse_args() -> Result<Args, String> {
             "--bind" => args.bind = value()?.parse().map_err(|e| format!("--bind: {e}"))?,
             "--store" => args.store = value()?,
             "--database-url" => args.database_url = Some(value()?),
+            "--redis-url" => args.redis_url = value()?,
             "--pg-no-ping" => args.pg_no_ping = true,
             "--pg-pool" => {
                 args.pg_pool = Some(value()?.parse().map_err(|e| format!("--pg-pool: {e}"))?);
@@ -152,6 +157,11 @@ async fn serve(args: Args) -> Result<(), String> {
             };
             builder.store(store.map_err(|e| e.to_string())?)
         }
+        "redis" => builder.store(
+            RedisStore::connect(&args.redis_url)
+                .await
+                .map_err(|e| e.to_string())?,
+        ),
         other => return Err(format!("unknown store {other}")),
     };
     let engine = builder.build().map_err(|e| e.to_string())?;

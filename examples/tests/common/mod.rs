@@ -2,6 +2,10 @@
 //! on a free port with its own SQLite file (or a PostgreSQL database of the test's own), and
 //! talks HTTP/1.1 to it over TCP.
 //! Every wait is bounded, so a hung server fails the test instead of hanging CI.
+//!
+//! In a test binary whose name ends in `_redis` (`payments_redis.rs`), every server keeps its
+//! idempotency records in Redis (`IDEM_STORE=redis`) under a key prefix of its own, deleted
+//! with the server: the same tests, on the Redis store.
 #![allow(dead_code)]
 
 use std::io::{BufRead, BufReader, Read};
@@ -17,19 +21,23 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 mod postgres;
+mod redis;
 
 #[allow(unused_imports)] // Not every test binary uses PostgreSQL.
 pub(crate) use postgres::PgDatabase;
+#[allow(unused_imports)] // Nor Redis.
+pub(crate) use redis::RedisPrefix;
 
 /// The longest any single step (start-up, one request, shutdown) may take.
 pub(crate) const STEP_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// Variables the binary reads; cleared so the developer's or CI's environment cannot leak in.
-const SERVICE_VARS: [&str; 10] = [
+const SERVICE_VARS: [&str; 11] = [
     "BIND",
     "DATABASE_URL",
     "IDEM_STORE",
     "REDIS_URL",
+    "REDIS_PREFIX",
     "SLOW_MS",
     "IDEM_LEASE_MS",
     "HEADER_TIMEOUT_MS",
@@ -46,6 +54,8 @@ pub(crate) struct Server {
     addr: SocketAddr,
     dir: ScratchDir,
     log: Arc<Mutex<String>>,
+    /// The Redis prefix this server owns, if any: its keys go after the process.
+    _redis: Option<RedisPrefix>,
 }
 
 /// A directory of the test's own under the target directory, removed on drop. Outlives the
@@ -80,12 +90,13 @@ impl Drop for ScratchDir {
     }
 }
 
-/// Configures a [`Server`] before start.
-#[derive(Default)]
+/// Configures a [`Server`] before start. `Default` and `redis` are in [`redis`].
 pub(crate) struct ServerBuilder {
     env: Vec<(String, String)>,
     /// Another example binary than `payments` (it must print `listening on http://ADDR`).
     bin: Option<&'static str>,
+    /// The Redis prefix the server will own (see [`redis`]).
+    redis: Option<RedisPrefix>,
 }
 
 impl ServerBuilder {
@@ -112,12 +123,24 @@ impl ServerBuilder {
         drain(child.stdout.take().unwrap(), log.clone(), Some(addr_tx));
         drain(child.stderr.take().unwrap(), log.clone(), None);
         match addr_rx.recv_timeout(STEP_TIMEOUT) {
-            Ok(addr) => Server {
-                child,
-                addr,
-                dir,
-                log,
-            },
+            Ok(addr) => {
+                let server = Server {
+                    child,
+                    addr,
+                    dir,
+                    log,
+                    _redis: self.redis,
+                };
+                if server._redis.is_some() {
+                    // The listening line names the store: this binary really runs on Redis.
+                    assert!(
+                        server.output().contains("idempotency store: redis at"),
+                        "{}",
+                        server.output()
+                    );
+                }
+                server
+            }
             Err(error) => {
                 let _ = child.kill();
                 let status = child.wait();

@@ -215,6 +215,7 @@ pub(crate) async fn oversized_responses_are_sent_but_never_rerun(setup: Setup) {
 
 pub(crate) async fn store_failure_fails_closed_with_503(setup: Setup) {
     let calls = Calls::default();
+    let mut outage = None;
     let idem = match setup.store {
         // A full memory store refuses new claims rather than evict what a retry may need.
         Store::Memory => {
@@ -234,6 +235,21 @@ pub(crate) async fn store_failure_fails_closed_with_503(setup: Setup) {
         Store::Postgres => {
             let store = idem_tests::postgres_store().await;
             store.pool().close().await;
+            Idempotency::builder()
+                .store(store)
+                .scope("org", crate::support::org_of)
+        }
+        // The server disappears behind the store's proxy (kept cut until the test ends).
+        Store::Redis => {
+            let proxy = idem_tests::TcpProxy::start(idem_tests::redis::redis_addr()).await;
+            let store =
+                idem_runtime::store::RedisStore::builder(format!("redis://{}", proxy.addr()))
+                    .prefix(idem_tests::redis::unique_prefix())
+                    .build()
+                    .await
+                    .unwrap();
+            proxy.set_up(false);
+            outage = Some(proxy);
             Idempotency::builder()
                 .store(store)
                 .scope("org", crate::support::org_of)
@@ -277,4 +293,5 @@ pub(crate) async fn store_failure_fails_closed_with_503(setup: Setup) {
         "1"
     };
     assert_eq!(reply.headers["retry-after"], retry_after);
+    drop(outage);
 }

@@ -1,9 +1,9 @@
 //! Every rule of one idempotent request, through `Router` + `oneshot`, on both HTTP faces (the
-//! `#[idempotent]` attribute and `IdempotencyLayer`) and the memory, SQLite and PostgreSQL
-//! stores.
+//! `#[idempotent]` attribute and `IdempotencyLayer`) and the memory, SQLite,
+//! PostgreSQL and Redis stores.
 //!
 //! Each case is an `async fn(Setup)`; `cases!` instantiates it once per face and store, as
-//! `attribute::memory::<case>`, ..., `layer::postgres::<case>`.
+//! `attribute::memory::<case>`, ..., `layer::redis::<case>`.
 
 mod cases;
 mod handlers;
@@ -23,6 +23,7 @@ macro_rules! cases {
         cases!(@store memory, $face, Memory; $($case),*);
         cases!(@store sqlite, $face, Sqlite; $($case),*);
         cases!(@store postgres, $face, Postgres; $($case),*);
+        cases!(@store redis, $face, Redis; $($case),*);
     };
     (@store $module:ident, $face:ident, $store:ident; $($case:ident),*) => {
         mod $module {

@@ -24,6 +24,8 @@ pub(crate) enum Store {
     Memory,
     Sqlite,
     Postgres,
+    /// A key prefix of its own on the shared server; its records expire within their TTL.
+    Redis,
 }
 
 /// Which face makes the routes idempotent: `#[idempotent]` on each handler, or one
@@ -76,6 +78,7 @@ pub(crate) async fn builder(store: Store) -> Builder {
         Store::Memory => builder.store(MemoryStore::new()),
         Store::Sqlite => builder.store(idem_tests::sqlite_store().await),
         Store::Postgres => builder.store(idem_tests::postgres_store().await),
+        Store::Redis => builder.store(idem_tests::redis_store().await),
     }
 }
 

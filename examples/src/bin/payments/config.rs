@@ -1,6 +1,6 @@
 //! Configuration from the environment: `BIND`, `DATABASE_URL`, `IDEM_STORE`, `REDIS_URL`,
-//! `SLOW_MS`, `IDEM_LEASE_MS`, `HEADER_TIMEOUT_MS`, `BODY_TIMEOUT_MS`, `MAX_CONNECTIONS`.
-//! Everything has a default, so `cargo run` needs no set-up.
+//! `REDIS_PREFIX`, `SLOW_MS`, `IDEM_LEASE_MS`, `HEADER_TIMEOUT_MS`, `BODY_TIMEOUT_MS`,
+//! `MAX_CONNECTIONS`. Everything has a default, so `cargo run` needs no set-up.
 
 use std::fmt;
 use std::time::Duration;
@@ -12,6 +12,8 @@ const DEFAULT_BIND: &str = "127.0.0.1:3000";
 /// App data and idempotency records when `DATABASE_URL` is unset: a file next to the process.
 const DEFAULT_DATABASE_URL: &str = "sqlite://payments.db";
 const DEFAULT_REDIS_URL: &str = "redis://127.0.0.1:6379";
+/// What the keys of the records start with in Redis unless `REDIS_PREFIX` says otherwise.
+const DEFAULT_REDIS_PREFIX: &str = "payments:idem:";
 const DEFAULT_SLOW_MS: u64 = 2000;
 const DEFAULT_LEASE_MS: u64 = 30_000;
 const DEFAULT_HEADER_TIMEOUT_MS: u64 = 5_000;
@@ -29,6 +31,8 @@ pub(crate) struct Config {
     pub(crate) database: Backend,
     /// `IDEM_STORE`, or the database's own backend when unset.
     pub(crate) store: StoreKind,
+    /// `REDIS_URL` and `REDIS_PREFIX`, read when `IDEM_STORE=redis`.
+    pub(crate) redis: Option<Redis>,
     /// `SLOW_MS`: how long the `tok_slow` test source takes.
     pub(crate) slow: Duration,
     /// `IDEM_LEASE_MS`: how long an in-flight record stays owned without a renewal, i.e. how
@@ -54,6 +58,8 @@ pub(crate) enum StoreKind {
     Sqlite,
     /// The PostgreSQL database of `DATABASE_URL`, sharing its pool.
     Postgres,
+    /// The Redis server of `REDIS_URL`; app data stays in `DATABASE_URL`.
+    Redis,
 }
 
 impl StoreKind {
@@ -62,8 +68,18 @@ impl StoreKind {
             Self::Memory => "memory",
             Self::Sqlite => "sqlite",
             Self::Postgres => "postgres",
+            Self::Redis => "redis",
         }
     }
+}
+
+/// Where the records live with `IDEM_STORE=redis`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Redis {
+    /// `REDIS_URL`.
+    pub(crate) url: String,
+    /// `REDIS_PREFIX`: what every record's key starts with.
+    pub(crate) prefix: String,
 }
 
 /// A setting the service cannot start with. Each message is one line that names the variable.
@@ -73,8 +89,8 @@ pub(crate) enum ConfigError {
     DatabaseUrl(String),
     /// `IDEM_STORE` is not one of the known stores.
     UnknownStore(String),
-    /// `IDEM_STORE=redis`: planned, not shipped.
-    RedisUnavailable { redis_url: String },
+    /// `REDIS_URL` is not a `redis://` or `rediss://` URL.
+    RedisUrl(String),
     /// `IDEM_STORE=sqlite|postgres` while `DATABASE_URL` names the other database.
     StoreNeedsDatabase { store: StoreKind },
     /// `SLOW_MS` is not a whole number of milliseconds.
@@ -98,11 +114,10 @@ impl fmt::Display for ConfigError {
                 f,
                 "IDEM_STORE must be one of memory, sqlite, postgres, redis; got `{value}`"
             ),
-            Self::RedisUnavailable { redis_url } => write!(
+            Self::RedisUrl(url) => write!(
                 f,
-                "IDEM_STORE=redis: the Redis store is not available in this version of idem \
-                 (REDIS_URL={}); use IDEM_STORE=memory, sqlite or postgres",
-                redact(redis_url)
+                "REDIS_URL must start with `redis://` or `rediss://`, got `{}`",
+                redact(url)
             ),
             Self::StoreNeedsDatabase { store } => write!(
                 f,
@@ -152,11 +167,18 @@ impl Config {
             Some(s) if s == "memory" => StoreKind::Memory,
             Some(s) if s == "sqlite" => StoreKind::Sqlite,
             Some(s) if s == "postgres" || s == "postgresql" => StoreKind::Postgres,
-            Some(s) if s == "redis" => {
-                let redis_url = var("REDIS_URL").unwrap_or_else(|| DEFAULT_REDIS_URL.to_owned());
-                return Err(ConfigError::RedisUnavailable { redis_url });
-            }
+            Some(s) if s == "redis" => StoreKind::Redis,
             Some(other) => return Err(ConfigError::UnknownStore(other)),
+        };
+        let redis = if store == StoreKind::Redis {
+            let url = var("REDIS_URL").unwrap_or_else(|| DEFAULT_REDIS_URL.to_owned());
+            if !url.starts_with("redis://") && !url.starts_with("rediss://") {
+                return Err(ConfigError::RedisUrl(url));
+            }
+            let prefix = var("REDIS_PREFIX").unwrap_or_else(|| DEFAULT_REDIS_PREFIX.to_owned());
+            Some(Redis { url, prefix })
+        } else {
+            None
         };
         match (store, database) {
             (StoreKind::Sqlite, Backend::Postgres) | (StoreKind::Postgres, Backend::Sqlite) => {
@@ -201,6 +223,7 @@ impl Config {
             database_url,
             database,
             store,
+            redis,
             slow,
             lease,
             limits,
@@ -289,12 +312,29 @@ mod tests {
     }
 
     #[test]
-    fn redis_is_refused_with_a_clear_message() {
-        let err = config(&[("IDEM_STORE", "redis")]).unwrap_err();
-        let msg = err.to_string();
-        assert!(msg.contains("Redis store is not available"), "{msg}");
-        assert!(msg.contains("redis://127.0.0.1:6379"), "{msg}");
-        assert!(!msg.contains('\n'));
+    fn redis_keeps_the_records_and_the_database_the_data() {
+        let c = config(&[("IDEM_STORE", "redis")]).unwrap();
+        assert_eq!((c.store, c.database), (StoreKind::Redis, Backend::Sqlite));
+        let redis = c.redis.unwrap();
+        assert_eq!(redis.url, "redis://127.0.0.1:6379");
+        assert_eq!(redis.prefix, "payments:idem:");
+        let c = config(&[
+            ("IDEM_STORE", "redis"),
+            ("REDIS_URL", "redis://:pw@cache:6380/2"),
+            ("REDIS_PREFIX", "acme:"),
+            ("DATABASE_URL", "postgres://u@db/pay"),
+        ])
+        .unwrap();
+        assert_eq!(c.database, Backend::Postgres);
+        assert_eq!(
+            c.redis,
+            Some(Redis {
+                url: "redis://:pw@cache:6380/2".into(),
+                prefix: "acme:".into()
+            })
+        );
+        // Without IDEM_STORE=redis, REDIS_URL is not read.
+        assert_eq!(config(&[("REDIS_URL", "nonsense")]).unwrap().redis, None);
     }
 
     #[test]
@@ -302,6 +342,10 @@ mod tests {
         let cases = [
             (&[("DATABASE_URL", "mysql://x")][..], "DATABASE_URL"),
             (&[("IDEM_STORE", "dynamo")][..], "IDEM_STORE"),
+            (
+                &[("IDEM_STORE", "redis"), ("REDIS_URL", "127.0.0.1:6379")][..],
+                "REDIS_URL must start with `redis://`",
+            ),
             (&[("SLOW_MS", "fast")][..], "SLOW_MS"),
             (&[("IDEM_LEASE_MS", "0")][..], "IDEM_LEASE_MS"),
             (&[("IDEM_LEASE_MS", "1.5s")][..], "IDEM_LEASE_MS"),
@@ -330,5 +374,9 @@ mod tests {
         );
         assert_eq!(redact("sqlite://payments.db"), "sqlite://payments.db");
         assert_eq!(redact("redis://127.0.0.1:6379"), "redis://127.0.0.1:6379");
+        assert_eq!(
+            redact("redis://:s3cret@cache:6379/0"),
+            "redis://:***@cache:6379/0"
+        );
     }
 }

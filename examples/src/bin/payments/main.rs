@@ -12,13 +12,19 @@
 //!
 //! # Records in memory (lost on restart), app data in SQLite.
 //! IDEM_STORE=memory cargo run -p idem-examples --bin payments
+//!
+//! # Records in Redis (REDIS_URL, default redis://127.0.0.1:6379), app data in SQLite
+//! # (or in DATABASE_URL); several instances can share both.
+//! IDEM_STORE=redis cargo run -p idem-examples --bin payments
 //! ```
 //!
 //! | env | default | meaning |
 //! |---|---|---|
 //! | `BIND` | `127.0.0.1:3000` | listen address |
 //! | `DATABASE_URL` | `sqlite://payments.db` | app data, and the idempotency store unless `IDEM_STORE` says otherwise |
-//! | `IDEM_STORE` | from `DATABASE_URL` | `memory`, `sqlite`, `postgres` (`redis` is not available yet) |
+//! | `IDEM_STORE` | from `DATABASE_URL` | `memory`, `sqlite`, `postgres`, `redis` |
+//! | `REDIS_URL` | `redis://127.0.0.1:6379` | the Redis server, with `IDEM_STORE=redis` |
+//! | `REDIS_PREFIX` | `payments:idem:` | what the records' keys start with in Redis |
 //! | `SLOW_MS` | `2000` | how long the `tok_slow` source and the `ba_slow` bank account take |
 //! | `IDEM_LEASE_MS` | `30000` | lease of an in-flight request, renewed while it runs: how soon a retry may take over after a crash |
 //! | `HEADER_TIMEOUT_MS` | `5000` | a connection that has not sent a request head this long after it opened (or after its last response) is closed |
@@ -140,9 +146,26 @@ async fn run(config: Config) -> Result<(), BoxError> {
                 redact(&config.database_url)
             )
         })?;
-    let idempotency = store::engine(config.store, &db, config.slow, config.lease)
-        .await
-        .map_err(|e| format!("cannot start the {} store: {e}", config.store.name()))?;
+    let idempotency = store::engine(
+        config.store,
+        &db,
+        config.redis.as_ref(),
+        config.slow,
+        config.lease,
+    )
+    .await
+    .map_err(|e| match &config.redis {
+        Some(redis) => format!(
+            "cannot start the redis store at REDIS_URL={}: {}",
+            redact(&redis.url),
+            causes(&*e)
+        ),
+        None => format!(
+            "cannot start the {} store: {}",
+            config.store.name(),
+            causes(&*e)
+        ),
+    })?;
     for endpoint in idempotency.endpoints() {
         tracing::debug!(
             endpoint = endpoint.name(),
@@ -156,9 +179,12 @@ async fn run(config: Config) -> Result<(), BoxError> {
         .await
         .map_err(|e| format!("cannot listen on BIND={}: {e}", config.bind))?;
     let addr = listener.local_addr()?;
+    let store = match &config.redis {
+        Some(redis) => format!("redis at {} under {}", redact(&redis.url), redis.prefix),
+        None => config.store.name().to_owned(),
+    };
     tracing::info!(
-        "payments listening on http://{addr} (idempotency store: {}, database: {})",
-        config.store.name(),
+        "payments listening on http://{addr} (idempotency store: {store}, database: {})",
         redact(&config.database_url),
     );
 
@@ -220,4 +246,20 @@ async fn shutdown_signal() {
         () = interrupt => {}
         () = terminate => {}
     }
+}
+
+/// `error` and its sources, `: `-separated: "idempotency store unavailable: Connection refused".
+fn causes(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        // Some errors repeat their source in their own message: say it once.
+        let cause_text = cause.to_string();
+        if !text.ends_with(&cause_text) {
+            text.push_str(": ");
+            text.push_str(&cause_text);
+        }
+        source = cause.source();
+    }
+    text
 }

@@ -5,6 +5,13 @@
 //! refuse to run without a key. All three run in atomic mode (an `AnyTx` parameter): on the SQL
 //! stores their writes commit in one transaction with the stored response, so a crash can never
 //! leave a charge, refund or payout without its idempotency record or the other way round.
+//!
+//! On the memory and Redis stores (`IDEM_STORE=memory|redis`) there is no transaction to join
+//! (`AnyTx::None`): the charge, refund or payout row commits on its own, before the response is stored.
+//! Concurrent and later duplicates still run once, but a crash (or a store failure) between the
+//! commit and the stored response leaves the record in flight; once its lease lapses, the retry
+//! runs it again: a second row, and a second authorization, since there is no
+//! `downstream_key` for the processor either.
 
 use axum::extract::{DefaultBodyLimit, FromRef, Path, RawQuery, State};
 use axum::http::{Method, StatusCode, Uri, header};

@@ -1,12 +1,16 @@
 //! The idempotency engine: which store holds its records, and whose keys they are.
+//!
+//! With `IDEM_STORE=memory` or `redis` the records are not in the app's database, so the store
+//! lends no transactions: `AnyTx` is `AnyTx::None` and the charge and refund handlers write on a
+//! pooled connection, without atomic mode (see `routes`).
 
 use std::time::Duration;
 
 use idem_runtime::Idempotency;
-use idem_runtime::store::{MemoryStore, PostgresStore, SqliteStore};
+use idem_runtime::store::{MemoryStore, PostgresStore, RedisStore, SqliteStore};
 
 use crate::auth;
-use crate::config::StoreKind;
+use crate::config::{Redis, StoreKind};
 use crate::db::Db;
 
 /// How often expired records are purged, and how many per batch.
@@ -14,11 +18,13 @@ const SWEEP_PERIOD: Duration = Duration::from_secs(60);
 const SWEEP_BATCH: u32 = 1000;
 
 /// Builds the engine on the store `kind`; SQL stores share the app's pool, so records live in
-/// the app's database (in their own tables, created by the store's own migrations). `lease` is
-/// how soon after a crash a retry may take over the crashed request.
+/// the app's database (in their own tables, created by the store's own migrations); the Redis
+/// store connects to `redis`. `lease` is how soon after a crash a retry may take over the
+/// crashed request.
 pub(crate) async fn engine(
     kind: StoreKind,
     db: &Db,
+    redis: Option<&Redis>,
     slow: Duration,
     lease: Duration,
 ) -> Result<Idempotency, Box<dyn std::error::Error + Send + Sync>> {
@@ -35,6 +41,15 @@ pub(crate) async fn engine(
         (StoreKind::Postgres, Db::Postgres(pool)) => {
             builder.store(PostgresStore::from_pool(pool.clone()).await?)
         }
+        (StoreKind::Redis, _) => {
+            let redis = redis.ok_or("IDEM_STORE=redis needs REDIS_URL")?;
+            // Warns at start-up if Redis may evict records (`maxmemory-policy`).
+            let store = RedisStore::builder(redis.url.as_str())
+                .prefix(redis.prefix.as_str())
+                .build()
+                .await?;
+            builder.store(store)
+        }
         // `Config` only pairs a SQL store with a database of the same kind.
         (StoreKind::Sqlite | StoreKind::Postgres, _) => {
             return Err(format!(
@@ -47,7 +62,8 @@ pub(crate) async fn engine(
     Ok(builder.build()?)
 }
 
-/// Purges expired records in the background until aborted.
+/// Purges expired records in the background until aborted. On Redis, which expires records
+/// itself, the task logs that and ends.
 pub(crate) fn spawn_sweeper(engine: &Idempotency) -> tokio::task::JoinHandle<()> {
     engine.spawn_sweeper(SWEEP_PERIOD, SWEEP_BATCH)
 }

@@ -1,0 +1,488 @@
+//! A store in Redis: records next to the API, expired by Redis itself.
+
+use std::fmt;
+use std::sync::{Arc, LazyLock};
+use std::time::Duration;
+
+use bytes::Bytes;
+use redis::{RedisError, Script, Value};
+
+use crate::core::clock::Timestamp;
+use crate::core::error::StoreError;
+use crate::core::fingerprint::Fingerprint;
+use crate::core::key::RecordKey;
+use crate::store::{Claim, ClaimRequest, Completion, Fence, LeaseToken, Store};
+
+mod builder;
+mod conn;
+
+pub use builder::RedisStoreBuilder;
+use conn::Conn;
+
+static CLAIM: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("claim.lua")));
+static COMPLETE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("complete.lua")));
+static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("release.lua")));
+static RENEW: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("renew.lua")));
+static PURGE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("purge.lua")));
+
+/// Records in Redis, one hash per record, expired by Redis itself: no sweeper is needed
+/// ([`Idempotency::spawn_sweeper`](crate::Idempotency::spawn_sweeper) says so and ends).
+///
+/// Every operation is one Lua script run with `EVALSHA` (the script is loaded again whenever the
+/// server has forgotten it), so it is atomic and one round trip: a claim takes a record that is
+/// absent, expired, or in flight under a lapsed lease of the same request, and otherwise reports
+/// it; completion, release and lease renewal write only while the caller's lease token is still
+/// on the record, so an owner that was taken over cannot touch the new owner's record. Each
+/// write that sets a record's expiry also sets the key's (`PEXPIRE`); renewing a lease writes
+/// one field and keeps it. Expiry is decided by the engine's clock, passed to the scripts; the
+/// key's time to live is computed from it (`expires_at - now`), so Redis drops a record once
+/// the engine no longer sees it, whatever Redis's own clock says.
+///
+/// The connection is a [`ConnectionManager`](redis::aio::ConnectionManager): it reconnects by
+/// itself after Redis restarts or the network drops. A command in flight when the connection
+/// dies is not resent by the manager; the store runs a claim whose reply was lost once more, and
+/// the claim recognises its own lease token, so the request still owns the record it claimed.
+/// Every operation gives up after the connect timeout plus the response timeout (see
+/// [`RedisStoreBuilder`]); the engine then answers 503 and does not run the handler.
+///
+/// Redis offers no transactions with an application's SQL database, so the store has no atomic
+/// mode: an endpoint taking a `Tx` is refused by [`Builder::build`](crate::Builder::build).
+///
+/// # Keys, and what an operator reads
+///
+/// A record is the hash `<prefix>{<hex of the record key>}` (prefix `idem:` by default). The hex
+/// is a hash tag, so on Redis Cluster every key of a record lives in one slot and the same
+/// scripts run unchanged. Its fields: `state` (`in_flight` or `completed`), `fingerprint` (hex),
+/// `token`, `owners` (more than 1: a lapsed lease was taken over), `lease_until`, `expires_at`,
+/// `operation` (the endpoint), `created_at`, and once completed `completed_at`, `status` and
+/// `payload` (the stored response, binary). Times are milliseconds since the Unix epoch.
+///
+/// ```sh
+/// redis-cli --scan --pattern 'idem:{*'                # every record
+/// redis-cli HGETALL 'idem:{3f1c...}'                  # one record
+/// redis-cli HMGET 'idem:{3f1c...}' state operation status created_at completed_at
+/// redis-cli PTTL 'idem:{3f1c...}'                     # milliseconds until Redis drops it
+/// ```
+///
+/// # Guarantees, and what Redis does not promise
+///
+/// - Replication is asynchronous: a claim acknowledged by a primary that fails before a replica
+///   received it is lost in the failover, and a retry on the promoted replica runs the operation
+///   a second time. `WAIT` narrows that window but does not close it (Redis is not a consensus
+///   store), and this store does not issue it.
+/// - Without persistence a restart loses every record; with `appendonly yes`, `appendfsync
+///   everysec` (the default) may lose the last second, `appendfsync always` none.
+/// - A `maxmemory-policy` other than `noeviction` lets Redis evict records, live ones included:
+///   [`RedisStoreBuilder::build`] reads the policy and logs a warning when it is not
+///   `noeviction`. With `noeviction`, a full Redis refuses claims: requests get 503.
+///
+/// ```no_run
+/// use idem_runtime::{Idempotency, store::RedisStore};
+///
+/// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+/// let store = RedisStore::connect("redis://127.0.0.1:6379").await?;
+/// let engine = Idempotency::builder().store(store).build()?;
+/// # let _ = engine;
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct RedisStore {
+    conn: Conn,
+    prefix: Arc<str>,
+    /// How long one operation may take in all: connect timeout plus response timeout.
+    deadline: Duration,
+    maxmemory_policy: Option<Arc<str>>,
+}
+
+impl RedisStore {
+    /// The key prefix used unless [`RedisStoreBuilder::prefix`] says otherwise.
+    pub const DEFAULT_PREFIX: &'static str = "idem:";
+    /// The connect timeout used unless [`RedisStoreBuilder::connect_timeout`] says otherwise.
+    pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+    /// The response timeout used unless [`RedisStoreBuilder::response_timeout`] says otherwise.
+    pub const DEFAULT_RESPONSE_TIMEOUT: Duration = Duration::from_secs(1);
+
+    /// Connects to the server at `url` (`redis://[user:password@]host:port[/db]`, or
+    /// `rediss://` with a TLS feature of the `redis` crate) with the default prefix and timeouts.
+    pub async fn connect(url: &str) -> Result<Self, StoreError> {
+        Self::builder(url).build().await
+    }
+
+    /// Configures a store on the server at `url`.
+    ///
+    /// ```no_run
+    /// # async fn run() -> Result<(), idem_runtime::StoreError> {
+    /// use std::time::Duration;
+    /// use idem_runtime::store::RedisStore;
+    ///
+    /// let store = RedisStore::builder("redis://cache.internal:6379")
+    ///     .prefix("payments:idem:")
+    ///     .connect_timeout(Duration::from_millis(500))
+    ///     .response_timeout(Duration::from_millis(250))
+    ///     .build()
+    ///     .await?;
+    /// # let _ = store;
+    /// # Ok(()) }
+    /// ```
+    pub fn builder(url: impl Into<String>) -> RedisStoreBuilder {
+        RedisStoreBuilder::single(url.into())
+    }
+
+    /// Configures a store on a Redis Cluster, found through any of `nodes` (URLs of some of its
+    /// nodes). The cluster connection follows slot moves and reconnects by itself.
+    ///
+    /// ```no_run
+    /// # async fn run() -> Result<(), idem_runtime::StoreError> {
+    /// use idem_runtime::store::RedisStore;
+    ///
+    /// let store = RedisStore::cluster_builder(["redis://10.0.0.1:7000", "redis://10.0.0.2:7000"])
+    ///     .build()
+    ///     .await?;
+    /// # let _ = store;
+    /// # Ok(()) }
+    /// ```
+    #[cfg(feature = "cluster")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "cluster")))]
+    pub fn cluster_builder<I, S>(nodes: I) -> RedisStoreBuilder
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        RedisStoreBuilder::cluster(nodes.into_iter().map(Into::into).collect())
+    }
+
+    /// What every record's key starts with.
+    pub fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    /// The `maxmemory-policy` the server reported when the store connected (on a cluster: the
+    /// first node's that is not `noeviction`, if any), or `None` if it could not be read.
+    pub fn maxmemory_policy(&self) -> Option<&str> {
+        self.maxmemory_policy.as_deref()
+    }
+
+    /// The Redis key of `key`'s record: `<prefix>{<hex>}`.
+    pub fn record_key(&self, key: &RecordKey) -> String {
+        format!("{}{{{}}}", self.prefix, key.to_hex())
+    }
+
+    /// Runs `operation` within the store's deadline; past it the operation fails.
+    async fn within<T>(
+        &self,
+        operation: impl Future<Output = Result<T, RedisError>>,
+    ) -> Result<T, StoreError> {
+        match tokio::time::timeout(self.deadline, operation).await {
+            Ok(result) => result.map_err(StoreError::unavailable),
+            Err(_) => Err(StoreError::unavailable(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!("Redis did not answer within {:?}", self.deadline),
+            ))),
+        }
+    }
+
+    async fn fenced(&self, script: redis::ScriptInvocation<'_>) -> Result<Fence, StoreError> {
+        let held: i64 = self.within(self.conn.invoke(&script)).await?;
+        Ok(if held == 1 { Fence::Held } else { Fence::Lost })
+    }
+}
+
+impl fmt::Debug for RedisStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedisStore")
+            .field("prefix", &self.prefix)
+            .field("deadline", &self.deadline)
+            .field("maxmemory_policy", &self.maxmemory_policy)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Whether the command may have run although its reply never came: the connection dropped or
+/// timed out after it was sent.
+fn reply_lost(error: &RedisError) -> bool {
+    error.is_io_error() || error.is_connection_dropped() || error.is_timeout()
+}
+
+/// Milliseconds from `from` to `to`, at least 1: a key's time to live.
+fn px(from: Timestamp, to: Timestamp) -> i64 {
+    to.as_millis().saturating_sub(from.as_millis()).max(1)
+}
+
+impl Store for RedisStore {
+    async fn claim(&self, req: ClaimRequest<'_>) -> Result<Claim, StoreError> {
+        let mut script = CLAIM.prepare_invoke();
+        script
+            .key(self.record_key(req.key))
+            .arg(hex(req.fingerprint.as_bytes()))
+            .arg(req.token.as_i64())
+            .arg(req.now.as_millis())
+            .arg(req.lease_until.as_millis())
+            .arg(req.expires_at.as_millis())
+            .arg(px(req.now, req.expires_at))
+            .arg(req.operation);
+        let reply: Value = self
+            .within(async {
+                match self.conn.invoke(&script).await {
+                    // The manager does not resend a command in flight when the connection dies.
+                    // Run the claim again (the manager reconnects meanwhile): if the first one
+                    // took the record, this one finds its own token and reports it acquired.
+                    Err(error) if reply_lost(&error) => {
+                        tracing::debug!(%error, "claim reply lost; claiming again");
+                        self.conn.invoke(&script).await
+                    }
+                    done => done,
+                }
+            })
+            .await?;
+        decode_claim(reply)
+    }
+
+    async fn complete(
+        &self,
+        key: &RecordKey,
+        token: LeaseToken,
+        completion: Completion<'_>,
+    ) -> Result<Fence, StoreError> {
+        let mut script = COMPLETE.prepare_invoke();
+        script
+            .key(self.record_key(key))
+            .arg(token.as_i64())
+            .arg(completion.payload)
+            .arg(
+                completion
+                    .status
+                    .map_or_else(String::new, |s| s.to_string()),
+            )
+            .arg(completion.completed_at.as_millis())
+            .arg(completion.expires_at.as_millis())
+            // Not clamped: a completion that expires at once deletes the key.
+            .arg(
+                completion
+                    .expires_at
+                    .as_millis()
+                    .saturating_sub(completion.completed_at.as_millis()),
+            );
+        self.fenced(script).await
+    }
+
+    async fn release(&self, key: &RecordKey, token: LeaseToken) -> Result<Fence, StoreError> {
+        let mut script = RELEASE.prepare_invoke();
+        script.key(self.record_key(key)).arg(token.as_i64());
+        self.fenced(script).await
+    }
+
+    async fn renew(
+        &self,
+        key: &RecordKey,
+        token: LeaseToken,
+        lease_until: Timestamp,
+    ) -> Result<Fence, StoreError> {
+        let mut script = RENEW.prepare_invoke();
+        script
+            .key(self.record_key(key))
+            .arg(token.as_i64())
+            .arg(lease_until.as_millis());
+        self.fenced(script).await
+    }
+
+    /// Redis drops expired records by itself; this deletes, now, up to `limit` records that
+    /// expired by the engine's clock (earlier than Redis's expiry when the engine's clock runs
+    /// ahead, as a `ManualClock` does in tests). It walks the prefix's keys with `SCAN` on every
+    /// node, so it costs a pass over the keyspace: the sweeper never calls it on this store.
+    async fn purge_expired(&self, now: Timestamp, limit: u32) -> Result<u64, StoreError> {
+        let pattern = format!("{}{{*", self.prefix);
+        let mut purged = 0u64;
+        if limit == 0 {
+            return Ok(0);
+        }
+        let nodes = self.within(self.conn.nodes()).await?;
+        for node in &nodes {
+            let mut cursor = 0u64;
+            loop {
+                let mut scan = redis::cmd("SCAN");
+                scan.arg(cursor)
+                    .arg("MATCH")
+                    .arg(&pattern)
+                    .arg("COUNT")
+                    .arg(1000);
+                let (next, keys): (u64, Vec<Vec<u8>>) =
+                    self.within(self.conn.on(node, scan)).await?;
+                for key in keys {
+                    let mut script = PURGE.prepare_invoke();
+                    script.key(key).arg(now.as_millis());
+                    let deleted: i64 = self.within(self.conn.invoke(&script)).await?;
+                    purged += u64::from(deleted == 1);
+                    if purged >= u64::from(limit) {
+                        return Ok(purged);
+                    }
+                }
+                if next == 0 {
+                    break;
+                }
+                cursor = next;
+            }
+        }
+        Ok(purged)
+    }
+
+    fn needs_sweeping(&self) -> bool {
+        false
+    }
+}
+
+/// Reads the claim script's reply (see `claim.lua`).
+fn decode_claim(reply: Value) -> Result<Claim, StoreError> {
+    let corrupt = |what: &str| StoreError::Corrupt(format!("claim reply: {what}").into());
+    let Value::Array(items) = reply else {
+        return Err(corrupt("not an array"));
+    };
+    let mut items = items.into_iter();
+    let tag = match items.next() {
+        Some(Value::BulkString(tag)) => tag,
+        Some(Value::SimpleString(tag)) => tag.into_bytes(),
+        _ => return Err(corrupt("no outcome")),
+    };
+    match tag.as_slice() {
+        b"acquired" => match items.next() {
+            Some(Value::Int(owners)) => Ok(Claim::Acquired {
+                took_over: owners > 1,
+            }),
+            _ => Err(corrupt("acquired without an owner count")),
+        },
+        b"in_flight" => {
+            let fingerprint = fingerprint(items.next())?;
+            let lease_until = match items.next() {
+                Some(Value::BulkString(ms)) => std::str::from_utf8(&ms)
+                    .ok()
+                    .and_then(|ms| ms.parse().ok())
+                    .ok_or_else(|| corrupt("lease_until is not a number"))?,
+                _ => return Err(corrupt("in flight without lease_until")),
+            };
+            Ok(Claim::InFlight {
+                fingerprint,
+                lease_until: Timestamp::from_millis(lease_until),
+            })
+        }
+        b"completed" => {
+            let fingerprint = fingerprint(items.next())?;
+            match items.next() {
+                Some(Value::BulkString(payload)) => Ok(Claim::Completed {
+                    fingerprint,
+                    payload: Bytes::from(payload),
+                }),
+                _ => Err(corrupt("completed record without a payload")),
+            }
+        }
+        other => Err(corrupt(&format!(
+            "unknown outcome {:?}",
+            String::from_utf8_lossy(other)
+        ))),
+    }
+}
+
+/// A fingerprint stored as 64 hex digits.
+fn fingerprint(value: Option<Value>) -> Result<Fingerprint, StoreError> {
+    let bad = || StoreError::Corrupt("fingerprint is not 64 hex digits".into());
+    let Some(Value::BulkString(digits)) = value else {
+        return Err(bad());
+    };
+    let mut bytes = [0u8; 32];
+    if digits.len() != 64 {
+        return Err(bad());
+    }
+    for (byte, pair) in bytes.iter_mut().zip(digits.chunks_exact(2)) {
+        let pair = std::str::from_utf8(pair).map_err(|_| bad())?;
+        *byte = u8::from_str_radix(pair, 16).map_err(|_| bad())?;
+    }
+    Ok(Fingerprint::from_bytes(bytes))
+}
+
+fn hex(bytes: &[u8]) -> String {
+    use std::fmt::Write;
+    bytes.iter().fold(String::with_capacity(64), |mut s, b| {
+        let _ = write!(s, "{b:02x}");
+        s
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bulk(s: &[u8]) -> Value {
+        Value::BulkString(s.to_vec())
+    }
+
+    #[test]
+    fn fingerprints_round_trip_through_hex() {
+        let fp = Fingerprint::from_bytes(std::array::from_fn(|i| (i * 37) as u8));
+        let stored = hex(fp.as_bytes());
+        assert_eq!(stored.len(), 64);
+        assert_eq!(fingerprint(Some(bulk(stored.as_bytes()))).unwrap(), fp);
+        for bad in [&b"00"[..], &[b'g'; 64], &[b'0'; 65]] {
+            assert!(matches!(
+                fingerprint(Some(bulk(bad))),
+                Err(StoreError::Corrupt(_))
+            ));
+        }
+    }
+
+    #[test]
+    fn claim_replies_decode_and_malformed_ones_are_corrupt() {
+        let fp = hex(&[7; 32]);
+        let acquired = |owners| Value::Array(vec![bulk(b"acquired"), Value::Int(owners)]);
+        assert_eq!(
+            decode_claim(acquired(1)).unwrap(),
+            Claim::Acquired { took_over: false }
+        );
+        assert_eq!(
+            decode_claim(acquired(3)).unwrap(),
+            Claim::Acquired { took_over: true }
+        );
+        let in_flight = Value::Array(vec![
+            bulk(b"in_flight"),
+            bulk(fp.as_bytes()),
+            bulk(b"1750000030000"),
+        ]);
+        assert_eq!(
+            decode_claim(in_flight).unwrap(),
+            Claim::InFlight {
+                fingerprint: Fingerprint::from_bytes([7; 32]),
+                lease_until: Timestamp::from_millis(1_750_000_030_000),
+            }
+        );
+        let completed = Value::Array(vec![
+            bulk(b"completed"),
+            bulk(fp.as_bytes()),
+            bulk(b"\0\xff"),
+        ]);
+        assert_eq!(
+            decode_claim(completed).unwrap(),
+            Claim::Completed {
+                fingerprint: Fingerprint::from_bytes([7; 32]),
+                payload: Bytes::from_static(b"\0\xff"),
+            }
+        );
+        for bad in [
+            Value::Nil,
+            Value::Array(vec![]),
+            Value::Array(vec![bulk(b"acquired")]),
+            Value::Array(vec![bulk(b"stolen"), Value::Int(1)]),
+            Value::Array(vec![bulk(b"completed"), bulk(fp.as_bytes())]),
+            Value::Array(vec![bulk(b"in_flight"), bulk(fp.as_bytes()), bulk(b"soon")]),
+        ] {
+            assert!(
+                matches!(decode_claim(bad.clone()), Err(StoreError::Corrupt(_))),
+                "{bad:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn keys_live_from_now_until_expiry_and_at_least_a_millisecond() {
+        let t = Timestamp::from_millis;
+        assert_eq!(px(t(1_000), t(61_000)), 60_000);
+        assert_eq!(px(t(1_000), t(1_000)), 1);
+        assert_eq!(px(t(5_000), t(1_000)), 1);
+    }
+}
