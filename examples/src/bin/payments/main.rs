@@ -93,12 +93,15 @@ use tokio::net::TcpListener;
 use tokio::sync::Notify;
 
 mod auth;
+mod body;
 mod config;
 mod db;
+mod envelope;
 mod error;
 mod model;
 mod openapi;
 mod processor;
+mod refunds;
 mod routes;
 mod serve;
 mod store;
@@ -131,6 +134,7 @@ async fn main() -> ExitCode {
 }
 
 async fn run(config: Config) -> Result<(), BoxError> {
+    config.errors.install();
     let metrics = telemetry::Metrics::install()?;
     let db = db::Db::connect(&config.database_url, config.database)
         .await
@@ -140,8 +144,14 @@ async fn run(config: Config) -> Result<(), BoxError> {
                 redact(&config.database_url)
             )
         })?;
-    let idempotency = store::engine(config.store, &db, config.slow, config.lease)
-        .await
+    let idempotency = store::engine(
+        config.store,
+        &db,
+        config.slow,
+        config.lease,
+        config.errors,
+    )
+    .await
         .map_err(|e| format!("cannot start the {} store: {e}", config.store.name()))?;
     for endpoint in idempotency.endpoints() {
         tracing::debug!(
@@ -157,9 +167,10 @@ async fn run(config: Config) -> Result<(), BoxError> {
         .map_err(|e| format!("cannot listen on BIND={}: {e}", config.bind))?;
     let addr = listener.local_addr()?;
     tracing::info!(
-        "payments listening on http://{addr} (idempotency store: {}, database: {})",
+        "payments listening on http://{addr} (idempotency store: {}, database: {}, errors: {})",
         config.store.name(),
         redact(&config.database_url),
+        config.errors.name(),
     );
 
     let sweeper = store::spawn_sweeper(&idempotency);
