@@ -147,12 +147,16 @@ mod tests {
             ])),
         };
         // stripe-python percent-encodes brackets; stripe-node sends them as they are.
-        let python = "amount=2000&description=order+42&metadata%5Border%5D=42&metadata%5Bnote%5D=a%26b%3Dc";
+        let python =
+            "amount=2000&description=order+42&metadata%5Border%5D=42&metadata%5Bnote%5D=a%26b%3Dc";
         let node = "metadata[note]=a%26b%3Dc&amount=2000&metadata[order]=42&description=order%2042";
         assert_eq!(form(python).unwrap(), expected);
         assert_eq!(form(node).unwrap(), expected);
         let bare = form("amount=5").unwrap();
-        assert_eq!((bare.amount, bare.description, bare.metadata), (5, None, None));
+        assert_eq!(
+            (bare.amount, bare.description, bare.metadata),
+            (5, None, None)
+        );
     }
 
     #[test]
@@ -172,13 +176,19 @@ mod tests {
         }
     }
 
-    async fn status_and_body(app: &Router, request: axum::http::Request<Body>) -> (StatusCode, Value) {
+    async fn status_and_body(
+        app: &Router,
+        request: axum::http::Request<Body>,
+    ) -> (StatusCode, Value) {
         let response = app.clone().oneshot(request).await.unwrap();
         let status = response.status();
         let bytes = axum::body::to_bytes(response.into_body(), 4096)
             .await
             .unwrap();
-        (status, serde_json::from_slice(&bytes).unwrap_or(Value::Null))
+        (
+            status,
+            serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+        )
     }
 
     fn post(content_type: Option<&str>, body: &'static str) -> axum::http::Request<Body> {
@@ -200,7 +210,10 @@ mod tests {
             status_and_body(&app, json).await,
             (StatusCode::OK, serde_json::json!({ "amount": 1 }))
         );
-        let form = post(Some("application/x-www-form-urlencoded; charset=utf-8"), "amount=1");
+        let form = post(
+            Some("application/x-www-form-urlencoded; charset=utf-8"),
+            "amount=1",
+        );
         assert_eq!(
             status_and_body(&app, form).await,
             (StatusCode::OK, serde_json::json!({ "amount": "1" }))
@@ -213,7 +226,13 @@ mod tests {
         );
         let text = post(Some("text/plain"), "amount=1");
         let (status, doc) = status_and_body(&app, text).await;
-        assert_eq!((status, &doc["code"]), (StatusCode::UNSUPPORTED_MEDIA_TYPE, &"unsupported_media_type".into()));
+        assert_eq!(
+            (status, &doc["code"]),
+            (
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                &"unsupported_media_type".into()
+            )
+        );
     }
 
     #[tokio::test]
@@ -234,10 +253,16 @@ mod tests {
 
         // ApiBody's own answer: a body over the limit (axum's is plain text).
         let (status, doc) = status_and_body(&bare, json("/x", "[1, 2, 3, 4]")).await;
-        assert_eq!((status, &doc["code"]), (StatusCode::PAYLOAD_TOO_LARGE, &"payload_too_large".into()));
+        assert_eq!(
+            (status, &doc["code"]),
+            (StatusCode::PAYLOAD_TOO_LARGE, &"payload_too_large".into())
+        );
         // axum's plain-text rejection of a path that is not UTF-8, through the middleware.
         let (status, doc) = status_and_body(&app, json("/%FF", "{}")).await;
-        assert_eq!((status, &doc["code"]), (StatusCode::BAD_REQUEST, &"bad_request".into()));
+        assert_eq!(
+            (status, &doc["code"]),
+            (StatusCode::BAD_REQUEST, &"bad_request".into())
+        );
         // Anything else passes untouched.
         let ok = app.oneshot(json("/x", "{}")).await.unwrap();
         assert_eq!(ok.status(), StatusCode::OK);

@@ -128,7 +128,10 @@ impl fmt::Display for ConfigError {
                 write!(f, "{name} must be a positive whole number, got `{value}`")
             }
             Self::ErrorFormat(value) => {
-                write!(f, "ERROR_FORMAT must be `problem` or `stripe`, got `{value}`")
+                write!(
+                    f,
+                    "ERROR_FORMAT must be `problem` or `stripe`, got `{value}`"
+                )
             }
         }
     }

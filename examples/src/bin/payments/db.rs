@@ -515,12 +515,10 @@ where
     let metadata: Option<String> = row.try_get("metadata")?;
     let metadata = match metadata {
         None => Metadata::new(),
-        Some(json) => {
-            serde_json::from_str(&json).map_err(|e| sqlx::Error::ColumnDecode {
-                index: "metadata".into(),
-                source: e.into(),
-            })?
-        }
+        Some(json) => serde_json::from_str(&json).map_err(|e| sqlx::Error::ColumnDecode {
+            index: "metadata".into(),
+            source: e.into(),
+        })?,
     };
     Ok(Charge {
         id: row.try_get("id")?,

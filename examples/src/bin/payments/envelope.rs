@@ -128,9 +128,9 @@ impl ErrorDoc<'_> {
 /// Stripe's error type for an answer: what its SDKs turn into an exception class.
 fn stripe_type(status: StatusCode, code: &str) -> &'static str {
     match code {
-        "idempotency_key_reused" | "idempotency_key_in_progress" | "idempotency_response_too_large" => {
-            "idempotency_error"
-        }
+        "idempotency_key_reused"
+        | "idempotency_key_in_progress"
+        | "idempotency_response_too_large" => "idempotency_error",
         "card_declined" => "card_error",
         _ if status.is_server_error() => "api_error",
         _ => "invalid_request_error",
@@ -277,7 +277,12 @@ mod tests {
         for (status, code, kind, retry) in [
             (400, "invalid_request", "invalid_request_error", false),
             (401, "unauthorized", "invalid_request_error", false),
-            (409, "charge_already_refunded", "invalid_request_error", false),
+            (
+                409,
+                "charge_already_refunded",
+                "invalid_request_error",
+                false,
+            ),
             (408, "request_body_timeout", "invalid_request_error", true),
             (500, "internal_error", "api_error", false),
             (503, "processor_unavailable", "api_error", true),
@@ -292,7 +297,10 @@ mod tests {
             };
             let response = doc.render(ErrorFormat::Stripe);
             assert_eq!(response.status(), status);
-            assert_eq!(retry_header(&response), Some(if retry { "true" } else { "false" }));
+            assert_eq!(
+                retry_header(&response),
+                Some(if retry { "true" } else { "false" })
+            );
             assert_eq!(body(response).await["error"]["type"], kind, "{code}");
         }
     }
@@ -343,7 +351,10 @@ mod tests {
         assert_eq!(body(stripe).await["error"]["code"], "method_not_allowed");
         // Successes pass untouched.
         let ok = errors_in(ErrorFormat::Stripe, "ok".into_response());
-        assert_eq!(ok.headers()[header::CONTENT_TYPE], "text/plain; charset=utf-8");
+        assert_eq!(
+            ok.headers()[header::CONTENT_TYPE],
+            "text/plain; charset=utf-8"
+        );
     }
 
     #[test]

@@ -144,14 +144,8 @@ async fn run(config: Config) -> Result<(), BoxError> {
                 redact(&config.database_url)
             )
         })?;
-    let idempotency = store::engine(
-        config.store,
-        &db,
-        config.slow,
-        config.lease,
-        config.errors,
-    )
-    .await
+    let idempotency = store::engine(config.store, &db, config.slow, config.lease, config.errors)
+        .await
         .map_err(|e| format!("cannot start the {} store: {e}", config.store.name()))?;
     for endpoint in idempotency.endpoints() {
         tracing::debug!(

@@ -40,7 +40,7 @@ pub(crate) struct Charge {
     pub(crate) created: i64,
     pub(crate) description: Option<String>,
     /// What the client attached; `{}` when nothing.
-    #[schema(example = json!({ "order": "42" }))]
+    #[schema(value_type = BTreeMap<String, String>, example = json!({ "order": "42" }))]
     pub(crate) metadata: Metadata,
 }
 
@@ -112,7 +112,7 @@ pub(crate) struct NewCharge {
     #[schema(max_length = 1000)]
     description: Option<String>,
     /// Up to 50 keys of at most 40 characters (no brackets), values of at most 500.
-    #[schema(example = json!({ "order": "42" }))]
+    #[schema(value_type = Option<BTreeMap<String, String>>, example = json!({ "order": "42" }))]
     metadata: Option<Metadata>,
 }
 

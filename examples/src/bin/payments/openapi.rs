@@ -79,7 +79,11 @@ fn encode_forms_as_stripe_does(doc: &mut Value) {
     };
     for operation in paths.values_mut().filter_map(Value::as_object_mut) {
         for operation in operation.values_mut() {
-            let form = &mut operation["requestBody"]["content"][FORM];
+            // `pointer_mut`, not indexing: indexing would add the members it does not find.
+            let pointer = format!("/requestBody/content/{}", FORM.replace('/', "~1"));
+            let Some(form) = operation.pointer_mut(&pointer) else {
+                continue;
+            };
             let Some(name) = form["schema"]["$ref"].as_str() else {
                 continue;
             };
@@ -90,7 +94,12 @@ fn encode_forms_as_stripe_does(doc: &mut Value) {
             let encoding: Map<String, Value> = properties
                 .iter()
                 .filter(|(_, schema)| schema.get("additionalProperties").is_some())
-                .map(|(name, _)| (name.clone(), json!({ "style": "deepObject", "explode": true })))
+                .map(|(name, _)| {
+                    (
+                        name.clone(),
+                        json!({ "style": "deepObject", "explode": true }),
+                    )
+                })
                 .collect();
             if !encoding.is_empty() {
                 form["encoding"] = Value::Object(encoding);
@@ -111,7 +120,10 @@ fn stripe_errors(doc: &mut Value) {
     if let Some(paths) = doc["paths"].as_object_mut() {
         for operation in paths.values_mut().filter_map(Value::as_object_mut) {
             for operation in operation.values_mut() {
-                let Some(responses) = operation["responses"].as_object_mut() else {
+                let Some(responses) = operation
+                    .get_mut("responses")
+                    .and_then(Value::as_object_mut)
+                else {
                     continue;
                 };
                 if responses.remove("422").is_some() {

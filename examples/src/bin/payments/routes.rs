@@ -347,7 +347,13 @@ mod tests {
             page(Some("starting_after=ch_x&limit=2")).unwrap(),
             (2, Some("ch_x".to_owned()))
         );
-        for bad in ["limit=0", "limit=101", "limit=ten", "limit=", "ending_before=ch_x"] {
+        for bad in [
+            "limit=0",
+            "limit=101",
+            "limit=ten",
+            "limit=",
+            "ending_before=ch_x",
+        ] {
             assert!(Page::parse(Some(bad)).is_err(), "{bad}");
         }
     }
