@@ -126,15 +126,15 @@ fn stripe_errors(doc: &mut Value) {
                 else {
                     continue;
                 };
-                if responses.remove("422").is_some() {
-                    if let Some(bad) = responses.get_mut("400") {
-                        let described = bad["description"].as_str().unwrap_or_default();
-                        bad["description"] = format!(
-                            "{described} `idempotency_key_reused` (type `idempotency_error`): \
-                             the key was used with a different request."
-                        )
-                        .into();
-                    }
+                if responses.remove("422").is_some()
+                    && let Some(bad) = responses.get_mut("400")
+                {
+                    let described = bad["description"].as_str().unwrap_or_default();
+                    bad["description"] = format!(
+                        "{described} `idempotency_key_reused` (type `idempotency_error`): \
+                         the key was used with a different request."
+                    )
+                    .into();
                 }
             }
         }

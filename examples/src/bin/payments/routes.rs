@@ -163,10 +163,10 @@ async fn list_charges(
     RawQuery(query): RawQuery,
 ) -> Result<Json<List<Charge>>, ApiError> {
     let page = Page::parse(query.as_deref())?;
-    if let Some(after) = &page.starting_after {
-        if !is_id("ch", after) || !db.has_charge(org.as_str(), after).await? {
-            return Err(no_such_charge(after, "starting_after"));
-        }
+    if let Some(after) = &page.starting_after
+        && (!is_id("ch", after) || !db.has_charge(org.as_str(), after).await?)
+    {
+        return Err(no_such_charge(after, "starting_after"));
     }
     let mut data = db
         .list_charges(org.as_str(), page.limit + 1, page.starting_after.as_deref())
