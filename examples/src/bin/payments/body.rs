@@ -11,11 +11,15 @@
 //! with the same pairs in another order is the same request, which is what this parser makes
 //! of it too: a name sent twice is refused here, rather than one of its values silently chosen.
 
+use std::pin::Pin;
+use std::time::Duration;
+
 use axum::body::Bytes;
 use axum::extract::{FromRequest, Request};
-use axum::http::{StatusCode, header};
+use axum::http::{HeaderValue, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
+use http_body::Body as _;
 use serde::de::DeserializeOwned;
 
 use crate::error::ApiError;
@@ -96,18 +100,46 @@ pub(crate) fn from_form<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError>
         .map_err(|e| ApiError::invalid_form(&e))
 }
 
+/// How much of a refused body [`refuse_oversized`] reads and discards after answering, and for
+/// how long at most.
+const MAX_DRAINED_BYTES: u64 = 8 * MAX_BODY_BYTES as u64;
+const DRAIN_LINGER: Duration = Duration::from_secs(1);
+
 /// Middleware (`from_fn`): a request whose `Content-Length` is over [`MAX_BODY_BYTES`] is
-/// answered 413 at once, before anyone waits for a body that will be refused anyway.
+/// answered 413 at once, before anyone waits for a body that will be refused anyway, and its
+/// connection closed.
+///
+/// Until it closes, what arrives of the body is read and thrown away, for [`DRAIN_LINGER`] at
+/// most and up to [`MAX_DRAINED_BYTES`]: many clients (Python's `requests`, for one) send the
+/// whole body before reading the answer, and a connection closed on unread bytes is reset,
+/// which fails their write and can lose the 413 on its way.
 pub(crate) async fn refuse_oversized(request: Request, next: Next) -> Response {
     let declared = request
         .headers()
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok());
-    if declared.is_some_and(|len| len > MAX_BODY_BYTES as u64) {
-        return ApiError::payload_too_large("the request body is over 2 MiB").into_response();
+    let Some(declared) = declared.filter(|len| *len > MAX_BODY_BYTES as u64) else {
+        return next.run(request).await;
+    };
+    if declared <= MAX_DRAINED_BYTES {
+        let mut body = request.into_body();
+        // Framed by `Content-Length`: at most `declared` bytes arrive.
+        let drain = async move {
+            loop {
+                let frame = std::future::poll_fn(|cx| Pin::new(&mut body).poll_frame(cx));
+                if !matches!(frame.await, Some(Ok(_))) {
+                    break;
+                }
+            }
+        };
+        tokio::spawn(tokio::time::timeout(DRAIN_LINGER, drain));
     }
-    next.run(request).await
+    let mut response =
+        ApiError::payload_too_large("the request body is over 2 MiB").into_response();
+    let close = HeaderValue::from_static("close");
+    response.headers_mut().insert(header::CONNECTION, close);
+    response
 }
 
 #[cfg(test)]
