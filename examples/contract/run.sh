@@ -61,7 +61,9 @@ SEED=${CONTRACT_SEED:-$RANDOM$RANDOM}
 # Each error format documents its own errors (problem+json, or Stripe's envelope): both are
 # checked, each against a server of its own.
 for FORMAT in ${CONTRACT_ERROR_FORMATS:-problem stripe}; do
-  rm -f "$RUN"/payments.db* "$RUN/server.log"
+  rm -f "$RUN"/payments.db*
+  # Emptied (or created) before the server opens it, so the wait below reads only this run's.
+  : >"$RUN/server.log"
   # A free port, chosen by the server itself; `tok_slow` made fast so the run stays short.
   BIND=127.0.0.1:0 DATABASE_URL="sqlite://$RUN/payments.db" SLOW_MS=50 ERROR_FORMAT="$FORMAT" \
     RUST_LOG=warn,payments=info NO_COLOR=1 "$TARGET/debug/payments" >"$RUN/server.log" 2>&1 &

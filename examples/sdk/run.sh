@@ -61,6 +61,8 @@ stop() {
 }
 trap stop EXIT INT TERM
 
+# Created before the server opens it, so the wait below can read it from the start.
+: >"$RUN/server.log"
 # A free port, chosen by the server itself. `tok_slow` takes a second: long enough for a
 # duplicate to find it running, short enough for the SDKs' backoff to outlast it.
 BIND=127.0.0.1:0 DATABASE_URL="sqlite://$RUN/payments.db" ERROR_FORMAT=stripe SLOW_MS=1000 \
