@@ -6,13 +6,15 @@
 #   examples/contract/run.sh                      # 40 examples per operation and phase
 #   CONTRACT_EXAMPLES=200 examples/contract/run.sh
 #   CONTRACT_SEED=1234 examples/contract/run.sh   # replay a run (its seed is printed)
+#   CONTRACT_ERROR_FORMATS=stripe examples/contract/run.sh   # one format (default: both)
 #   CONTRACT_WORKERS=4 examples/contract/run.sh   # concurrent requests; CI uses one worker, since
 #     # with several, schemathesis 4.32.5 sometimes stops on an error of its own (a "Runtime
 #     # Error" from hypothesis's lambda introspection racing across threads), not the server's
 #
 # It builds the payments binary, installs schemathesis (pinned) into a venv under target/, starts
-# the server on a free loopback port with a fresh SQLite file, and stops it at the end, pass or
-# fail. The exit status is schemathesis's: non-zero on any failure.
+# the server on a free loopback port with a fresh SQLite file, once per error format
+# (`ERROR_FORMAT=problem`, then `stripe`: each serves a document of its own errors), and stops
+# it at the end, pass or fail. The exit status is schemathesis's: non-zero on any failure.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
@@ -35,13 +37,17 @@ fi
 
 RUN=$(mktemp -d "${TMPDIR:-/tmp}/idem-contract.XXXXXX")
 SERVER_PID=
-stop() {
-  local status=$?
+stop_server() {
   if [[ -n "$SERVER_PID" ]] && kill -0 "$SERVER_PID" 2>/dev/null; then
     kill -TERM "$SERVER_PID" 2>/dev/null || true
     for _ in $(seq 1 50); do kill -0 "$SERVER_PID" 2>/dev/null || break; sleep 0.1; done
     kill -KILL "$SERVER_PID" 2>/dev/null || true
   fi
+  SERVER_PID=
+}
+stop() {
+  local status=$?
+  stop_server
   if [[ $status -ne 0 && -f "$RUN/server.log" ]]; then
     echo "contract: the server's last log lines:" >&2
     tail -n 40 "$RUN/server.log" >&2
@@ -51,24 +57,32 @@ stop() {
 }
 trap stop EXIT INT TERM
 
-# A free port, chosen by the server itself; `tok_slow` made fast so the run stays short.
-BIND=127.0.0.1:0 DATABASE_URL="sqlite://$RUN/payments.db" SLOW_MS=50 RUST_LOG=warn,payments=info \
-  NO_COLOR=1 "$TARGET/debug/payments" >"$RUN/server.log" 2>&1 &
-SERVER_PID=$!
-ADDR=
-for _ in $(seq 1 300); do
-  ADDR=$(sed -n 's/.*listening on http:\/\/\([0-9.:]*\).*/\1/p' "$RUN/server.log" | head -n 1)
-  [[ -n "$ADDR" ]] && break
-  kill -0 "$SERVER_PID" 2>/dev/null || { echo "contract: the server exited" >&2; exit 1; }
-  sleep 0.1
-done
-[[ -n "$ADDR" ]] || { echo "contract: the server did not start" >&2; exit 1; }
-echo "contract: payments on http://$ADDR"
-
 SEED=${CONTRACT_SEED:-$RANDOM$RANDOM}
-echo "contract: $EXAMPLES examples per operation, seed $SEED (replay with CONTRACT_SEED=$SEED)"
-timeout --kill-after=10 "$TIME_LIMIT" "$VENV/bin/st" --no-color \
-  --config-file examples/contract/schemathesis.toml \
-  run "http://$ADDR/openapi.json" \
-  --header "Authorization: Bearer sk_test_contract" \
-  --max-examples "$EXAMPLES" --seed "$SEED" --workers ${CONTRACT_WORKERS:-1} --request-timeout 20
+# Each error format documents its own errors (problem+json, or Stripe's envelope): both are
+# checked, each against a server of its own.
+for FORMAT in ${CONTRACT_ERROR_FORMATS:-problem stripe}; do
+  rm -f "$RUN"/payments.db*
+  # Emptied (or created) before the server opens it, so the wait below reads only this run's.
+  : >"$RUN/server.log"
+  # A free port, chosen by the server itself; `tok_slow` made fast so the run stays short.
+  BIND=127.0.0.1:0 DATABASE_URL="sqlite://$RUN/payments.db" SLOW_MS=50 ERROR_FORMAT="$FORMAT" \
+    RUST_LOG=warn,payments=info NO_COLOR=1 "$TARGET/debug/payments" >"$RUN/server.log" 2>&1 &
+  SERVER_PID=$!
+  ADDR=
+  for _ in $(seq 1 300); do
+    ADDR=$(sed -n 's/.*listening on http:\/\/\([0-9.:]*\).*/\1/p' "$RUN/server.log" | head -n 1)
+    [[ -n "$ADDR" ]] && break
+    kill -0 "$SERVER_PID" 2>/dev/null || { echo "contract: the server exited" >&2; exit 1; }
+    sleep 0.1
+  done
+  [[ -n "$ADDR" ]] || { echo "contract: the server did not start" >&2; exit 1; }
+  echo "contract: payments on http://$ADDR, ERROR_FORMAT=$FORMAT"
+
+  echo "contract: $EXAMPLES examples per operation, seed $SEED (replay with CONTRACT_SEED=$SEED)"
+  timeout --kill-after=10 "$TIME_LIMIT" "$VENV/bin/st" --no-color \
+    --config-file examples/contract/schemathesis.toml \
+    run "http://$ADDR/openapi.json" \
+    --header "Authorization: Bearer sk_test_contract" \
+    --max-examples "$EXAMPLES" --seed "$SEED" --workers ${CONTRACT_WORKERS:-1} --request-timeout 20
+  stop_server
+done

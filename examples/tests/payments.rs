@@ -222,7 +222,7 @@ async fn a_refund_duplicate_waits_for_the_first_refund() {
         .await;
     assert_eq!(rest.status, 201, "{}", rest.text());
     assert_eq!(rest.json()["amount"], 200);
-    assert_eq!(server.counter("create_refund", "executed").await, 2);
+    assert_eq!(server.counter("create_charge_refund", "executed").await, 2);
 }
 
 #[tokio::test]

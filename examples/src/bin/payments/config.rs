@@ -1,10 +1,11 @@
 //! Configuration from the environment: `BIND`, `DATABASE_URL`, `IDEM_STORE`, `REDIS_URL`,
 //! `REDIS_PREFIX`, `SLOW_MS`, `IDEM_LEASE_MS`, `HEADER_TIMEOUT_MS`, `BODY_TIMEOUT_MS`,
-//! `MAX_CONNECTIONS`. Everything has a default, so `cargo run` needs no set-up.
+//! `MAX_CONNECTIONS`, `ERROR_FORMAT`. Everything has a default, so `cargo run` needs no set-up.
 
 use std::fmt;
 use std::time::Duration;
 
+use crate::envelope::ErrorFormat;
 use crate::serve::Limits;
 
 /// Where the service listens when `BIND` is unset.
@@ -40,6 +41,8 @@ pub(crate) struct Config {
     pub(crate) lease: Duration,
     /// `HEADER_TIMEOUT_MS`, `BODY_TIMEOUT_MS`, `MAX_CONNECTIONS`: what a client may hold.
     pub(crate) limits: Limits,
+    /// `ERROR_FORMAT`: `problem` (problem+json, the default) or `stripe` (Stripe's envelope).
+    pub(crate) errors: ErrorFormat,
 }
 
 /// The SQL databases app data can live in.
@@ -100,6 +103,8 @@ pub(crate) enum ConfigError {
     /// A limit (`HEADER_TIMEOUT_MS`, `BODY_TIMEOUT_MS`, `MAX_CONNECTIONS`) is not a positive
     /// whole number.
     Limit { name: &'static str, value: String },
+    /// `ERROR_FORMAT` is neither `problem` nor `stripe`.
+    ErrorFormat(String),
 }
 
 impl fmt::Display for ConfigError {
@@ -135,6 +140,12 @@ impl fmt::Display for ConfigError {
             ),
             Self::Limit { name, value } => {
                 write!(f, "{name} must be a positive whole number, got `{value}`")
+            }
+            Self::ErrorFormat(value) => {
+                write!(
+                    f,
+                    "ERROR_FORMAT must be `problem` or `stripe`, got `{value}`"
+                )
             }
         }
     }
@@ -218,6 +229,12 @@ impl Config {
                 .try_into()
                 .unwrap_or(usize::MAX),
         };
+        let errors = match var("ERROR_FORMAT").map(|s| s.trim().to_ascii_lowercase()) {
+            None => ErrorFormat::Problem,
+            Some(s) if s == "problem" => ErrorFormat::Problem,
+            Some(s) if s == "stripe" => ErrorFormat::Stripe,
+            Some(other) => return Err(ConfigError::ErrorFormat(other)),
+        };
         Ok(Self {
             bind,
             database_url,
@@ -227,6 +244,7 @@ impl Config {
             slow,
             lease,
             limits,
+            errors,
         })
     }
 }
@@ -268,6 +286,7 @@ mod tests {
         assert_eq!(c.store, StoreKind::Sqlite);
         assert_eq!(c.slow, Duration::from_millis(2000));
         assert_eq!(c.lease, Duration::from_secs(30));
+        assert_eq!(c.errors, ErrorFormat::Problem);
         assert_eq!(
             c.limits,
             Limits {
@@ -289,6 +308,14 @@ mod tests {
         assert_eq!(c.limits.header_timeout, Duration::from_millis(250));
         assert_eq!(c.limits.body_timeout, Duration::from_millis(750));
         assert_eq!(c.limits.max_connections, 4);
+    }
+
+    #[test]
+    fn errors_may_be_in_stripes_format() {
+        let c = config(&[("ERROR_FORMAT", "Stripe")]).unwrap();
+        assert_eq!(c.errors, ErrorFormat::Stripe);
+        let c = config(&[("ERROR_FORMAT", "problem")]).unwrap();
+        assert_eq!(c.errors, ErrorFormat::Problem);
     }
 
     #[test]
@@ -352,6 +379,7 @@ mod tests {
             (&[("HEADER_TIMEOUT_MS", "0")][..], "HEADER_TIMEOUT_MS"),
             (&[("BODY_TIMEOUT_MS", "-1")][..], "BODY_TIMEOUT_MS"),
             (&[("MAX_CONNECTIONS", "many")][..], "MAX_CONNECTIONS"),
+            (&[("ERROR_FORMAT", "xml")][..], "ERROR_FORMAT"),
             (
                 &[
                     ("IDEM_STORE", "postgres"),

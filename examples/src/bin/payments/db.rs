@@ -19,7 +19,7 @@ use sqlx::{ColumnIndex, Decode, Row, Transaction, Type};
 use idem_runtime::AnyTx;
 
 use crate::config::Backend;
-use crate::model::{Charge, Payout, Refund};
+use crate::model::{Charge, Metadata, Payout, Refund};
 
 /// `$body` once per backend, with `$c` bound to that variant's payload. Both expansions share
 /// the SQL text; the compiler checks each against its own driver's types.
@@ -43,6 +43,7 @@ const SQLITE_SCHEMA: &[&str] = &[
         status TEXT NOT NULL,
         source TEXT NOT NULL,
         description TEXT,
+        metadata TEXT,
         created BIGINT NOT NULL
     )",
     "CREATE INDEX IF NOT EXISTS charges_org_seq ON charges (org, seq)",
@@ -78,6 +79,7 @@ const POSTGRES_SCHEMA: &[&str] = &[
         status TEXT NOT NULL,
         source TEXT NOT NULL,
         description TEXT,
+        metadata TEXT,
         created BIGINT NOT NULL
     )",
     "CREATE INDEX IF NOT EXISTS charges_org_seq ON charges (org, seq)",
@@ -100,12 +102,24 @@ const POSTGRES_SCHEMA: &[&str] = &[
     )",
 ];
 
+/// Databases made before charges had metadata gain the column (SQLite has no
+/// `ADD COLUMN IF NOT EXISTS`: [`Db::create_tables`] asks first).
+const HAS_METADATA_SQLITE: &str =
+    "SELECT count(*) FROM pragma_table_info('charges') WHERE name = 'metadata'";
+const ADD_METADATA_SQLITE: &str = "ALTER TABLE charges ADD COLUMN metadata TEXT";
+const ADD_METADATA_POSTGRES: &str = "ALTER TABLE charges ADD COLUMN IF NOT EXISTS metadata TEXT";
+
 const INSERT_CHARGE: &str = "INSERT INTO charges \
-    (id, org, amount, currency, status, source, description, created) \
-    VALUES ($1, $2, $3, $4, $5, $6, $7, $8)";
-const LIST_CHARGES: &str = "SELECT id, amount, currency, status, created, description \
-    FROM charges WHERE org = $1 ORDER BY seq DESC LIMIT $2";
-const GET_CHARGE: &str = "SELECT id, amount, currency, status, created, description \
+    (id, org, amount, currency, status, source, description, metadata, created) \
+    VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)";
+/// A page of an org's charges, newest first; `$3` is the id of the charge the page starts
+/// after (`starting_after`), or NULL for the first page.
+const LIST_CHARGES: &str = "SELECT id, amount, currency, status, created, description, metadata \
+    FROM charges WHERE org = $1 \
+    AND ($3 IS NULL OR seq < (SELECT seq FROM charges WHERE org = $1 AND id = $3)) \
+    ORDER BY seq DESC LIMIT $2";
+const HAS_CHARGE: &str = "SELECT count(*) FROM charges WHERE org = $1 AND id = $2";
+const GET_CHARGE: &str = "SELECT id, amount, currency, status, created, description, metadata \
     FROM charges WHERE org = $1 AND id = $2";
 const GET_CHARGE_SOURCE: &str = "SELECT source FROM charges WHERE org = $1 AND id = $2";
 const LOCK_CHARGE_SQLITE: &str = "SELECT amount, amount_refunded, currency, status \
@@ -241,6 +255,19 @@ impl Db {
             let mut conn = tx.conn();
             each_backend!(&mut conn, Conn, c => sqlx::query(*statement).execute(&mut **c).await.map(drop))?;
         }
+        match tx.conn() {
+            Conn::Sqlite(c) => {
+                let has: i64 = sqlx::query_scalar(HAS_METADATA_SQLITE)
+                    .fetch_one(&mut *c)
+                    .await?;
+                if has == 0 {
+                    sqlx::query(ADD_METADATA_SQLITE).execute(&mut *c).await?;
+                }
+            }
+            Conn::Postgres(c) => {
+                sqlx::query(ADD_METADATA_POSTGRES).execute(&mut *c).await?;
+            }
+        }
         tx.commit().await
     }
 
@@ -272,12 +299,30 @@ impl Db {
         each_backend!(self, Db, pool => pool.close().await);
     }
 
-    /// Up to `limit` charges of `org`, newest first.
-    pub(crate) async fn list_charges(&self, org: &str, limit: i64) -> sqlx::Result<Vec<Charge>> {
+    /// Up to `limit` charges of `org`, newest first, older than charge `after` if given.
+    pub(crate) async fn list_charges(
+        &self,
+        org: &str,
+        limit: i64,
+        after: Option<&str>,
+    ) -> sqlx::Result<Vec<Charge>> {
         each_backend!(self, Db, pool => {
-            let rows = sqlx::query(LIST_CHARGES).bind(org).bind(limit).fetch_all(pool).await?;
+            let rows = sqlx::query(LIST_CHARGES)
+                .bind(org)
+                .bind(limit)
+                .bind(after)
+                .fetch_all(pool)
+                .await?;
             rows.iter().map(charge_from_row).collect()
         })
+    }
+
+    /// Whether `org` has a charge `id`.
+    pub(crate) async fn has_charge(&self, org: &str, id: &str) -> sqlx::Result<bool> {
+        let count: i64 = each_backend!(self, Db, pool => {
+            sqlx::query_scalar(HAS_CHARGE).bind(org).bind(id).fetch_one(pool).await?
+        });
+        Ok(count > 0)
     }
 
     /// One charge of `org`.
@@ -429,6 +474,7 @@ pub(crate) async fn insert_charge(
             .bind(&charge.status)
             .bind(source)
             .bind(&charge.description)
+            .bind(metadata_text(&charge.metadata))
             .bind(charge.created)
             .execute(c)
             .await
@@ -452,8 +498,13 @@ pub(crate) async fn insert_payout(conn: Conn<'_>, org: &str, payout: &Payout) ->
     })
 }
 
-/// Reads a charge (`id, amount, currency, status, created, description`) from a row of either
-/// backend.
+/// Metadata as stored: a JSON object, or NULL when empty.
+fn metadata_text(metadata: &Metadata) -> Option<String> {
+    (!metadata.is_empty()).then(|| serde_json::to_string(metadata).unwrap_or_default())
+}
+
+/// Reads a charge (`id, amount, currency, status, created, description, metadata`) from a row
+/// of either backend.
 fn charge_from_row<'r, R>(row: &'r R) -> sqlx::Result<Charge>
 where
     R: Row,
@@ -461,6 +512,14 @@ where
     String: Decode<'r, R::Database> + Type<R::Database>,
     i64: Decode<'r, R::Database> + Type<R::Database>,
 {
+    let metadata: Option<String> = row.try_get("metadata")?;
+    let metadata = match metadata {
+        None => Metadata::new(),
+        Some(json) => serde_json::from_str(&json).map_err(|e| sqlx::Error::ColumnDecode {
+            index: "metadata".into(),
+            source: e.into(),
+        })?,
+    };
     Ok(Charge {
         id: row.try_get("id")?,
         object: "charge",
@@ -469,6 +528,7 @@ where
         status: row.try_get("status")?,
         created: row.try_get("created")?,
         description: row.try_get("description")?,
+        metadata,
     })
 }
 

@@ -1,24 +1,20 @@
-//! The service's errors: `application/problem+json` (RFC 9457) with a stable `code` member, the
-//! same shape as the idempotency engine's own answers, so clients parse one format.
+//! The service's errors: a status, a stable `code` and a message, written in the format
+//! `ERROR_FORMAT` chose ([`envelope`](crate::envelope)): `application/problem+json` (RFC 9457),
+//! the same shape as the idempotency engine's own answers, or Stripe's envelope.
 
 use std::borrow::Cow;
 
-use axum::body::Bytes;
-use axum::extract::{FromRequest, Request};
 use axum::http::{HeaderValue, StatusCode, header};
-use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use serde::de::DeserializeOwned;
-use serde_json::{Map, Value};
+use serde_json::Value;
+
+use crate::envelope::{ErrorDoc, ErrorFormat};
 
 /// The longest `detail` sent, in characters: details may quote the request, and an error must
 /// not echo megabytes back.
 const MAX_DETAIL_CHARS: usize = 300;
 /// How much of a client's value a detail quotes.
 const MAX_QUOTED_CHARS: usize = 40;
-/// The largest request body, in bytes (axum's default, stated so that [`refuse_oversized`]
-/// and the router's `DefaultBodyLimit` agree).
-pub(crate) const MAX_BODY_BYTES: usize = 2 * 1024 * 1024;
 
 /// An error answer. Built with the constructors below; database details never reach the client.
 #[derive(Debug)]
@@ -59,7 +55,7 @@ impl ApiError {
     /// `400 invalid_json`: the body is not the JSON this route takes. serde's message may quote
     /// the body (an unknown field, a string where a number belongs): it is cut short, keeping
     /// the position.
-    fn invalid_json(error: &serde_json::Error) -> Self {
+    pub(crate) fn invalid_json(error: &serde_json::Error) -> Self {
         let message = error.to_string();
         let position = format!(" at line {} column {}", error.line(), error.column());
         let what = message.strip_suffix(&position).unwrap_or(&message);
@@ -68,6 +64,49 @@ impl ApiError {
             _ => format!("invalid JSON body: {}{position}", bounded(what, 200)),
         };
         Self::new(StatusCode::BAD_REQUEST, "invalid_json", detail)
+    }
+
+    /// `400 invalid_form`: the form body is not what this route takes (a missing or unknown
+    /// parameter, a value of the wrong type, a parameter sent twice). The message may quote the
+    /// body: it is cut short.
+    pub(crate) fn invalid_form(error: &serde_qs::Error) -> Self {
+        let detail = format!("invalid form body: {}", bounded(&error.to_string(), 200));
+        Self::new(StatusCode::BAD_REQUEST, "invalid_form", detail)
+    }
+
+    /// `400 request_body_unreadable`: the body could not be read (the client went away, a
+    /// broken chunked encoding).
+    pub(crate) fn body_unreadable() -> Self {
+        Self::new(
+            StatusCode::BAD_REQUEST,
+            "request_body_unreadable",
+            "the request body could not be read",
+        )
+    }
+
+    /// `408 request_body_timeout`: the body did not arrive in time; the connection closes.
+    pub(crate) fn body_timeout() -> Self {
+        Self::new(
+            StatusCode::REQUEST_TIMEOUT,
+            "request_body_timeout",
+            "the request body did not arrive in time",
+        )
+        .header(header::CONNECTION, "close")
+    }
+
+    /// `413 payload_too_large`.
+    pub(crate) fn payload_too_large(detail: &'static str) -> Self {
+        Self::new(StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large", detail)
+    }
+
+    /// `415 unsupported_media_type`: a body that is neither JSON nor a form.
+    pub(crate) fn unsupported_media_type() -> Self {
+        Self::new(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "unsupported_media_type",
+            "send the body as JSON (`Content-Type: application/json`) or as a form \
+             (`application/x-www-form-urlencoded`)",
+        )
     }
 
     /// `401 unauthorized`, with the challenge telling the client how to authenticate.
@@ -91,12 +130,17 @@ impl ApiError {
         Self::new(StatusCode::NOT_FOUND, "resource_missing", detail)
     }
 
+    /// `400 resource_missing`: a parameter names an object that does not exist.
+    pub(crate) fn missing(detail: impl Into<Cow<'static, str>>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, "resource_missing", detail)
+    }
+
     /// `409` with a business `code`: the request is valid but the resource's state forbids it.
     pub(crate) fn conflict(code: &'static str, detail: impl Into<Cow<'static, str>>) -> Self {
         Self::new(StatusCode::CONFLICT, code, detail)
     }
 
-    /// Adds a member to the problem document (e.g. the amount still refundable).
+    /// Adds a member to the error document (e.g. the amount still refundable).
     pub(crate) fn member(self, name: &'static str, value: impl Into<Value>) -> Self {
         self.with(name, value)
     }
@@ -114,6 +158,15 @@ impl ApiError {
     /// `405 method_not_allowed`.
     pub(crate) fn method_not_allowed(detail: String) -> Self {
         Self::new(StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed", detail)
+    }
+
+    /// `503 server_busy`: the server is at its connection limit; the connection closes.
+    pub(crate) fn server_busy() -> Self {
+        Self::unavailable(
+            "server_busy",
+            "the server is at its connection limit; retry later",
+        )
+        .header(header::CONNECTION, "close")
     }
 
     /// `503` with `code`: a dependency is down; retry later.
@@ -207,31 +260,14 @@ fn is_transient(error: &sqlx::Error) -> bool {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let mut doc = Map::new();
-        doc.insert("type".into(), "about:blank".into());
-        doc.insert(
-            "title".into(),
-            self.status.canonical_reason().unwrap_or("Error").into(),
-        );
-        doc.insert("status".into(), self.status.as_u16().into());
-        doc.insert(
-            "detail".into(),
-            bounded(&self.detail, MAX_DETAIL_CHARS).into(),
-        );
-        doc.insert("code".into(), self.code.into());
-        for (name, value) in self.extra {
-            doc.insert(name.into(), value);
+        let detail = bounded(&self.detail, MAX_DETAIL_CHARS);
+        let mut response = ErrorDoc {
+            status: self.status,
+            code: self.code,
+            detail: &detail,
+            extra: &self.extra,
         }
-        let body = serde_json::to_vec(&Value::Object(doc)).unwrap_or_default();
-        let mut response = (
-            self.status,
-            [(
-                header::CONTENT_TYPE,
-                HeaderValue::from_static("application/problem+json"),
-            )],
-            body,
-        )
-            .into_response();
+        .render(ErrorFormat::current());
         for (name, value) in self.headers {
             response.headers_mut().insert(name, value);
         }
@@ -239,67 +275,8 @@ impl IntoResponse for ApiError {
     }
 }
 
-/// A JSON body whose rejections are problem documents (axum's `Json` answers in plain text).
-/// An empty body reads as `{}`, so `POST /v1/charges/{id}/refunds` needs no body at all.
-#[derive(Debug)]
-pub(crate) struct ApiJson<T>(pub(crate) T);
-
-impl<S, T> FromRequest<S> for ApiJson<T>
-where
-    S: Send + Sync,
-    T: DeserializeOwned,
-{
-    type Rejection = Response;
-
-    async fn from_request(request: Request, state: &S) -> Result<Self, Self::Rejection> {
-        let is_json = request
-            .headers()
-            .get(header::CONTENT_TYPE)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.split(';').next())
-            .map(|mime| {
-                let mime = mime.trim();
-                mime.eq_ignore_ascii_case("application/json")
-                    || (mime.starts_with("application/") && mime.ends_with("+json"))
-            });
-        let bytes = Bytes::from_request(request, state)
-            .await
-            .map_err(|rejection| {
-                match rejection.status() {
-                    StatusCode::PAYLOAD_TOO_LARGE => ApiError::new(
-                        StatusCode::PAYLOAD_TOO_LARGE,
-                        "payload_too_large",
-                        "the request body is too large",
-                    ),
-                    _ => ApiError::new(
-                        StatusCode::BAD_REQUEST,
-                        "request_body_unreadable",
-                        "the request body could not be read",
-                    ),
-                }
-                .into_response()
-            })?;
-        if bytes.iter().all(u8::is_ascii_whitespace) {
-            return serde_json::from_slice(b"{}")
-                .map(ApiJson)
-                .map_err(|e| ApiError::invalid_json(&e).into_response());
-        }
-        if is_json != Some(true) {
-            return Err(ApiError::new(
-                StatusCode::UNSUPPORTED_MEDIA_TYPE,
-                "unsupported_media_type",
-                "send the body as JSON with `Content-Type: application/json`",
-            )
-            .into_response());
-        }
-        serde_json::from_slice(&bytes)
-            .map(ApiJson)
-            .map_err(|e| ApiError::invalid_json(&e).into_response())
-    }
-}
-
 /// `value` cut to `max` characters, with `…` when cut.
-fn bounded(value: &str, max: usize) -> Cow<'_, str> {
+pub(crate) fn bounded(value: &str, max: usize) -> Cow<'_, str> {
     match value.char_indices().nth(max) {
         None => Cow::Borrowed(value),
         Some((end, _)) => Cow::Owned(format!("{}…", &value[..end])),
@@ -309,66 +286,6 @@ fn bounded(value: &str, max: usize) -> Cow<'_, str> {
 /// A client's value for an error message: quoted, and cut short if long.
 pub(crate) fn quote(value: &str) -> String {
     format!("`{}`", bounded(value, MAX_QUOTED_CHARS))
-}
-
-/// Middleware (`from_fn`): a request whose `Content-Length` is over [`MAX_BODY_BYTES`] is
-/// answered 413 at once, before anyone waits for a body that will be refused anyway.
-pub(crate) async fn refuse_oversized(request: Request, next: Next) -> Response {
-    let declared = request
-        .headers()
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok());
-    if declared.is_some_and(|len| len > MAX_BODY_BYTES as u64) {
-        return ApiError::new(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            "payload_too_large",
-            "the request body is over 2 MiB",
-        )
-        .into_response();
-    }
-    next.run(request).await
-}
-
-/// Middleware (`map_response`) that makes every error answer a problem document: axum's own
-/// rejections (a path that is not UTF-8, a method or route that does not exist, ...) are plain
-/// text. Their text is dropped, not passed on: it may quote the request.
-pub(crate) async fn problems_only(response: Response) -> Response {
-    let status = response.status();
-    let is_problem = response
-        .headers()
-        .get(header::CONTENT_TYPE)
-        .is_some_and(|v| v.as_bytes().starts_with(b"application/problem+json"));
-    if is_problem || !(status.is_client_error() || status.is_server_error()) {
-        return response;
-    }
-    let (code, detail) = match status {
-        StatusCode::BAD_REQUEST => (
-            "bad_request",
-            "the request's URL, headers or body are malformed",
-        ),
-        StatusCode::NOT_FOUND => ("resource_missing", "no such resource"),
-        StatusCode::METHOD_NOT_ALLOWED => ("method_not_allowed", "the method is not allowed here"),
-        StatusCode::REQUEST_TIMEOUT => ("request_timeout", "the request was not received in time"),
-        StatusCode::PAYLOAD_TOO_LARGE => ("payload_too_large", "the request body is too large"),
-        StatusCode::URI_TOO_LONG => ("uri_too_long", "the URL is too long"),
-        StatusCode::UNSUPPORTED_MEDIA_TYPE => ("unsupported_media_type", "send the body as JSON"),
-        s if s.is_server_error() => ("internal_error", "an internal error occurred; retry later"),
-        _ => ("request_rejected", "the request was rejected"),
-    };
-    let mut problem = ApiError::new(status, code, detail).into_response();
-    let kept = [
-        header::ALLOW,
-        header::RETRY_AFTER,
-        header::WWW_AUTHENTICATE,
-        header::CONNECTION,
-    ];
-    for name in kept {
-        if let Some(value) = response.headers().get(&name) {
-            problem.headers_mut().insert(name, value.clone());
-        }
-    }
-    problem
 }
 
 #[cfg(test)]
@@ -408,57 +325,6 @@ mod tests {
         ] {
             assert_answer(error, StatusCode::INTERNAL_SERVER_ERROR, "internal_error");
         }
-    }
-
-    async fn assert_problem_response(response: Response, status: StatusCode, code: &str) {
-        assert_eq!(response.status(), status);
-        let content_type = &response.headers()[header::CONTENT_TYPE];
-        assert_eq!(content_type, "application/problem+json");
-        let body = axum::body::to_bytes(response.into_body(), 4096)
-            .await
-            .unwrap();
-        let doc: Value = serde_json::from_slice(&body).unwrap();
-        assert_eq!(
-            (doc["status"].as_u64(), &doc["code"]),
-            (Some(status.as_u16().into()), &code.into())
-        );
-    }
-
-    #[tokio::test]
-    async fn axum_rejections_become_problem_documents() {
-        use axum::Router;
-        use axum::body::Body;
-        use axum::extract::{DefaultBodyLimit, Path};
-        use tower::ServiceExt;
-
-        async fn take(Path(_): Path<String>, ApiJson(_): ApiJson<Value>) {}
-        let bare = Router::new()
-            .route("/{id}", axum::routing::post(take))
-            .layer(DefaultBodyLimit::max(8));
-        let app = bare
-            .clone()
-            .layer(axum::middleware::map_response(problems_only));
-        let json = |uri: &str, body: &'static str| {
-            axum::http::Request::post(uri)
-                .header(header::CONTENT_TYPE, "application/json")
-                .body(Body::from(body))
-                .unwrap()
-        };
-
-        // ApiJson's own answer: a body over the limit (axum's is plain text).
-        let too_large = bare.oneshot(json("/x", "[1, 2, 3, 4]")).await.unwrap();
-        assert_problem_response(
-            too_large,
-            StatusCode::PAYLOAD_TOO_LARGE,
-            "payload_too_large",
-        )
-        .await;
-        // axum's plain-text rejection of a path that is not UTF-8, through the middleware.
-        let not_utf8 = app.clone().oneshot(json("/%FF", "{}")).await.unwrap();
-        assert_problem_response(not_utf8, StatusCode::BAD_REQUEST, "bad_request").await;
-        // Anything else passes untouched.
-        let ok = app.oneshot(json("/x", "{}")).await.unwrap();
-        assert_eq!(ok.status(), StatusCode::OK);
     }
 
     #[tokio::test]

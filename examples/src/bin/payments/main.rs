@@ -30,13 +30,42 @@
 //! | `HEADER_TIMEOUT_MS` | `5000` | a connection that has not sent a request head this long after it opened (or after its last response) is closed |
 //! | `BODY_TIMEOUT_MS` | `10000` | a body not fully arrived this long after its head is answered `408 request_body_timeout` |
 //! | `MAX_CONNECTIONS` | `1024` | connections served at once (lowered to fit the open-file limit); more are answered `503 server_busy` with `Retry-After` and closed |
+//! | `ERROR_FORMAT` | `problem` | `problem`: errors are `application/problem+json`; `stripe`: Stripe's envelope, for Stripe's SDKs (below) |
 //! | `RUST_LOG` | `info,sqlx=warn` | log filter |
 //!
 //! Every mutating route runs in atomic mode on the SQL stores: its rows commit with the stored
 //! response, so even SIGKILL cannot leave a charge, refund or payout without its record. Every
-//! error the service answers is `application/problem+json` with a `code` (hyper's bodiless
-//! 400/431 to a request it cannot parse aside); an unreachable database is
-//! `503 database_unavailable` with `Retry-After`.
+//! error the service answers, its own and the idempotency engine's, is `application/problem+json`
+//! with a `code` (hyper's bodiless 400/431 to a request it cannot parse aside); an unreachable
+//! database is `503 database_unavailable` with `Retry-After`.
+//!
+//! # Stripe's SDKs
+//!
+//! The routes follow Stripe's API where its official SDKs need them: bodies are JSON or forms
+//! (`amount=2000&metadata[order]=42`, brackets encoded or not; the same pairs in another order
+//! are the same request to the engine), `POST /v1/refunds` takes the `charge` in the body,
+//! `GET /v1/charges/{id}` retrieves one, and lists page with `limit`, `starting_after`,
+//! `has_more` and `url`. With `ERROR_FORMAT=stripe` every error, the service's, the engine's
+//! (through `Builder::render_rejections`) and the server loop's 408 and 503, is Stripe's
+//! `{"error": {"type", "code", "message", "param", ...}}` with Stripe's types
+//! (`idempotency_error` for a reused key or one in flight, `card_error` for a decline,
+//! `invalid_request_error`, `api_error`) and `Stripe-Should-Retry: true|false`; a reused key is
+//! answered 400 as Stripe does (the engine's 422), where the SDKs raise `IdempotencyError`.
+//! Business conflicts of refunds stay 409 (the SDKs raise their generic `APIError`, and do not
+//! retry them: `Stripe-Should-Retry: false`). Answers are stored as first sent: switching the
+//! format does not rewrite what earlier requests will replay.
+//!
+//! ```sh
+//! ERROR_FORMAT=stripe cargo run -p idem-examples --bin payments
+//! pip install stripe  # then:
+//! python3 -c 'import stripe
+//! stripe.api_key, stripe.api_base = "sk_test_acme", "http://127.0.0.1:3000"
+//! print(stripe.Charge.create(amount=2000, currency="usd", source="tok_visa"))'
+//! ```
+//!
+//! `examples/sdk/run.sh` runs stripe-python and stripe-node against it: create, retrieve, list,
+//! a replayed key, `IdempotencyError`, `CardError`, and the SDKs' own retries through a proxy
+//! that loses their first answers, creating one charge.
 //!
 //! # Try it
 //!
@@ -64,8 +93,11 @@
 //! curl -i localhost:3000/v1/charges "${H[@]}" -H 'Idempotency-Key: order-1002' \
 //!   -d '{"amount": 500, "currency": "usd", "source": "tok_slow"}'; wait
 //!
-//! # The org's charges, newest first: one per key, however many retries.
+//! # The org's charges, newest first: one per key, however many retries. Two at a time, and
+//! # the page after a given charge.
 //! curl -s localhost:3000/v1/charges -H 'Authorization: Bearer sk_test_acme'
+//! curl -s 'localhost:3000/v1/charges?limit=2&starting_after=ch_...' \
+//!   -H 'Authorization: Bearer sk_test_acme'
 //!
 //! # Declined (402, stored and replayed) and processor outage (503, not stored: a retry runs again).
 //! curl -i localhost:3000/v1/charges "${H[@]}" -H 'Idempotency-Key: order-1003' \
@@ -76,6 +108,18 @@
 //! # Refund a charge (all of it without an amount); a concurrent duplicate waits for this answer.
 //! curl -i localhost:3000/v1/charges/ch_.../refunds "${H[@]}" -H 'Idempotency-Key: refund-1' \
 //!   -d '{"amount": 500}'
+//!
+//! # The same as Stripe's SDKs send it: a form, on Stripe's route. `curl -d` sends forms.
+//! curl -i localhost:3000/v1/refunds -H 'Authorization: Bearer sk_test_acme' \
+//!   -H 'Idempotency-Key: refund-2' -d charge=ch_... -d amount=500
+//!
+//! # A charge with metadata, as a form; the same pairs in another order replay it.
+//! curl -i localhost:3000/v1/charges -H 'Authorization: Bearer sk_test_acme' \
+//!   -H 'Idempotency-Key: order-1005' -d amount=900 -d currency=usd -d source=tok_visa \
+//!   -d 'metadata[order]=1005'
+//! curl -i localhost:3000/v1/charges -H 'Authorization: Bearer sk_test_acme' \
+//!   -H 'Idempotency-Key: order-1005' -d 'metadata[order]=1005' -d source=tok_visa \
+//!   -d currency=usd -d amount=900
 //!
 //! # Payouts require a key: without one, 400 idempotency_key_missing. To `ba_slow`, the bank
 //! # takes SLOW_MS: kill the server meanwhile, restart it, retry: still one payout.
@@ -99,12 +143,15 @@ use tokio::net::TcpListener;
 use tokio::sync::Notify;
 
 mod auth;
+mod body;
 mod config;
 mod db;
+mod envelope;
 mod error;
 mod model;
 mod openapi;
 mod processor;
+mod refunds;
 mod routes;
 mod serve;
 mod store;
@@ -137,6 +184,7 @@ async fn main() -> ExitCode {
 }
 
 async fn run(config: Config) -> Result<(), BoxError> {
+    config.errors.install();
     let metrics = telemetry::Metrics::install()?;
     let db = db::Db::connect(&config.database_url, config.database)
         .await
@@ -152,6 +200,7 @@ async fn run(config: Config) -> Result<(), BoxError> {
         config.redis.as_ref(),
         config.slow,
         config.lease,
+        config.errors,
     )
     .await
     .map_err(|e| match &config.redis {
@@ -184,8 +233,9 @@ async fn run(config: Config) -> Result<(), BoxError> {
         None => config.store.name().to_owned(),
     };
     tracing::info!(
-        "payments listening on http://{addr} (idempotency store: {store}, database: {})",
+        "payments listening on http://{addr} (idempotency store: {store}, database: {}, errors: {})",
         redact(&config.database_url),
+        config.errors.name(),
     );
 
     let sweeper = store::spawn_sweeper(&idempotency);

@@ -1,5 +1,6 @@
 //! The API's resources and request bodies, with their validation.
 
+use std::collections::BTreeMap;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
@@ -11,6 +12,14 @@ use crate::processor::{Destination, Source};
 /// The only currency this example settles in.
 pub(crate) const CURRENCY: &str = "usd";
 const MAX_DESCRIPTION_LEN: usize = 1000;
+/// Stripe's limits on metadata: keys, and characters per key and per value.
+const MAX_METADATA_KEYS: usize = 50;
+const MAX_METADATA_KEY_LEN: usize = 40;
+const MAX_METADATA_VALUE_LEN: usize = 500;
+
+/// Key-value pairs a client attaches to an object and gets back with it
+/// (`metadata[order]=42` in a form, `{"metadata": {"order": "42"}}` in JSON).
+pub(crate) type Metadata = BTreeMap<String, String>;
 
 /// A charge, as the API shows it.
 #[derive(Debug, Clone, Serialize, ToSchema)]
@@ -30,6 +39,9 @@ pub(crate) struct Charge {
     /// Unix seconds.
     pub(crate) created: i64,
     pub(crate) description: Option<String>,
+    /// What the client attached; `{}` when nothing.
+    #[schema(value_type = BTreeMap<String, String>, example = json!({ "order": "42" }))]
+    pub(crate) metadata: Metadata,
 }
 
 /// A refund of part or all of a charge.
@@ -96,8 +108,12 @@ pub(crate) struct NewCharge {
         example = "tok_visa"
     )]
     source: String,
+    /// Empty is the same as none.
     #[schema(max_length = 1000)]
     description: Option<String>,
+    /// Up to 50 keys of at most 40 characters (no brackets), values of at most 500.
+    #[schema(value_type = Option<BTreeMap<String, String>>, example = json!({ "order": "42" }))]
+    metadata: Option<Metadata>,
 }
 
 /// A validated [`NewCharge`].
@@ -106,6 +122,7 @@ pub(crate) struct ChargeRequest {
     pub(crate) amount: i64,
     pub(crate) source: Source,
     pub(crate) description: Option<String>,
+    pub(crate) metadata: Metadata,
 }
 
 impl NewCharge {
@@ -127,8 +144,9 @@ impl NewCharge {
                 ),
             )
         })?;
-        if self
-            .description
+        // Stripe's convention: an empty value is no value (a form cannot send `null`).
+        let description = self.description.filter(|d| !d.is_empty());
+        if description
             .as_ref()
             .is_some_and(|d| d.chars().count() > MAX_DESCRIPTION_LEN)
         {
@@ -138,7 +156,7 @@ impl NewCharge {
             ));
         }
         // PostgreSQL cannot store NUL in text; nothing legitimate needs it.
-        if self.description.as_ref().is_some_and(|d| d.contains('\0')) {
+        if description.as_ref().is_some_and(|d| d.contains('\0')) {
             return Err(ApiError::invalid(
                 "description",
                 "description must not contain NUL (\\u0000)",
@@ -147,7 +165,8 @@ impl NewCharge {
         Ok(ChargeRequest {
             amount: self.amount,
             source,
-            description: self.description,
+            description,
+            metadata: valid_metadata(self.metadata.unwrap_or_default())?,
         })
     }
 }
@@ -167,6 +186,29 @@ impl NewRefund {
             positive("amount", amount)?;
         }
         Ok(self.amount)
+    }
+}
+
+/// `POST /v1/refunds`: Stripe's route, naming the charge in the body.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct NewChargeRefund {
+    /// The charge to refund, `ch_...`.
+    #[schema(example = "ch_3kTzR8vYq2LmN5pWx7bC9dFg")]
+    pub(crate) charge: String,
+    /// In cents; at most what remains of the charge. Without it, what remains is refunded.
+    #[schema(minimum = 1)]
+    amount: Option<i64>,
+}
+
+impl NewChargeRefund {
+    /// The charge and the amount (`None`: what remains).
+    pub(crate) fn validate(self) -> Result<(String, Option<i64>), ApiError> {
+        let amount = NewRefund {
+            amount: self.amount,
+        }
+        .validate()?;
+        Ok((self.charge, amount))
     }
 }
 
@@ -221,6 +263,41 @@ fn positive(param: &'static str, amount: i64) -> Result<(), ApiError> {
     }
 }
 
+/// `metadata` if it is within Stripe's limits; each refusal names the key.
+fn valid_metadata(metadata: Metadata) -> Result<Metadata, ApiError> {
+    if metadata.len() > MAX_METADATA_KEYS {
+        return Err(ApiError::invalid(
+            "metadata",
+            format!("metadata has more than {MAX_METADATA_KEYS} keys"),
+        ));
+    }
+    for (key, value) in &metadata {
+        let key_ok = !key.is_empty()
+            && key.chars().count() <= MAX_METADATA_KEY_LEN
+            && !key.contains(['[', ']', '\0']);
+        if !key_ok {
+            return Err(ApiError::invalid(
+                "metadata",
+                format!(
+                    "metadata key {} must be 1 to {MAX_METADATA_KEY_LEN} characters, without \
+                     `[`, `]` or NUL",
+                    quote(key)
+                ),
+            ));
+        }
+        if value.chars().count() > MAX_METADATA_VALUE_LEN || value.contains('\0') {
+            return Err(ApiError::invalid(
+                "metadata",
+                format!(
+                    "metadata[{key}] must be at most {MAX_METADATA_VALUE_LEN} characters, \
+                     without NUL"
+                ),
+            ));
+        }
+    }
+    Ok(metadata)
+}
+
 /// A new object id: `prefix` (`ch`, `re`, `po`), `_`, then 24 random alphanumerics.
 pub(crate) fn new_id(prefix: &str) -> String {
     let mut id = String::with_capacity(prefix.len() + 25);
@@ -236,6 +313,21 @@ pub(crate) fn is_id(prefix: &str, id: &str) -> bool {
     id.strip_prefix(prefix)
         .and_then(|rest| rest.strip_prefix('_'))
         .is_some_and(|rest| rest.len() == 24 && rest.bytes().all(|b| b.is_ascii_alphanumeric()))
+}
+
+/// `resource_missing`: `org` has no charge `id`, sent as the path's `id` (404) or as parameter
+/// `param` (400). The detail names the charge only if `id` is one this service could have made.
+pub(crate) fn no_such_charge(id: &str, param: &'static str) -> ApiError {
+    let detail = if is_id("ch", id) {
+        format!("no such charge: {id}")
+    } else {
+        "no such charge: charge ids are `ch_` and 24 letters or digits".to_owned()
+    };
+    match param {
+        "id" => ApiError::not_found(detail),
+        _ => ApiError::missing(detail),
+    }
+    .member("param", param)
 }
 
 /// The current time in Unix seconds.

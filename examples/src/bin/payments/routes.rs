@@ -1,17 +1,19 @@
-//! The HTTP API: the router, its state, and one handler per route.
+//! The HTTP API: the router, its state, and one handler per route (refunds in
+//! [`refunds`](crate::refunds)).
 //!
-//! The three mutating routes are `#[idempotent]`; each shows one policy: charges reject an
-//! in-flight duplicate with 409, refunds make the duplicate wait for the first answer, payouts
-//! refuse to run without a key. All three run in atomic mode (an `AnyTx` parameter): on the SQL
-//! stores their writes commit in one transaction with the stored response, so a crash can never
-//! leave a charge, refund or payout without its idempotency record or the other way round.
+//! The mutating routes are `#[idempotent]`; each shows one policy: charges reject an in-flight
+//! duplicate with 409, refunds make the duplicate wait for the first answer, payouts refuse to
+//! run without a key. All run in atomic mode (an `AnyTx` parameter): on the SQL stores their
+//! writes commit in one transaction with the stored response, so a crash can never leave a
+//! charge, refund or payout without its idempotency record or the other way round. Their bodies
+//! are JSON or forms ([`ApiBody`]), as Stripe's SDKs send them.
 //!
 //! On the memory and Redis stores (`IDEM_STORE=memory|redis`) there is no transaction to join
-//! (`AnyTx::None`): the charge, refund or payout row commits on its own, before the response is stored.
-//! Concurrent and later duplicates still run once, but a crash (or a store failure) between the
-//! commit and the stored response leaves the record in flight; once its lease lapses, the retry
-//! runs it again: a second row, and a second authorization, since there is no
-//! `downstream_key` for the processor either.
+//! (`AnyTx::None`): the row commits on its own, before the response is stored. Concurrent and
+//! later duplicates still run once, but a crash (or a store failure) between the commit and the
+//! stored response leaves the record in flight; once its lease lapses, the retry runs it again:
+//! a second row, and a second authorization, since there is no `downstream_key` for the
+//! processor either.
 
 use axum::extract::{DefaultBodyLimit, FromRef, Path, RawQuery, State};
 use axum::http::{Method, StatusCode, Uri, header};
@@ -24,13 +26,18 @@ use utoipa::OpenApi;
 use utoipa_axum::{router::OpenApiRouter, routes};
 
 use crate::auth::Org;
-use crate::db::{self, Db, RefundRefused};
-use crate::error::{ApiError, ApiJson, MAX_BODY_BYTES, problems_only, refuse_oversized};
+use crate::body::{ApiBody, MAX_BODY_BYTES, refuse_oversized};
+use crate::db::{self, Db};
+use crate::envelope::{ErrorFormat, PROBLEM, errors_only};
+use crate::error::ApiError;
 use crate::model::{
-    CURRENCY, Charge, List, NewCharge, NewPayout, NewRefund, Payout, Refund, is_id, new_id, now,
+    CURRENCY, Charge, List, NewCharge, NewPayout, Payout, is_id, new_id, no_such_charge, now,
 };
 use crate::openapi::ApiDoc;
 use crate::processor::{Authorization, Processor, Unavailable};
+use crate::refunds::{
+    __path_create_charge_refund, __path_create_refund, create_charge_refund, create_refund,
+};
 use crate::telemetry::{self, Metrics};
 
 /// The largest page `GET /v1/charges?limit=` returns, and the default.
@@ -52,23 +59,21 @@ pub(crate) fn router(state: AppState) -> Router {
         .routes(routes!(create_charge, list_charges))
         .routes(routes!(retrieve_charge))
         .routes(routes!(create_refund))
+        .routes(routes!(create_charge_refund))
         .routes(routes!(create_payout))
         .routes(routes!(healthz))
         .routes(routes!(metrics))
         .split_for_parts();
-    let document = crate::openapi::document(doc, &state.idempotency);
+    let document = crate::openapi::document(doc, &state.idempotency, ErrorFormat::current());
     router
         .route("/openapi.json", get(move || async move { document }))
         .fallback(no_route)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .layer(axum::middleware::from_fn(refuse_oversized))
-        .layer(axum::middleware::map_response(problems_only))
+        .layer(axum::middleware::map_response(errors_only))
         .with_state(state)
 }
-
-/// The problem document of the application's own errors: the engine's shape.
-const PROBLEM: &str = "application/problem+json";
 
 /// `POST /v1/charges`: runs at most once per `Idempotency-Key` and org; retries within 24 h get
 /// the first answer, including a 402 decline. A 503 (processor outage) is not kept, so a retry
@@ -77,16 +82,19 @@ const PROBLEM: &str = "application/problem+json";
 /// Atomic mode: the charge row commits with the stored response. The processor is called before
 /// the first query, so a `tok_slow` authorization holds no database lock.
 #[utoipa::path(post, path = "/v1/charges", tag = "charges", security(("api_key" = [])),
-    request_body = NewCharge,
+    request_body(content(
+        (NewCharge = "application/json"),
+        (NewCharge = "application/x-www-form-urlencoded"),
+    )),
     responses(
         (status = 201, description = "The charge, approved.", body = Charge,
             headers(("Location" = String, description = "`/v1/charges/{id}`"))),
-        (status = 400, description = "`invalid_request` (`param` names the field) or `invalid_json`.", body = Problem, content_type = PROBLEM),
+        (status = 400, description = "`invalid_request` (`param` names the field), `invalid_json` or `invalid_form`.", body = Problem, content_type = PROBLEM),
         (status = 401, description = "`unauthorized`: no or a malformed API key.", body = Problem, content_type = PROBLEM,
             headers(("WWW-Authenticate" = String))),
         (status = 402, description = "`card_declined`: the charge was recorded as `failed` (its id is in `charge`).", body = Problem, content_type = PROBLEM),
         (status = 413, description = "`payload_too_large`: the body is over 2 MB.", body = Problem, content_type = PROBLEM),
-        (status = 415, description = "`unsupported_media_type`: the body is not JSON.", body = Problem, content_type = PROBLEM),
+        (status = 415, description = "`unsupported_media_type`: the body is neither JSON nor a form.", body = Problem, content_type = PROBLEM),
         (status = 503, description = "`processor_unavailable`: nothing was charged; a retry runs again.", body = Problem, content_type = PROBLEM,
             headers(("Retry-After" = u32))),
     ),
@@ -97,7 +105,7 @@ async fn create_charge(
     State(processor): State<Processor>,
     org: Org,
     mut tx: AnyTx,
-    ApiJson(request): ApiJson<NewCharge>,
+    ApiBody(request): ApiBody<NewCharge>,
 ) -> Result<Response, ApiError> {
     let request = request.validate()?;
     // A real processor takes this as its own idempotency key: the same on every retry of this
@@ -121,6 +129,7 @@ async fn create_charge(
         status: status.to_owned(),
         created: now(),
         description: request.description,
+        metadata: request.metadata,
     };
     let mut writer = db.writer(&mut tx).await?;
     db::insert_charge(writer.conn(), org.as_str(), &charge, request.source.token()).await?;
@@ -141,12 +150,17 @@ async fn create_charge(
     }
 }
 
-/// `GET /v1/charges?limit=N`: the org's charges, newest first.
+/// `GET /v1/charges?limit=N&starting_after=ch_...`: the org's charges, newest first, a page at a
+/// time: `has_more` says whether older ones follow, and the next page starts after the last id
+/// of this one (what Stripe's SDKs do when they page through a list).
 #[utoipa::path(get, path = "/v1/charges", tag = "charges", security(("api_key" = [])),
-    params(("limit" = Option<i64>, Query, minimum = 1, maximum = 100, description = "Page size (default 100).")),
+    params(
+        ("limit" = Option<i64>, Query, minimum = 1, maximum = 100, description = "Page size (default 100)."),
+        ("starting_after" = Option<String>, Query, description = "A charge id: the page holds the charges older than it."),
+    ),
     responses(
         (status = 200, description = "The org's charges, newest first.", body = List<Charge>),
-        (status = 400, description = "`invalid_request`: `limit` is not 1 to 100.", body = Problem, content_type = PROBLEM),
+        (status = 400, description = "`invalid_request`: `limit` is not 1 to 100, or `ending_before` was sent (not supported); `resource_missing`: `starting_after` names no charge of this org.", body = Problem, content_type = PROBLEM),
         (status = 401, description = "`unauthorized`", body = Problem, content_type = PROBLEM),
     ),
 )]
@@ -155,10 +169,17 @@ async fn list_charges(
     org: Org,
     RawQuery(query): RawQuery,
 ) -> Result<Json<List<Charge>>, ApiError> {
-    let limit = parse_limit(query.as_deref())?;
-    let mut data = db.list_charges(org.as_str(), limit + 1).await?;
-    let has_more = data.len() > limit as usize;
-    data.truncate(limit as usize);
+    let page = Page::parse(query.as_deref())?;
+    if let Some(after) = &page.starting_after
+        && (!is_id("ch", after) || !db.has_charge(org.as_str(), after).await?)
+    {
+        return Err(no_such_charge(after, "starting_after"));
+    }
+    let mut data = db
+        .list_charges(org.as_str(), page.limit + 1, page.starting_after.as_deref())
+        .await?;
+    let has_more = data.len() > page.limit as usize;
+    data.truncate(page.limit as usize);
     Ok(Json(List {
         object: "list",
         url: "/v1/charges",
@@ -167,19 +188,46 @@ async fn list_charges(
     }))
 }
 
-fn parse_limit(query: Option<&str>) -> Result<i64, ApiError> {
-    let Some(value) = query
-        .into_iter()
-        .flat_map(|q| q.split('&'))
-        .find_map(|pair| pair.strip_prefix("limit="))
-    else {
-        return Ok(MAX_LIMIT);
-    };
-    value
-        .parse()
-        .ok()
-        .filter(|n| (1..=MAX_LIMIT).contains(n))
-        .ok_or_else(|| ApiError::invalid("limit", "limit must be an integer from 1 to 100"))
+/// Which page of a list: the query's `limit` and `starting_after`. Other parameters are
+/// ignored, but `ending_before` (paging backwards) is refused rather than ignored: the client
+/// would get the wrong page.
+#[derive(Debug, PartialEq, Eq)]
+struct Page {
+    limit: i64,
+    starting_after: Option<String>,
+}
+
+impl Page {
+    fn parse(query: Option<&str>) -> Result<Self, ApiError> {
+        let pairs = || {
+            query
+                .into_iter()
+                .flat_map(|q| q.split('&'))
+                .filter_map(|pair| pair.split_once('='))
+        };
+        let value = |name: &str| pairs().find(|(n, _)| *n == name).map(|(_, v)| v);
+        if value("ending_before").is_some() {
+            return Err(ApiError::invalid(
+                "ending_before",
+                "ending_before is not supported: page forwards with starting_after",
+            ));
+        }
+        let limit = match value("limit") {
+            None => MAX_LIMIT,
+            Some(value) => value
+                .parse()
+                .ok()
+                .filter(|n| (1..=MAX_LIMIT).contains(n))
+                .ok_or_else(|| {
+                    ApiError::invalid("limit", "limit must be an integer from 1 to 100")
+                })?,
+        };
+        let starting_after = value("starting_after").map(str::to_owned);
+        Ok(Self {
+            limit,
+            starting_after,
+        })
+    }
 }
 
 /// `GET /v1/charges/{id}`: where a created charge's `Location` points.
@@ -197,77 +245,11 @@ async fn retrieve_charge(
     Path(id): Path<String>,
 ) -> Result<Json<Charge>, ApiError> {
     if !is_id("ch", &id) {
-        return Err(no_such_charge(&id));
+        return Err(no_such_charge(&id, "id"));
     }
     match db.charge(org.as_str(), &id).await? {
         Some(charge) => Ok(Json(charge)),
-        None => Err(no_such_charge(&id)),
-    }
-}
-
-/// `POST /v1/charges/{id}/refunds`: a duplicate that arrives while the first is running waits
-/// for its answer (`in_flight = "wait"`) instead of getting 409: refunds of `tok_slow` charges
-/// take `SLOW_MS`, and a client retrying on a short timeout should still get the refund.
-///
-/// Atomic mode: the refund's checks and writes run in the engine's transaction and commit with
-/// the stored response.
-#[utoipa::path(post, path = "/v1/charges/{id}/refunds", tag = "charges", security(("api_key" = [])),
-    params(("id" = String, Path, description = "The charge to refund.")),
-    request_body(content = Option<NewRefund>, description = "Optional: without a body or an `amount`, what remains is refunded."),
-    responses(
-        (status = 201, description = "The refund.", body = Refund),
-        (status = 400, description = "`invalid_request` or `invalid_json`.", body = Problem, content_type = PROBLEM),
-        (status = 401, description = "`unauthorized`", body = Problem, content_type = PROBLEM),
-        (status = 404, description = "`resource_missing`: no such charge in this org.", body = Problem, content_type = PROBLEM),
-        (status = 409, description = "`charge_not_refundable` (it failed), `charge_already_refunded`, or `refund_exceeds_charge` (with the `remaining` amount).", body = Problem, content_type = PROBLEM),
-        (status = 413, description = "`payload_too_large`", body = Problem, content_type = PROBLEM),
-        (status = 415, description = "`unsupported_media_type`", body = Problem, content_type = PROBLEM),
-    ),
-)]
-#[idempotent(scope = "org", in_flight = "wait")]
-async fn create_refund(
-    State(db): State<Db>,
-    State(processor): State<Processor>,
-    org: Org,
-    Path(charge_id): Path<String>,
-    mut tx: AnyTx,
-    ApiJson(request): ApiJson<NewRefund>,
-) -> Result<(StatusCode, Json<Refund>), ApiError> {
-    let amount = request.validate()?;
-    if !is_id("ch", &charge_id) {
-        return Err(no_such_charge(&charge_id));
-    }
-    let source = db
-        .charge_source(org.as_str(), &charge_id)
-        .await?
-        .ok_or_else(|| no_such_charge(&charge_id))?;
-    processor.refund(&source).await;
-    let mut writer = db.writer(&mut tx).await?;
-    let refund = if writer.is_atomic() {
-        db::refund_in(writer.conn(), org.as_str(), &charge_id, amount).await?
-    } else {
-        drop(writer);
-        db.refund(org.as_str(), &charge_id, amount).await?
-    };
-    match refund {
-        Ok(refund) => {
-            tracing::info!(refund = %refund.id, charge = %charge_id, amount = refund.amount, "refund recorded");
-            Ok((StatusCode::CREATED, Json(refund)))
-        }
-        Err(RefundRefused::NotFound) => Err(no_such_charge(&charge_id)),
-        Err(RefundRefused::NotRefundable) => Err(ApiError::conflict(
-            "charge_not_refundable",
-            format!("charge {charge_id} failed: there is nothing to refund"),
-        )),
-        Err(RefundRefused::AlreadyRefunded) => Err(ApiError::conflict(
-            "charge_already_refunded",
-            format!("charge {charge_id} has already been refunded in full"),
-        )),
-        Err(RefundRefused::ExceedsRemaining { remaining }) => Err(ApiError::conflict(
-            "refund_exceeds_charge",
-            format!("only {remaining} of charge {charge_id} remains to refund"),
-        )
-        .member("remaining", remaining)),
+        None => Err(no_such_charge(&id, "id")),
     }
 }
 
@@ -280,10 +262,13 @@ async fn create_refund(
 /// takes over pays out once. (On SQLite the transaction holds the database's one write lock
 /// until then, so a `ba_slow` payout makes other writes wait `SLOW_MS`.)
 #[utoipa::path(post, path = "/v1/payouts", tag = "payouts", security(("api_key" = [])),
-    request_body = NewPayout,
+    request_body(content(
+        (NewPayout = "application/json"),
+        (NewPayout = "application/x-www-form-urlencoded"),
+    )),
     responses(
         (status = 201, description = "The payout.", body = Payout),
-        (status = 400, description = "`invalid_request` or `invalid_json`.", body = Problem, content_type = PROBLEM),
+        (status = 400, description = "`invalid_request`, `invalid_json` or `invalid_form`.", body = Problem, content_type = PROBLEM),
         (status = 401, description = "`unauthorized`", body = Problem, content_type = PROBLEM),
         (status = 413, description = "`payload_too_large`", body = Problem, content_type = PROBLEM),
         (status = 415, description = "`unsupported_media_type`", body = Problem, content_type = PROBLEM),
@@ -295,7 +280,7 @@ async fn create_payout(
     State(processor): State<Processor>,
     org: Org,
     mut tx: AnyTx,
-    ApiJson(request): ApiJson<NewPayout>,
+    ApiBody(request): ApiBody<NewPayout>,
 ) -> Result<(StatusCode, Json<Payout>), ApiError> {
     let request = request.validate()?;
     let payout = Payout {
@@ -348,16 +333,6 @@ async fn metrics(state: State<Metrics>) -> impl IntoResponse {
     telemetry::render(state).await
 }
 
-/// `404`, naming the charge only if `id` is one this service could have made.
-fn no_such_charge(id: &str) -> ApiError {
-    let detail = if is_id("ch", id) {
-        format!("no such charge: {id}")
-    } else {
-        "no such charge: charge ids are `ch_` and 24 letters or digits".to_owned()
-    };
-    ApiError::not_found(detail).member("param", "id")
-}
-
 async fn no_route(method: Method, uri: Uri) -> ApiError {
     ApiError::not_found(format!("no route for {method} {}", uri.path()))
 }
@@ -371,12 +346,22 @@ mod tests {
     use super::*;
 
     #[test]
-    fn limit_defaults_to_the_maximum_and_is_bounded() {
-        assert_eq!(parse_limit(None).unwrap(), 100);
-        assert_eq!(parse_limit(Some("starting_after=x")).unwrap(), 100);
-        assert_eq!(parse_limit(Some("a=b&limit=3")).unwrap(), 3);
-        for bad in ["limit=0", "limit=101", "limit=ten", "limit="] {
-            assert!(parse_limit(Some(bad)).is_err(), "{bad}");
+    fn a_page_has_a_bounded_limit_and_may_start_after_a_charge() {
+        let page = |query| Page::parse(query).map(|p| (p.limit, p.starting_after));
+        assert_eq!(page(None).unwrap(), (100, None));
+        assert_eq!(page(Some("a=b&limit=3")).unwrap(), (3, None));
+        assert_eq!(
+            page(Some("starting_after=ch_x&limit=2")).unwrap(),
+            (2, Some("ch_x".to_owned()))
+        );
+        for bad in [
+            "limit=0",
+            "limit=101",
+            "limit=ten",
+            "limit=",
+            "ending_before=ch_x",
+        ] {
+            assert!(Page::parse(Some(bad)).is_err(), "{bad}");
         }
     }
 }

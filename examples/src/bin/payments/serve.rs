@@ -12,7 +12,8 @@
 //! - **Graceful shutdown**: when `shutdown` resolves, the listener closes, idle connections
 //!   close, and requests in flight finish.
 //!
-//! Nothing here knows about payments: any axum example can serve through [`serve`].
+//! Nothing here knows about payments but its error answers: the 408 and the 503 are
+//! [`ApiError`]s, in the format every other error of the service has.
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -24,7 +25,8 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::body::{Body, Bytes};
-use axum::http::{HeaderValue, Request, Response, StatusCode, header};
+use axum::http::{Request, Response, header};
+use axum::response::IntoResponse;
 use http_body::{Frame, SizeHint};
 use hyper::body::Incoming;
 use hyper::server::conn::http1;
@@ -35,6 +37,8 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
 use tokio::time::Sleep;
 use tower::ServiceExt;
+
+use crate::error::ApiError;
 
 /// How many over-cap connections may be getting their 503 at once; past that, they are closed
 /// without one.
@@ -178,31 +182,32 @@ where
 
 /// `408 request_body_timeout`; the connection closes after it (its body was not read).
 fn body_timeout_response() -> Response<Body> {
-    let mut response = Response::new(Body::from(problem(
-        StatusCode::REQUEST_TIMEOUT,
-        "request_body_timeout",
-        "the request body did not arrive in time",
-    )));
-    *response.status_mut() = StatusCode::REQUEST_TIMEOUT;
-    let headers = response.headers_mut();
-    headers.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/problem+json"),
-    );
-    headers.insert(header::CONNECTION, HeaderValue::from_static("close"));
-    response
+    ApiError::body_timeout().into_response()
 }
 
-/// A problem document (RFC 9457) with a `code` member. Every argument is a fixed string.
-fn problem(status: StatusCode, code: &str, detail: &str) -> String {
-    serde_json::json!({
-        "type": "about:blank",
-        "title": status.canonical_reason().unwrap_or("Error"),
-        "status": status.as_u16(),
-        "detail": detail,
-        "code": code,
-    })
-    .to_string()
+/// `response` as bytes on the wire: HTTP/1.1, its head and its whole body.
+async fn to_wire(response: Response<Body>) -> Vec<u8> {
+    let (parts, body) = response.into_parts();
+    let body = axum::body::to_bytes(body, 64 * 1024)
+        .await
+        .unwrap_or_default();
+    let mut wire = format!(
+        "HTTP/1.1 {} {}\r\n",
+        parts.status.as_u16(),
+        parts.status.canonical_reason().unwrap_or("")
+    )
+    .into_bytes();
+    for (name, value) in &parts.headers {
+        if name != header::CONTENT_LENGTH {
+            wire.extend_from_slice(name.as_str().as_bytes());
+            wire.extend_from_slice(b": ");
+            wire.extend_from_slice(value.as_bytes());
+            wire.extend_from_slice(b"\r\n");
+        }
+    }
+    wire.extend_from_slice(format!("content-length: {}\r\n\r\n", body.len()).as_bytes());
+    wire.extend_from_slice(&body);
+    wire
 }
 
 /// Answers a connection over the cap with `503 server_busy` and closes it, on a task of its
@@ -216,19 +221,10 @@ fn shed(mut stream: TcpStream, shedding: &Arc<Semaphore>, max_connections: usize
         max_connections,
         "at the connection limit: shedding a connection"
     );
-    let body = problem(
-        StatusCode::SERVICE_UNAVAILABLE,
-        "server_busy",
-        "the server is at its connection limit; retry later",
-    );
-    let answer = format!(
-        "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/problem+json\r\n\
-         retry-after: 1\r\nconnection: close\r\ncontent-length: {}\r\n\r\n{body}",
-        body.len()
-    );
+    let answer = ApiError::server_busy().into_response();
     tokio::spawn(async move {
         let answered = async {
-            stream.write_all(answer.as_bytes()).await?;
+            stream.write_all(&to_wire(answer).await).await?;
             stream.shutdown().await?;
             // Read what the client sent until it closes: closing with unread bytes would reset
             // the connection, and the client could lose the answer.

@@ -12,27 +12,35 @@ use idem_runtime::store::{MemoryStore, PostgresStore, RedisStore, SqliteStore};
 use crate::auth;
 use crate::config::{Redis, StoreKind};
 use crate::db::Db;
+use crate::envelope::{self, ErrorFormat};
 
 /// How often expired records are purged, and how many per batch.
 const SWEEP_PERIOD: Duration = Duration::from_secs(60);
 const SWEEP_BATCH: u32 = 1000;
 
 /// Builds the engine on the store `kind`; SQL stores share the app's pool, so records live in
-/// the app's database (in their own tables, created by the store's own migrations); the Redis
-/// store connects to `redis`. `lease` is how soon after a crash a retry may take over the
-/// crashed request.
+/// the app's database (in their own tables, created by the store's own migrations); the Redis store connects to
+/// `redis`. `lease` is
+/// how soon after a crash a retry may take over the crashed request. The engine's own answers
+/// (400 invalid key, 409 in flight, 422 reused, 503 store down) are in `errors`' format: its
+/// default, problem+json, is already this service's; Stripe's is rendered by
+/// [`envelope::render_rejection`].
 pub(crate) async fn engine(
     kind: StoreKind,
     db: &Db,
     redis: Option<&Redis>,
     slow: Duration,
     lease: Duration,
+    errors: ErrorFormat,
 ) -> Result<Idempotency, Box<dyn std::error::Error + Send + Sync>> {
-    let builder = Idempotency::builder()
+    let mut builder = Idempotency::builder()
         .scope("org", auth::org_scope)
         .lease(lease)
         // A refund duplicate waits for the first one, which may take `SLOW_MS`.
         .wait_timeout(Duration::from_secs(10).max(slow + Duration::from_secs(5)));
+    if errors == ErrorFormat::Stripe {
+        builder = builder.render_rejections(envelope::render_rejection);
+    }
     let builder = match (kind, db) {
         (StoreKind::Memory, _) => builder.store(MemoryStore::new()),
         (StoreKind::Sqlite, Db::Sqlite(pool)) => {
