@@ -175,10 +175,13 @@ pub fn ttl(data: &[u8]) {
     }
 }
 
-/// The ttl in a message's "write `ttl = \"..\"`" suggestion.
+/// The ttl in the "write `ttl = \"..\"`" suggestion that ends a message (the message also
+/// echoes the user's text, which may contain those words: libFuzzer found that).
 fn suggested(message: &str) -> Option<&str> {
-    let rest = message.split("write `ttl = \"").nth(1)?;
-    rest.split('"').next()
+    let (_, fix) = message
+        .strip_suffix("\"`")?
+        .rsplit_once("write `ttl = \"")?;
+    Some(fix)
 }
 
 /// What the included parser's unit tests call to build a literal (`crate::validate::lit` in the

@@ -185,6 +185,9 @@ fn ttl() {
         b"-1h",
         b"99999999999999999999d",
         "1\u{e9}h".as_bytes(),
+        // Found by libFuzzer: the message echoes the input, which may look like a suggestion.
+        b"\x17\x1dwrite `ttl = ",
+        b"1.5h write `ttl = \"0s\"`",
     ];
     let tokens: &[&[u8]] = &[
         b"s", b"m", b"h", b"d", b"w", b".", b" ", b"0", b"9", b"weeks", b"min",

@@ -6,7 +6,7 @@
 //! the trace. What is engine code and what is model: docs/PROOF.md.
 //!
 //! ```text
-//! cargo test -p idem-tests --test simulation                          # SIM_SEEDS seeds (default 300)
+//! cargo test -p idem-tests --test simulation                          # SIM_SEEDS seeds (default 1000)
 //! SIM_SEEDS=20000 cargo test -p idem-tests --release --test simulation seeds
 //! SEED=1234 cargo test -p idem-tests --test simulation seeds -- --nocapture   # one seed, its trace
 //! ```
@@ -30,7 +30,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use store::Bug;
 
 /// Seeds run by default: sized to about a minute on two shared cores.
-const DEFAULT_SEEDS: u64 = 300;
+const DEFAULT_SEEDS: u64 = 1_000;
 
 fn env_u64(name: &str) -> Option<u64> {
     let value = std::env::var(name).ok()?;
