@@ -272,7 +272,7 @@ pub(crate) fn violations(run: &Run, labels: &BTreeMap<RecordKey, Op>) -> Vec<Str
 fn crashed_while_cut(run: &Run, host: &str, since: u64) -> bool {
     let faults = &run.plan.faults;
     faults.iter().any(|crash| {
-        crash.kind == FaultKind::Crash(leak(host))
+        crash.kind == FaultKind::Crash(app_named(host))
             && crash.start_ms >= since
             && faults.iter().any(|cut| {
                 cut.kind != crash.kind
@@ -283,7 +283,8 @@ fn crashed_while_cut(run: &Run, host: &str, since: u64) -> bool {
     })
 }
 
-fn leak(host: &str) -> &'static str {
+/// The app host called `host`, as the plan names it.
+fn app_named(host: &str) -> &'static str {
     super::scenario::APPS
         .into_iter()
         .find(|app| *app == host)
