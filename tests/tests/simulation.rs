@@ -9,7 +9,11 @@
 //! cargo test -p idem-tests --test simulation                          # SIM_SEEDS seeds (default 1000)
 //! SIM_SEEDS=20000 cargo test -p idem-tests --release --test simulation seeds
 //! SEED=1234 cargo test -p idem-tests --test simulation seeds -- --nocapture   # one seed, its trace
+//! SIM_BUG=fencing SEED=30 cargo test -p idem-tests --test simulation seeds -- --nocapture
 //! ```
+//!
+//! `SIM_BUG=fencing` or `SIM_BUG=fingerprint` plants a bug in the store host, to watch a seed
+//! catch it; `SIM_SEED_START` moves the first seed.
 
 #[path = "simulation/app.rs"]
 mod app;
