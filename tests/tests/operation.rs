@@ -71,4 +71,5 @@ every_backend! {
     sqlite: idem_runtime::store::SqliteStore,
     postgres: idem_runtime::store::PostgresStore,
     object: idem_runtime::store::BucketStore,
+    redis: idem_runtime::store::RedisStore,
 }

@@ -1,0 +1,247 @@
+//! An app host: the real engine and the real `#[idempotent]` HTTP face, served by axum over
+//! simulated TCP, on a clock skewed against the other instances.
+//!
+//! Two endpoints. `/plain` is plain mode: the handler's run is the effect. `/atomic` models atomic
+//! mode (the real `Tx` needs a SQL connection, which cannot cross the simulated network): the
+//! handler's effect is carried by its response, the store host commits it with the completion,
+//! and, as the real atomic face does, the request answers with the handler's response only once
+//! that completion landed (409 when it was fenced out, 503 when its fate is unknown).
+
+use std::cell::Cell;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::{FromRef, Request, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use axum::{Json, Router};
+use idem_runtime::clock::{Clock, Timestamp};
+use idem_runtime::store::Fence;
+use idem_runtime::{Idempotency, StoreError, idempotent};
+use serde::Deserialize;
+use serde_json::json;
+
+use super::store::SimStore;
+use super::trace::{Event, Op, Trace};
+
+pub(crate) const APP_PORT: u16 = 8000;
+/// The engine's lease: short, so takeovers and renewals happen within a run.
+pub(crate) const LEASE: Duration = Duration::from_secs(3);
+/// Every store call's deadline.
+pub(crate) const STORE_TIMEOUT: Duration = Duration::from_millis(500);
+/// Wall-clock start of every instance's clock (skew is added per instance).
+const EPOCH_MS: i64 = 1_750_000_000_000;
+
+/// An instance's clock: simulated time, off by a fixed skew.
+#[derive(Debug, Clone, Copy)]
+struct SimClock {
+    skew_ms: i64,
+}
+
+impl Clock for SimClock {
+    fn now(&self) -> Timestamp {
+        let elapsed = turmoil::sim_elapsed().unwrap_or_default();
+        Timestamp::from_millis(EPOCH_MS + elapsed.as_millis() as i64 + self.skew_ms)
+    }
+}
+
+#[derive(Clone)]
+struct Node {
+    host: Arc<str>,
+    trace: Trace,
+}
+
+#[derive(Clone, FromRef)]
+struct AppState {
+    idempotency: Idempotency,
+    node: Node,
+}
+
+/// A request's body: the amount (part of the fingerprint, echoed back), how long the handler
+/// works, and whether its first execution fails with a 500 (released, so a retry runs again).
+#[derive(Debug, Deserialize)]
+pub(crate) struct Charge {
+    amount: u64,
+    work_ms: u64,
+    fail_first: bool,
+}
+
+#[idempotent(scope = "org", ttl = "24h")]
+async fn plain_charge(
+    State(node): State<Node>,
+    headers: HeaderMap,
+    Json(charge): Json<Charge>,
+) -> Response {
+    execute(&node, false, &headers, charge).await
+}
+
+#[idempotent(scope = "org", ttl = "24h")]
+async fn atomic_charge(
+    State(node): State<Node>,
+    headers: HeaderMap,
+    Json(charge): Json<Charge>,
+) -> Response {
+    execute(&node, true, &headers, charge).await
+}
+
+/// The operation a request names, from its headers.
+fn op_of(atomic: bool, headers: &HeaderMap) -> Op {
+    let text = |name: &str| {
+        headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_owned()
+    };
+    Op {
+        atomic,
+        org: text("x-org"),
+        key: text("idempotency-key"),
+    }
+}
+
+/// Logs the end of an execution, including one dropped mid-way (crash, cancelled request).
+struct Running {
+    trace: Trace,
+    exec: String,
+    status: Option<u16>,
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.trace.log(Event::ExecEnd {
+            exec: std::mem::take(&mut self.exec),
+            status: self.status,
+        });
+    }
+}
+
+async fn execute(node: &Node, atomic: bool, headers: &HeaderMap, charge: Charge) -> Response {
+    let op = op_of(atomic, headers);
+    let first = !node
+        .trace
+        .events()
+        .iter()
+        .any(|(_, e)| matches!(e, Event::ExecStart { op: o, .. } if *o == op));
+    let exec = node.trace.next_exec(&node.host);
+    node.trace.log(Event::ExecStart {
+        exec: exec.clone(),
+        host: node.host.to_string(),
+        op: op.clone(),
+    });
+    let mut running = Running {
+        trace: node.trace.clone(),
+        exec: exec.clone(),
+        status: None,
+    };
+    tokio::time::sleep(Duration::from_millis(charge.work_ms)).await;
+    if charge.fail_first && first {
+        running.status = Some(500);
+        return StatusCode::INTERNAL_SERVER_ERROR.into_response();
+    }
+    running.status = Some(201);
+    let body = json!({
+        "org": op.org,
+        "key": op.key,
+        "amount": charge.amount,
+        "exec": exec,
+    });
+    (StatusCode::CREATED, Json(body)).into_response()
+}
+
+/// How the completion made inside a request went, as far as that request knows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Noted {
+    NotAttempted,
+    Unknown,
+    Held,
+    Lost,
+}
+
+tokio::task_local! {
+    static COMPLETION: Cell<Noted>;
+}
+
+/// Called by `SimStore::complete` before (`None`) and after (`Some`) its call.
+pub(crate) fn note_completion(result: &Result<Fence, StoreError>) {
+    let noted = match result {
+        Ok(Fence::Held) => Noted::Held,
+        Ok(Fence::Lost) => Noted::Lost,
+        Err(_) => Noted::Unknown,
+    };
+    let _ = COMPLETION.try_with(|c| c.set(noted));
+}
+
+/// Marks a completion as begun, so one cut short by the store timeout counts as unknown.
+pub(crate) fn note_completion_started() {
+    let _ = COMPLETION.try_with(|c| c.set(Noted::Unknown));
+}
+
+/// The atomic model's answer rule, outside the idempotent handler.
+async fn atomic_answer(request: Request, next: Next) -> Response {
+    COMPLETION
+        .scope(Cell::new(Noted::NotAttempted), async move {
+            let response = next.run(request).await;
+            match COMPLETION.with(Cell::get) {
+                Noted::NotAttempted | Noted::Held => response,
+                Noted::Lost => (StatusCode::CONFLICT, "fenced out: rolled back").into_response(),
+                Noted::Unknown => {
+                    (StatusCode::SERVICE_UNAVAILABLE, "commit unknown").into_response()
+                }
+            }
+        })
+        .await
+}
+
+/// The app host's software; `bounce` runs it again from scratch.
+pub(crate) async fn serve(host: Arc<str>, trace: Trace, skew_ms: i64) -> turmoil::Result {
+    let idempotency = Idempotency::builder()
+        .store(SimStore)
+        .scope("org", |parts| {
+            parts
+                .headers
+                .get("x-org")
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned)
+        })
+        .lease(LEASE)
+        .store_timeout(STORE_TIMEOUT)
+        .clock(SimClock { skew_ms })
+        .build()?;
+    let state = AppState {
+        idempotency,
+        node: Node { host, trace },
+    };
+    let app = Router::new()
+        .route("/plain", post(plain_charge))
+        .route(
+            "/atomic",
+            post(atomic_charge).route_layer(middleware::from_fn(atomic_answer)),
+        )
+        .with_state(state);
+    let listener = turmoil::net::TcpListener::bind(("0.0.0.0", APP_PORT)).await?;
+    axum::serve(Listener(listener), app).await?;
+    Ok(())
+}
+
+/// axum's `Listener` over a simulated socket.
+struct Listener(turmoil::net::TcpListener);
+
+impl axum::serve::Listener for Listener {
+    type Io = turmoil::net::TcpStream;
+    type Addr = std::net::SocketAddr;
+
+    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
+        loop {
+            if let Ok(accepted) = self.0.accept().await {
+                return accepted;
+            }
+        }
+    }
+
+    fn local_addr(&self) -> std::io::Result<Self::Addr> {
+        self.0.local_addr()
+    }
+}
