@@ -3,7 +3,6 @@
 use std::fmt;
 use std::sync::Arc;
 
-use sha2::{Digest, Sha256};
 use sqlx::postgres::PgPoolOptions;
 use sqlx::{AssertSqlSafe, PgPool};
 
@@ -11,11 +10,14 @@ use crate::core::clock::Timestamp;
 use crate::core::error::StoreError;
 use crate::core::key::RecordKey;
 use crate::store::atomic::AtomicStore;
-use crate::store::migrate::{self, Migration, failed};
 use crate::store::sql::{fence, held_by};
 use crate::store::{
     BoxFuture, Capabilities, Claim, ClaimRequest, Completion, Fence, LeaseToken, Store,
 };
+
+mod schema;
+
+use schema::{Names, migrate};
 
 /// Records in a PostgreSQL table, by default `idem.idempotency_records`, on sqlx.
 ///
@@ -207,83 +209,6 @@ impl PostgresStoreBuilder {
             sql: Arc::new(Statements::new(names)),
         })
     }
-}
-
-/// The configured names, validated, and their quoted forms for SQL text.
-struct Names {
-    schema: String,
-    table: String,
-    quoted_schema: String,
-    /// `"schema"."table"`
-    records: String,
-    /// `"table_expires_at"`, created in the records' schema.
-    expires_at_index: String,
-    /// `"table_in_flight"`, created in the records' schema.
-    in_flight_index: String,
-    /// `"schema"."idem_migrations"`
-    migrations: String,
-}
-
-const EXPIRES_AT_SUFFIX: &str = "_expires_at";
-/// PostgreSQL silently truncates longer identifiers.
-const MAX_IDENTIFIER: usize = 63;
-
-impl Names {
-    fn new(schema: String, table: String) -> Result<Self, StoreError> {
-        let quoted_schema = quote("schema", &schema, MAX_IDENTIFIER)?;
-        let quoted_table = quote("table", &table, MAX_IDENTIFIER - EXPIRES_AT_SUFFIX.len())?;
-        Ok(Self {
-            records: format!("{quoted_schema}.{quoted_table}"),
-            expires_at_index: format!("\"{table}{EXPIRES_AT_SUFFIX}\""),
-            in_flight_index: format!("\"{table}_in_flight\""),
-            migrations: format!("{quoted_schema}.\"idem_migrations\""),
-            quoted_schema,
-            schema,
-            table,
-        })
-    }
-
-    /// Fills a statement template's `{records}`, `{expires_at_index}` and `{migrations}`.
-    fn render(&self, template: &str) -> String {
-        template
-            .replace("{records}", &self.records)
-            .replace("{expires_at_index}", &self.expires_at_index)
-            .replace("{in_flight_index}", &self.in_flight_index)
-            .replace("{migrations}", &self.migrations)
-    }
-}
-
-/// `name` double-quoted, if it is 1..=`max` ASCII letters, digits or `_` and does not start with
-/// a digit. Nothing else gets near SQL text, so quoting cannot be escaped.
-fn quote(what: &'static str, name: &str, max: usize) -> Result<String, StoreError> {
-    let valid = (1..=max).contains(&name.len())
-        && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
-        && !name.starts_with(|c: char| c.is_ascii_digit());
-    if valid {
-        Ok(format!("\"{name}\""))
-    } else {
-        Err(StoreError::Config(
-            InvalidName {
-                what,
-                name: name.to_owned(),
-                max,
-            }
-            .to_string()
-            .into(),
-        ))
-    }
-}
-
-/// A schema or table name the builder refused.
-#[derive(Debug, thiserror::Error)]
-#[error(
-    "invalid PostgreSQL {what} name {name:?}: use 1 to {max} ASCII letters, digits or `_`, \
-     not starting with a digit"
-)]
-struct InvalidName {
-    what: &'static str,
-    name: String,
-    max: usize,
 }
 
 /// The store's statements, rendered once for its names. Shared by clones; sqlx prepares each
@@ -493,162 +418,9 @@ impl AtomicStore<sqlx::Postgres> for PostgresStore {
     }
 }
 
-/// The schema, in order, as templates over [`Names`]. Never edit a shipped migration: add the
-/// next one.
-const MIGRATIONS: &[Migration] = &[
-    Migration {
-        version: 1,
-        description: "create the records table",
-        // `owners` counts the requests that held the record since it was (re)created: more than
-        // one means a lapsed lease was taken over.
-        sql: "\
-CREATE TABLE {records} (
-    key         bytea   PRIMARY KEY CHECK (octet_length(key) = 32),
-    fingerprint bytea   NOT NULL CHECK (octet_length(fingerprint) = 32),
-    token       bigint  NOT NULL,
-    state       text    NOT NULL CHECK (state IN ('in_flight', 'completed')),
-    owners      integer NOT NULL,
-    lease_until bigint  NOT NULL,
-    expires_at  bigint  NOT NULL,
-    response    bytea,
-    CHECK ((state = 'completed') = (response IS NOT NULL))
-);
-CREATE INDEX {expires_at_index} ON {records} (expires_at);",
-    },
-    Migration {
-        version: 2,
-        description: "columns for operators: operation, status, created and completed times",
-        // Adding columns with constant defaults rewrites nothing on PostgreSQL 11+. Records
-        // written before keep replaying: their new columns take the defaults.
-        sql: "\
-ALTER TABLE {records}
-    ADD COLUMN operation    text     NOT NULL DEFAULT '',
-    ADD COLUMN status       smallint,
-    ADD COLUMN created_at   bigint   NOT NULL DEFAULT 0,
-    ADD COLUMN completed_at bigint;
-CREATE INDEX {in_flight_index} ON {records} (operation, lease_until) WHERE state = 'in_flight';",
-    },
-];
-
-/// The advisory lock serialising migrations of one schema: 64 bits of SHA-256 of its name.
-fn lock_key(schema: &str) -> i64 {
-    let digest = Sha256::digest(format!("idem.migrate\0{schema}"));
-    let mut key = [0; 8];
-    key.copy_from_slice(&digest[..8]);
-    i64::from_be_bytes(key)
-}
-
-/// Applies the missing [`MIGRATIONS`] in one transaction, under an advisory lock so instances
-/// starting at once take turns.
-async fn migrate(pool: &PgPool, names: &Names) -> Result<(), StoreError> {
-    let mut tx = pool.begin().await.map_err(StoreError::unavailable)?;
-    sqlx::query("SELECT pg_advisory_xact_lock($1)")
-        .bind(lock_key(&names.schema))
-        .execute(&mut *tx)
-        .await
-        .map_err(StoreError::unavailable)?;
-    // `CREATE .. IF NOT EXISTS` checks the CREATE privilege even when the object exists: look
-    // first, so a restart needs no privilege beyond using what a DBA may have set up.
-    let (has_schema, has_migrations): (bool, bool) = sqlx::query_as(
-        "SELECT EXISTS (SELECT FROM pg_namespace WHERE nspname = $1), \
-                to_regclass($2) IS NOT NULL",
-    )
-    .bind(&names.schema)
-    .bind(&names.migrations)
-    .fetch_one(&mut *tx)
-    .await
-    .map_err(StoreError::unavailable)?;
-    if !has_schema {
-        sqlx::raw_sql(AssertSqlSafe(format!(
-            "CREATE SCHEMA {}",
-            names.quoted_schema
-        )))
-        .execute(&mut *tx)
-        .await
-        .map_err(StoreError::unavailable)?;
-    }
-    if !has_migrations {
-        sqlx::raw_sql(AssertSqlSafe(names.render(
-            "CREATE TABLE {migrations} (
-                records_table text        NOT NULL,
-                version       bigint      NOT NULL,
-                description   text        NOT NULL,
-                checksum      bytea       NOT NULL,
-                applied_at    timestamptz NOT NULL DEFAULT now(),
-                PRIMARY KEY (records_table, version)
-            )",
-        )))
-        .execute(&mut *tx)
-        .await
-        .map_err(StoreError::unavailable)?;
-    }
-    let applied: Vec<(i64, Vec<u8>)> = sqlx::query_as(AssertSqlSafe(
-        names.render("SELECT version, checksum FROM {migrations} WHERE records_table = $1"),
-    ))
-    .bind(&names.table)
-    .fetch_all(&mut *tx)
-    .await
-    .map_err(StoreError::unavailable)?;
-    for migration in migrate::plan(MIGRATIONS, &applied)? {
-        let version = migration.version;
-        sqlx::raw_sql(AssertSqlSafe(names.render(migration.sql)))
-            .execute(&mut *tx)
-            .await
-            .map_err(failed(version))?;
-        sqlx::query(AssertSqlSafe(names.render(
-            "INSERT INTO {migrations} (records_table, version, description, checksum) \
-             VALUES ($1, $2, $3, $4)",
-        )))
-        .bind(&names.table)
-        .bind(version)
-        .bind(migration.description)
-        .bind(migration.checksum())
-        .execute(&mut *tx)
-        .await
-        .map_err(failed(version))?;
-        tracing::info!(
-            version,
-            migration.description,
-            schema = names.schema,
-            table = names.table,
-            "applied idempotency store migration"
-        );
-    }
-    tx.commit().await.map_err(StoreError::unavailable)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn names_are_validated_and_quoted() {
-        let names = Names::new("idem".into(), "idempotency_records".into()).unwrap();
-        assert_eq!(names.records, r#""idem"."idempotency_records""#);
-        assert_eq!(names.migrations, r#""idem"."idem_migrations""#);
-        assert_eq!(
-            names.expires_at_index,
-            r#""idempotency_records_expires_at""#
-        );
-        assert!(Names::new("Billing_2".into(), "_t".into()).is_ok());
-        for (schema, table) in [
-            ("", "t"),
-            ("s", ""),
-            ("1s", "t"),
-            ("s", "t-1"),
-            ("s\"; DROP TABLE x; --", "t"),
-            ("s", "t t"),
-            ("sch\u{e9}ma", "t"),
-            (&"s".repeat(64), "t"),
-            ("s", &"t".repeat(53)),
-        ] {
-            match Names::new(schema.into(), table.into()) {
-                Err(StoreError::Config(_)) => {}
-                other => panic!("{schema:?}.{table:?} accepted: {:?}", other.map(|_| ())),
-            }
-        }
-        assert!(Names::new("s".repeat(63), "t".repeat(52)).is_ok());
-    }
 
     #[test]
     fn statements_name_only_the_configured_table() {
@@ -664,11 +436,5 @@ mod tests {
             assert!(statement.contains(r#""a"."b""#), "{statement}");
             assert!(!statement.contains('{'), "{statement}");
         }
-    }
-
-    #[test]
-    fn each_schema_has_its_own_migration_lock() {
-        assert_eq!(lock_key("idem"), lock_key("idem"));
-        assert_ne!(lock_key("idem"), lock_key("idem2"));
     }
 }
