@@ -36,18 +36,11 @@ if [[ "$("$VENV/bin/st" --version 2>/dev/null)" != "st, version $SCHEMATHESIS_VE
 fi
 
 RUN=$(mktemp -d "${TMPDIR:-/tmp}/idem-contract.XXXXXX")
-SERVER_PID=
-stop_server() {
-  if [[ -n "$SERVER_PID" ]] && kill -0 "$SERVER_PID" 2>/dev/null; then
-    kill -TERM "$SERVER_PID" 2>/dev/null || true
-    for _ in $(seq 1 50); do kill -0 "$SERVER_PID" 2>/dev/null || break; sleep 0.1; done
-    kill -KILL "$SERVER_PID" 2>/dev/null || true
-  fi
-  SERVER_PID=
-}
+# shellcheck source=../scripts/payments.sh
+source examples/scripts/payments.sh
 stop() {
   local status=$?
-  stop_server
+  stop_payments
   if [[ $status -ne 0 && -f "$RUN/server.log" ]]; then
     echo "contract: the server's last log lines:" >&2
     tail -n 40 "$RUN/server.log" >&2
@@ -62,20 +55,9 @@ SEED=${CONTRACT_SEED:-$RANDOM$RANDOM}
 # checked, each against a server of its own.
 for FORMAT in ${CONTRACT_ERROR_FORMATS:-problem stripe}; do
   rm -f "$RUN"/payments.db*
-  # Emptied (or created) before the server opens it, so the wait below reads only this run's.
-  : >"$RUN/server.log"
-  # A free port, chosen by the server itself; `tok_slow` made fast so the run stays short.
-  BIND=127.0.0.1:0 DATABASE_URL="sqlite://$RUN/payments.db" SLOW_MS=50 ERROR_FORMAT="$FORMAT" \
-    RUST_LOG=warn,payments=info NO_COLOR=1 "$TARGET/debug/payments" >"$RUN/server.log" 2>&1 &
-  SERVER_PID=$!
-  ADDR=
-  for _ in $(seq 1 300); do
-    ADDR=$(sed -n 's/.*listening on http:\/\/\([0-9.:]*\).*/\1/p' "$RUN/server.log" | head -n 1)
-    [[ -n "$ADDR" ]] && break
-    kill -0 "$SERVER_PID" 2>/dev/null || { echo "contract: the server exited" >&2; exit 1; }
-    sleep 0.1
-  done
-  [[ -n "$ADDR" ]] || { echo "contract: the server did not start" >&2; exit 1; }
+  # `tok_slow` made fast so the run stays short.
+  start_payments contract DATABASE_URL="sqlite://$RUN/payments.db" SLOW_MS=50 \
+    ERROR_FORMAT="$FORMAT"
   echo "contract: payments on http://$ADDR, ERROR_FORMAT=$FORMAT"
 
   echo "contract: $EXAMPLES examples per operation, seed $SEED (replay with CONTRACT_SEED=$SEED)"
@@ -84,5 +66,5 @@ for FORMAT in ${CONTRACT_ERROR_FORMATS:-problem stripe}; do
     run "http://$ADDR/openapi.json" \
     --header "Authorization: Bearer sk_test_contract" \
     --max-examples "$EXAMPLES" --seed "$SEED" --workers ${CONTRACT_WORKERS:-1} --request-timeout 20
-  stop_server
+  stop_payments
 done

@@ -44,14 +44,11 @@ if [[ "$installed" != "$pinned" ]]; then
 fi
 
 RUN=$(mktemp -d "${TMPDIR:-/tmp}/idem-sdk.XXXXXX")
-SERVER_PID=
+# shellcheck source=../scripts/payments.sh
+source examples/scripts/payments.sh
 stop() {
   local status=$?
-  if [[ -n "$SERVER_PID" ]] && kill -0 "$SERVER_PID" 2>/dev/null; then
-    kill -TERM "$SERVER_PID" 2>/dev/null || true
-    for _ in $(seq 1 50); do kill -0 "$SERVER_PID" 2>/dev/null || break; sleep 0.1; done
-    kill -KILL "$SERVER_PID" 2>/dev/null || true
-  fi
+  stop_payments
   if [[ $status -ne 0 && -f "$RUN/server.log" ]]; then
     echo "sdk: the server's last log lines:" >&2
     tail -n 40 "$RUN/server.log" >&2
@@ -61,21 +58,9 @@ stop() {
 }
 trap stop EXIT INT TERM
 
-# Created before the server opens it, so the wait below can read it from the start.
-: >"$RUN/server.log"
-# A free port, chosen by the server itself. `tok_slow` takes a second: long enough for a
-# duplicate to find it running, short enough for the SDKs' backoff to outlast it.
-BIND=127.0.0.1:0 DATABASE_URL="sqlite://$RUN/payments.db" ERROR_FORMAT=stripe SLOW_MS=1000 \
-  RUST_LOG=warn,payments=info NO_COLOR=1 "$TARGET/debug/payments" >"$RUN/server.log" 2>&1 &
-SERVER_PID=$!
-ADDR=
-for _ in $(seq 1 300); do
-  ADDR=$(sed -n 's/.*listening on http:\/\/\([0-9.:]*\).*/\1/p' "$RUN/server.log" | head -n 1)
-  [[ -n "$ADDR" ]] && break
-  kill -0 "$SERVER_PID" 2>/dev/null || { echo "sdk: the server exited" >&2; exit 1; }
-  sleep 0.1
-done
-[[ -n "$ADDR" ]] || { echo "sdk: the server did not start" >&2; exit 1; }
+# `tok_slow` takes a second: long enough for a duplicate to find it running, short enough for
+# the SDKs' backoff to outlast it.
+start_payments sdk DATABASE_URL="sqlite://$RUN/payments.db" ERROR_FORMAT=stripe SLOW_MS=1000
 export PAYMENTS_URL="http://$ADDR"
 # Nothing written into the source tree (no __pycache__ beside the tests).
 export PYTHONDONTWRITEBYTECODE=1
