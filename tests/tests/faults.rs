@@ -152,6 +152,12 @@ fn header(headers: &axum::http::HeaderMap, name: &str) -> Option<String> {
     Some(headers.get(name)?.to_str().ok()?.to_owned())
 }
 
+/// Sends `request` on a task of its own, so the test can act while it runs (or abort it).
+fn send_in_background(app: &Router, request: Request<Body>) -> tokio::task::JoinHandle<Reply> {
+    let app = app.clone();
+    tokio::spawn(async move { send(&app, request).await })
+}
+
 /// A PostgreSQL store reached through `proxy`, on the schema of `direct`.
 async fn proxied_store(proxy: &Proxy, template: &str, direct: &PostgresStore) -> PostgresStore {
     let url = template.replace("{proxy}", &proxy.addr().to_string());
@@ -201,10 +207,7 @@ async fn a_completion_lost_to_a_store_blip_lands_later_and_the_operation_never_r
     let app = router(idem, calls.clone(), gate.clone());
     let first = || request("/create", "blip", "acme", json!({ "gated": true }));
 
-    let owner = tokio::spawn({
-        let (app, request) = (app.clone(), first());
-        async move { send(&app, request).await }
-    });
+    let owner = send_in_background(&app, first());
     gate.entered().await;
     proxy.set_up(false); // the store blinks while the handler runs
     gate.open();
@@ -270,10 +273,7 @@ async fn a_release_lost_to_a_store_blip_frees_the_key_as_soon_as_the_store_is_ba
     };
     let before = count("release_failed");
 
-    let owner = tokio::spawn({
-        let (app, request) = (app.clone(), failing());
-        async move { send(&app, request).await }
-    });
+    let owner = send_in_background(&app, failing());
     gate.entered().await;
     proxy.set_up(false);
     gate.open();
@@ -364,16 +364,10 @@ async fn a_dropped_request_is_counted_and_frees_its_key() {
     let (calls, gate) = (Arc::new(AtomicUsize::new(0)), Gate::default());
     let app = router(idem, calls.clone(), gate.clone());
     let before = count("cancelled");
-    let client = tokio::spawn({
-        let app = app.clone();
-        async move {
-            send(
-                &app,
-                request("/create", "gone", "acme", json!({ "gated": true })),
-            )
-            .await
-        }
-    });
+    let client = send_in_background(
+        &app,
+        request("/create", "gone", "acme", json!({ "gated": true })),
+    );
     gate.entered().await;
     client.abort(); // the client goes away mid-request
     assert!(client.await.unwrap_err().is_cancelled());
@@ -484,10 +478,7 @@ async fn a_handler_running_longer_than_its_lease_keeps_it() {
     let (calls, gate) = (Arc::new(AtomicUsize::new(0)), Gate::default());
     let app = router(idem, calls.clone(), gate.clone());
     let slow = || request("/create", "slow", "acme", json!({ "gated": true }));
-    let owner = tokio::spawn({
-        let (app, request) = (app.clone(), slow());
-        async move { send(&app, request).await }
-    });
+    let owner = send_in_background(&app, slow());
     gate.entered().await;
     // Four leases long: the running owner renews, so every duplicate meanwhile is told to wait.
     for _ in 0..4 {
@@ -544,10 +535,7 @@ async fn the_counters_add_up_to_the_requests_sent() {
         StatusCode::SERVICE_UNAVAILABLE,
     ); // released
     // In flight: the owner waits at the gate while a duplicate is refused, then a client gives up.
-    let owner = tokio::spawn({
-        let (app, request) = (app.clone(), req("c", json!({ "gated": true })));
-        async move { send(&app, request).await }
-    });
+    let owner = send_in_background(&app, req("c", json!({ "gated": true })));
     gate.entered().await;
     expect(
         send(&app, req("c", json!({ "gated": true }))).await,
