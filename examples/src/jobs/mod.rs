@@ -21,26 +21,48 @@
 //!
 //! 1. `key_hash = sha256(scope + ":" + key)`. The submit **creates** the record
 //!    `idempotency/{scope}/{key_hash}.json` only if it is absent (S3's `If-None-Match: *`), in
-//!    state `creating`, naming a fresh task id.
+//!    state `creating`, naming a task id chosen beforehand. It does not read first.
 //! 2. If the create wins, it creates the task object `tasks/{task_id}.json` (create-if-absent
-//!    too), then flips the record to `ready` with a compare-and-swap on its version (S3's
-//!    `If-Match` on the ETag).
-//! 3. If it loses, it reads the record: another input is [`QueueError::IdempotencyConflict`]
-//!    (the input hash differs; no task is created); a `ready` record's task is the answer; a
-//!    record stuck in `creating` (its producer died between the record and the task) is
-//!    repaired: this submit creates the task it names and flips it to `ready`. Every repairer
-//!    creates the *same* task object, if absent, so concurrent repairs cannot make two tasks.
+//!    too) and answers. The record stays `creating`: `creating` means "the task may not exist
+//!    yet", and the first retry confirms it (step 3).
+//! 3. If the create loses, the submit reads the record: another input is
+//!    [`QueueError::IdempotencyConflict`] (the input hash differs; no task is created); a
+//!    `ready` record's task is the answer; a `creating` record is confirmed: the submit checks
+//!    the task object exists (a HEAD), creates it if absent (the repair, when the record's
+//!    producer died between the record and the task), and flips the record to `ready` with a
+//!    compare-and-swap on its version (S3's `If-Match` on the ETag). Every repairer creates the
+//!    *same* task object, if absent, so concurrent repairs cannot make two tasks; a flip lost
+//!    to another writer is no error (the record was flipped by another confirmer, or replaced
+//!    after expiring: the task this submit answers exists either way).
 //! 4. A record past its `expires_at` is replaced by compare-and-swap on its version, never
-//!    overwritten blindly: of concurrent submits finding it expired, one replaces it.
+//!    overwritten blindly: of concurrent submits finding it expired, one replaces it and
+//!    creates the new task (the replacement is `creating`, as in step 2).
 //!
 //! [`Submitted::created`] is `true` for the one submit whose create of the task object won:
 //! at most one per task.
 //!
-//! Cost, on a store with conditional updates: a retry of a finished submit is one GET. A fresh
-//! keyed submit is one GET (finding no record) and three PUTs where an unkeyed submit is one PUT:
-//! the record's create and its flip to `ready` beside the task. The flip is the price of the
-//! two phases (a crash between record and task must be visible and repairable). In a local
-//! folder a record is read with a LIST and a GET ([`Swap::Generations`]).
+//! # What it costs
+//!
+//! Requests per submit, on a store with conditional updates (S3, GCS, Azure, `InMemory`),
+//! counted by `examples/tests/jobs/design.rs`:
+//!
+//! | submit | requests | beside an unkeyed submit (1 PUT) |
+//! |---|---|---|
+//! | fresh key | PUT record (create) + PUT task (create) | one extra PUT |
+//! | first retry after a fresh submit | failed PUT record + GET record + HEAD task + PUT record (`If-Match`, the flip) | |
+//! | later retries | failed PUT record + GET record | one extra GET |
+//! | repair (producer died before its task) | failed PUT record + GET + HEAD + PUT task + PUT flip | |
+//! | expired record | failed PUT record + GET + PUT record (`If-Match`) + PUT task | |
+//!
+//! The failed PUT is S3's `412 Precondition Failed` (or a conflict): a request, no write. Not
+//! reading first makes the fresh submit two PUTs; the flip is paid once per key, by its first
+//! retry, so a key that is never retried never pays it.
+//!
+//! In a local folder ([`Swap::Generations`]) a record is read with a LIST and a GET, and a
+//! record's create or swap is the create of a generation file: a fresh submit is two creates
+//! (generation 1, the task), the first retry a failed create of generation 1, a LIST, a GET, a
+//! HEAD of the task and the create of generation 2 (`ready`); later retries a failed create, a
+//! LIST and a GET.
 //!
 //! # What it promises
 //!
@@ -49,16 +71,46 @@
 //! exactly-once execution: that is the consumers' business (a consumer that crashes mid-task
 //! runs it again), and a key reused after its record expired makes a new task.
 //!
+//! # What stays in the store
+//!
+//! The queue deletes nothing: tasks are the consumers' to delete once done, and records stay
+//! after they expire (a submit of the key replaces one in place). Deleting a record while
+//! producers run is not safe on any backend: `object_store` has no conditional delete, so a
+//! delete can remove a record another submit has just written, whose key would then map to a
+//! second task; in a local folder, a deleted generation *n* can be created again by a swapper
+//! that read generation *n - 1*, which then believes its swap won beside the newer *n + 1*. So
+//! cleaning up is an operator's job, with the producers of the queue stopped:
+//!
+//! - delete every record whose `expires_at` has passed (in a folder: the record's folder, whose
+//!   newest generation is past its `expires_at`);
+//! - in a folder, delete the generations of a record other than its newest (at most one per
+//!   first retry and one per expiry replacement: a key usually has one or two).
+//!
 //! # Why not on `Idempotency::operation`
 //!
-//! idem's programmatic API would make `submit` idempotent on any idem store, but its records are
-//! lease-based: a producer that died mid-submit blocks its key until the lease lapses, and the
-//! run that then takes over executes the closure again, with a new task id unless the closure
-//! derives it. This queue's record instead fixes the task id in phase 1, which makes phase 2
-//! (create the task, if absent) safe for *any* submit to finish at once, with no lease and no
-//! waiting; and its format is the documented JSON above, readable without idem. The queue
-//! reuses idem's key rules ([`IdempotencyKey`]) and its canonical
-//! JSON fingerprint for `input_hash`.
+//! idem's programmatic API would make `submit` idempotent on any idem store, and on
+//! [`idem_runtime::store::BucketStore`] a retry of a finished submit would cost one GET, as
+//! here. It falls short of this design on the rest:
+//!
+//! - **Cost.** A fresh submit is a claim (GET, then PUT create), the closure's task PUT, and a
+//!   completion (GET, then PUT `If-Match`): 2 GETs and 3 PUTs, where this queue makes 2 PUTs.
+//!   Each process opening a `BucketStore` also probes it (PUT, PUT, DELETE), which the CLI, a
+//!   process per submit, would pay every time.
+//! - **A crash blocks the key.** Its records are leases: a producer that died mid-submit holds
+//!   its key until the lease lapses (30 s by default); every submit until then is refused as
+//!   in flight, or waits, where here the next submit repairs at once. Fifty concurrent submits
+//!   of one key likewise get 49 in-flight refusals (or wait), not the task id.
+//! - **The task id.** A takeover runs the closure again, which must then recreate the *same*
+//!   task: its id would have to be derived from the key, but the closure sees only the input,
+//!   not the record's generation, so an id derived from the key alone would be the same after
+//!   the record expires, and the key's new task would find the old one. This queue's record
+//!   fixes the task id in phase 1, per record, which makes phase 2 safe for any submit.
+//! - **Local folders and format.** `BucketStore` refuses `LocalFileSystem` (no conditional
+//!   update), the CLI's default store; and its records are binary, where this record is the
+//!   documented JSON, readable by producers in any language.
+//!
+//! The queue reuses idem's key rules ([`IdempotencyKey`]) and its canonical JSON fingerprint
+//! ([`Fingerprint::of_json`]) for `input_hash`.
 
 mod objects;
 mod open;
@@ -346,23 +398,25 @@ impl Queue {
 
     async fn submit_keyed(&self, keyed: &Keyed) -> Result<Submitted, QueueError> {
         let path = keyed.record_path();
-        // Read first: a retry (the case this exists for) then costs one GET.
-        let mut seen = self.read_record(&path).await?;
+        // No read first: a fresh submit is the record's create and the task's, two PUTs.
+        let record = self.new_record(keyed);
+        if self.objects.create(&path, encode(&record)).await?.is_some() {
+            return self.create_named_task(keyed, &record).await;
+        }
         for _ in 0..ATTEMPTS {
-            let Some((record, version)) = seen.take() else {
+            let Some((record, version)) = self.read_record(&path).await? else {
+                // The queue never deletes a record; an operator pruning one makes it absent.
                 let record = self.new_record(keyed);
-                if let Some(version) = self.objects.create(&path, encode(&record)).await? {
-                    return self.finish(keyed, &path, record, version).await;
+                if self.objects.create(&path, encode(&record)).await?.is_some() {
+                    return self.create_named_task(keyed, &record).await;
                 }
-                seen = self.read_record(&path).await?;
                 continue;
             };
             if record.expired(self.now()) {
                 let fresh = self.new_record(keyed);
-                if let Some(version) = self.objects.swap(&path, encode(&fresh), &version).await? {
-                    return self.finish(keyed, &path, fresh, version).await;
+                if (self.objects.swap(&path, encode(&fresh), &version).await?).is_some() {
+                    return self.create_named_task(keyed, &fresh).await;
                 }
-                seen = self.read_record(&path).await?;
                 continue;
             }
             if record.input_hash != keyed.input_hash || record.task_type != keyed.task_type {
@@ -375,7 +429,7 @@ impl Queue {
                     task_id: record.task_id,
                     created: false,
                 }),
-                Status::Creating => self.finish(keyed, &path, record, version).await,
+                Status::Creating => self.confirm(keyed, &path, record, version).await,
             };
         }
         Err(QueueError::Contended)
@@ -407,25 +461,53 @@ impl Queue {
         }
     }
 
-    /// Phase 2, for the record's creator or a repairer: create the task the record names (if
-    /// absent), then flip the record to `ready`. A flip that loses found the record already
-    /// changed (flipped by a concurrent repairer, or replaced after expiring): the task exists
-    /// either way.
-    async fn finish(
+    /// The task `record` names, built from this submit's input (the same input: the hashes
+    /// match), with the record's time so every writer of it writes the same object.
+    fn named_task(keyed: &Keyed, record: &Record) -> Result<Task, QueueError> {
+        check_task_id(&record.task_id)?;
+        Ok(Task {
+            task_id: record.task_id.clone(),
+            task_type: record.task_type.clone(),
+            input: keyed.input.clone(),
+            created_at: record.created_at.clone(),
+        })
+    }
+
+    /// Phase 2 for the writer of a record: create the task it names, if absent. The record
+    /// stays `creating`; the first retry confirms it.
+    async fn create_named_task(
+        &self,
+        keyed: &Keyed,
+        record: &Record,
+    ) -> Result<Submitted, QueueError> {
+        let task = Self::named_task(keyed, record)?;
+        let created = self.create_task(&task).await?;
+        Ok(Submitted {
+            task_id: task.task_id,
+            created,
+        })
+    }
+
+    /// A record in `creating`: its writer may have died before the task, or (the usual case)
+    /// succeeded without confirming. Ensure the task exists (a HEAD; create it if absent: the
+    /// repair), then flip the record to `ready` by compare-and-swap so later retries stop here
+    /// at the GET. Every repairer creates the *same* task object, if absent, so concurrent
+    /// repairs make one task. A lost flip is no error: the record changed since it was read,
+    /// which only a flip (by a concurrent confirmer, the task exists) or a replacement after
+    /// expiry does, and the task this submit answers exists either way, checked above.
+    async fn confirm(
         &self,
         keyed: &Keyed,
         path: &Path,
         record: Record,
         version: Version,
     ) -> Result<Submitted, QueueError> {
-        let task = Task {
-            task_id: record.task_id.clone(),
-            task_type: record.task_type.clone(),
-            input: keyed.input.clone(),
-            created_at: record.created_at.clone(),
+        let task = Self::named_task(keyed, &record)?;
+        let created = if self.objects.exists(&task_path(&task.task_id)).await? {
+            false
+        } else {
+            self.create_task(&task).await?
         };
-        check_task_id(&task.task_id)?;
-        let created = self.create_task(&task).await?;
         let ready = Record {
             status: Status::Ready,
             ..record

@@ -15,7 +15,8 @@
 //!   small file per change; reading one costs a LIST and a GET.
 //!
 //! A store in conditional mode that cannot update conditionally is refused with
-//! [`QueueError::Unsupported`], never written racily.
+//! [`QueueError::Unsupported`] at its first compare-and-swap (a key's first retry: a fresh
+//! submit only creates), never written racily.
 
 use std::sync::Arc;
 
@@ -66,6 +67,15 @@ impl Objects {
         match self.store.get(path).await {
             Ok(got) => Ok(Some(got.bytes().await.map_err(QueueError::Store)?)),
             Err(object_store::Error::NotFound { .. }) => Ok(None),
+            Err(error) => Err(QueueError::Store(error)),
+        }
+    }
+
+    /// Whether an immutable object (a task) exists: a HEAD, S3's cheaper class of request.
+    pub(crate) async fn exists(&self, path: &Path) -> Result<bool, QueueError> {
+        match self.store.head(path).await {
+            Ok(_) => Ok(true),
+            Err(object_store::Error::NotFound { .. }) => Ok(false),
             Err(error) => Err(QueueError::Store(error)),
         }
     }

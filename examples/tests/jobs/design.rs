@@ -85,6 +85,12 @@ async fn a_retry_gets_the_same_task(backend: Backend) {
         .await
         .unwrap();
     assert!(first.created);
+    let unconfirmed = record(&h, "welcome-ada").await;
+    assert_eq!(
+        (unconfirmed.status, &unconfirmed.task_id),
+        (Status::Creating, &first.task_id),
+        "a fresh submit does not flip its record: the first retry does"
+    );
     // Key order and whitespace do not matter: the input hash is over canonical JSON.
     let retry = submit(&h, "welcome-ada", json!({"n": 1, "to": "ada"}))
         .await
@@ -273,9 +279,17 @@ async fn scopes_separate_keys(backend: Backend) {
     h.finish();
 }
 
+/// The requests of each kind of submit, exactly: the cost the module documents.
 async fn requests_made_by_a_submit_and_its_retry(backend: Backend) {
     let Some(h) = Harness::new(backend).await else {
         return;
+    };
+    let requests = |key: &'static str| {
+        let h = &h;
+        async move {
+            submit(h, key, json!({})).await.unwrap();
+            h.recorder.take()
+        }
     };
     h.queue.submit("email", &json!({})).await.unwrap();
     assert_eq!(
@@ -283,57 +297,90 @@ async fn requests_made_by_a_submit_and_its_retry(backend: Backend) {
         ["PUT create tasks"],
         "without a key: one PUT"
     );
-    submit(&h, "k", json!({})).await.unwrap();
-    let fresh = h.recorder.take();
-    let retry_requests = {
-        submit(&h, "k", json!({})).await.unwrap();
-        h.recorder.take()
+    let fresh = requests("k").await;
+    let first_retry = requests("k").await;
+    let later_retry = requests("k").await;
+    // A record (generation) and its task, no read, no flip: one PUT more than without a key.
+    assert_eq!(fresh, ["PUT create idempotency", "PUT create tasks"]);
+    let read: &[&str] = match backend {
+        // The newest generation: a LIST, then a GET.
+        Backend::Folder => &["LIST idempotency", "GET idempotency"],
+        _ => &["GET idempotency"],
     };
-    match backend {
-        Backend::Folder => {
-            assert_eq!(
-                fresh,
-                [
-                    "LIST idempotency",
-                    "PUT create idempotency",
-                    "PUT create tasks",
-                    "PUT create idempotency"
-                ],
-                "no generation yet; generation 1 (creating), task, generation 2 (ready)"
-            );
-            assert_eq!(retry_requests, ["LIST idempotency", "GET idempotency"]);
-        }
-        _ => {
-            assert_eq!(
-                fresh,
-                [
-                    "GET idempotency",
-                    "PUT create idempotency",
-                    "PUT create tasks",
-                    "PUT update idempotency"
-                ],
-                "no record yet; record (If-None-Match), task, flip to ready (If-Match)"
-            );
-            assert_eq!(retry_requests, ["GET idempotency"], "a retry is one GET");
-        }
-    }
+    // A compare-and-swap of the record (the flip to ready, the replacement of an expired one):
+    // `If-Match` on a conditional store, the next generation's create in a folder.
+    let swap = match backend {
+        Backend::Folder => "PUT create idempotency",
+        _ => "PUT update idempotency",
+    };
+    let lost_create = "PUT create idempotency";
+    let expected = |middle: &[&str], tail: &[&str]| -> Vec<String> {
+        std::iter::once(lost_create)
+            .chain(read.iter().copied())
+            .chain(middle.iter().copied())
+            .chain(tail.iter().copied())
+            .map(str::to_owned)
+            .collect()
+    };
+    assert_eq!(
+        first_retry,
+        expected(&["HEAD tasks"], &[swap]),
+        "the first retry confirms the task exists and flips the record to ready"
+    );
+    assert_eq!(
+        later_retry,
+        expected(&[], &[]),
+        "a later retry: the failed create and the read, one GET more than without a key"
+    );
+
+    h.recorder.crash_before_next_task();
+    submit(&h, "crashed", json!({})).await.unwrap_err();
+    h.recorder.take();
+    submit(&h, "crashed", json!({})).await.unwrap();
+    assert_eq!(
+        h.recorder.take(),
+        expected(&["HEAD tasks", "PUT create tasks"], &[swap]),
+        "a repair creates the missing task, then flips"
+    );
+
+    let ttl = Duration::from_secs(60);
+    let expiring = || {
+        h.queue
+            .submit("email", &json!({}))
+            .idempotency_key("expiring")
+            .idempotency_ttl(ttl)
+    };
+    expiring().await.unwrap();
+    h.clock.advance(ttl);
+    h.recorder.take();
+    expiring().await.unwrap();
+    assert_eq!(
+        h.recorder.take(),
+        expected(&[swap, "PUT create tasks"], &[]),
+        "an expired record is replaced by compare-and-swap, then its new task created"
+    );
     h.finish();
 }
 
-/// A store that cannot compare-and-swap is refused by name, not written racily.
+/// A store that cannot compare-and-swap is refused by name at the first compare-and-swap (a
+/// fresh submit needs none: it only creates), never written racily.
 #[tokio::test]
 async fn conditional_mode_on_a_store_without_updates_is_refused() {
     let folder = std::env::temp_dir().join(format!("idem-jobs-refuse-{}", std::process::id()));
     std::fs::create_dir_all(&folder).unwrap();
     let local = object_store::local::LocalFileSystem::new_with_prefix(&folder).unwrap();
     let queue = idem_examples::jobs::Queue::new(std::sync::Arc::new(local));
-    let refused = queue.submit("email", &json!({})).idempotency_key("k").await;
+    let submit = || queue.submit("email", &json!({})).idempotency_key("k");
+    let fresh = submit().await.unwrap();
+    assert!(fresh.created);
+    let refused = submit().await;
     match refused {
         Err(error @ QueueError::Unsupported { .. }) => {
             assert!(error.to_string().contains("LocalFileSystem"), "{error}");
         }
         other => panic!("expected Unsupported, got {other:?}"),
     }
+    assert_eq!(std::fs::read_dir(folder.join("tasks")).unwrap().count(), 1);
     let _ = std::fs::remove_dir_all(folder);
 }
 

@@ -147,8 +147,9 @@ async fn create_bucket(endpoint: &str, bucket: &str) {
     );
 }
 
-/// Forwards to a store, logging each request (`PUT create tasks`, `GET idempotency`...) and
-/// failing the first task PUT when told to: a producer that died between its record and its task.
+/// Forwards to a store, logging each request (`PUT create tasks`, `GET idempotency`, `HEAD
+/// tasks`...) and failing the first task PUT when told to: a producer that died between its
+/// record and its task.
 pub(crate) struct Recorder {
     inner: Arc<dyn ObjectStore>,
     log: Mutex<Vec<String>>,
@@ -236,7 +237,8 @@ impl ObjectStore for Recorder {
         location: &Path,
         options: GetOptions,
     ) -> object_store::Result<GetResult> {
-        self.note(format!("GET {}", area(location)));
+        let verb = if options.head { "HEAD" } else { "GET" };
+        self.note(format!("{verb} {}", area(location)));
         self.inner.get_opts(location, options).await
     }
 
