@@ -12,6 +12,7 @@
 //!   conditional PUT is atomic, so they run on `InMemory` and the local folder (hard links);
 //!   moto checks its preconditions then writes without a lock, so a race there could make two
 //!   tasks, which would prove nothing about S3.
+//! - [`prune`]: what a prune (producers stopped) deletes and keeps, on every backend.
 //! - [`cli`]: the command line as documented: JSON line, exit statuses, `get`, `JOBS_STORE`
 //!   on a folder and on S3.
 //!
@@ -23,6 +24,8 @@
 mod cli;
 #[path = "jobs/design.rs"]
 mod design;
+#[path = "jobs/prune.rs"]
+mod prune;
 #[path = "jobs/races.rs"]
 mod races;
 #[path = "jobs/support.rs"]

@@ -15,6 +15,9 @@
 //! # Read a task back.
 //! cargo run -p idem-examples --bin jobs -- get 6f1c...
 //!
+//! # With the producers stopped: delete expired records and superseded generations.
+//! cargo run -p idem-examples --bin jobs -- prune
+//!
 //! # On S3 (or a local S3 server):
 //! JOBS_STORE=s3://my-bucket/queue AWS_ENDPOINT_URL=http://127.0.0.1:5000 AWS_ALLOW_HTTP=true \
 //!   cargo run -p idem-examples --bin jobs -- submit --type email --input '{}' --key k1
@@ -36,6 +39,7 @@ const DEFAULT_STORE: &str = "./jobs-data";
 const USAGE: &str = "\
 usage: jobs submit --type TYPE --input JSON [--key KEY] [--scope task_type|queue|NAME] [--ttl 30d]
        jobs get TASK_ID
+       jobs prune     (with the producers stopped: deletes expired records)
 
   --type TYPE    the task type (1..=128 of A-Z a-z 0-9 . _ -)
   --input JSON   the task's input, a JSON document
@@ -58,6 +62,7 @@ enum Command {
     Get {
         task_id: String,
     },
+    Prune,
 }
 
 #[tokio::main(flavor = "current_thread")]
@@ -107,6 +112,10 @@ async fn main() -> ExitCode {
             }
             Err(error) => fail(&error),
         },
+        Command::Prune => match queue.prune().await {
+            Ok(pruned) => print_json(&pruned),
+            Err(error) => fail(&error),
+        },
     }
 }
 
@@ -141,6 +150,10 @@ fn parse(mut args: impl Iterator<Item = String>) -> Result<Command, String> {
             _ => Err("`get` takes one task id".into()),
         },
         Some("submit") => parse_submit(args),
+        Some("prune") => match args.next() {
+            None => Ok(Command::Prune),
+            Some(_) => Err("`prune` takes no arguments".into()),
+        },
         Some(other) => Err(format!("unknown command `{other}`")),
     }
 }
@@ -232,6 +245,8 @@ mod tests {
         );
         assert!(parse(args("submit --type a --input 1 --bogus x")).is_err());
         assert!(parse(args("get")).is_err());
+        assert_eq!(parse(args("prune")), Ok(Command::Prune));
+        assert!(parse(args("prune now")).is_err());
         assert!(parse(args("frobnicate")).is_err());
     }
 }

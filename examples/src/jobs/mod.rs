@@ -73,18 +73,19 @@
 //!
 //! # What stays in the store
 //!
-//! The queue deletes nothing: tasks are the consumers' to delete once done, and records stay
-//! after they expire (a submit of the key replaces one in place). Deleting a record while
-//! producers run is not safe on any backend: `object_store` has no conditional delete, so a
-//! delete can remove a record another submit has just written, whose key would then map to a
-//! second task; in a local folder, a deleted generation *n* can be created again by a swapper
-//! that read generation *n - 1*, which then believes its swap won beside the newer *n + 1*. So
-//! cleaning up is an operator's job, with the producers of the queue stopped:
+//! Submits delete nothing. Records stay after they expire (a submit of the key replaces one in
+//! place), and in a local folder each swap of a record adds a generation. [`Queue::prune`]
+//! (`jobs prune`) deletes expired records and, in a folder, the generations of a live record
+//! other than its first and its newest (a key keeps at most two files; the first must stay,
+//! its create is how a submit claims the key). Run it **with the producers stopped**:
+//! `object_store` has no conditional delete, so a delete racing a submit could remove a record
+//! the submit has just written, and the key would then map to a second task; this is why
+//! submits themselves never clean up.
 //!
-//! - delete every record whose `expires_at` has passed (in a folder: the record's folder, whose
-//!   newest generation is past its `expires_at`);
-//! - in a folder, delete the generations of a record other than its newest (at most one per
-//!   first retry and one per expiry replacement: a key usually has one or two).
+//! Tasks are the consumers'. Keep a task object until its key's record has expired (its
+//! `created_at` plus the TTL), or replace it with a marker of your own rather than delete it: a
+//! retry that finds the record still `creating` and no task object cannot tell a consumed task
+//! from one never created, and creates it again (the repair), so it would run twice.
 //!
 //! # Why not on `Idempotency::operation`
 //!
@@ -114,6 +115,7 @@
 
 mod objects;
 mod open;
+mod prune;
 mod record;
 
 use std::future::{Future, IntoFuture};
@@ -131,6 +133,7 @@ use sha2::{Digest, Sha256};
 
 pub use objects::Swap;
 use objects::{Objects, Version};
+pub use prune::Pruned;
 pub use record::{Record, Status, Task};
 
 /// How long a key maps to its task unless the submit says otherwise.

@@ -10,9 +10,10 @@
 //!   folder of immutable generations `0000000001.json`, `0000000002.json`, ..., each created with
 //!   `PutMode::Create` (a hard link on a local disk: atomic); the newest is the record. Swapping
 //!   generation `n` for a new value is creating generation `n + 1`: of two swappers that read
-//!   `n`, exactly one creates it, as with an ETag. Generations are never deleted (a deleted
+//!   `n`, exactly one creates it, as with an ETag. Submits never delete a generation (a deleted
 //!   first generation could be created again beside a live newer one), so a record costs one
-//!   small file per change; reading one costs a LIST and a GET.
+//!   small file per change until a prune ([`Queue::prune`](super::Queue::prune)); reading one
+//!   costs a LIST and a GET.
 //!
 //! A store in conditional mode that cannot update conditionally is refused with
 //! [`QueueError::Unsupported`] at its first compare-and-swap (a key's first retry: a fresh
@@ -22,7 +23,9 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use object_store::path::Path;
-use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload, UpdateVersion};
+use object_store::{
+    ListResult, ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload, UpdateVersion,
+};
 
 use super::QueueError;
 
@@ -112,24 +115,103 @@ impl Objects {
                 Err(error) => Err(QueueError::Store(error)),
             },
             Swap::Generations => {
-                let folder = generations(path);
-                let listed = self
-                    .store
-                    .list_with_delimiter(Some(&folder))
-                    .await
-                    .map_err(QueueError::Store)?;
-                let newest = listed
-                    .objects
-                    .iter()
-                    .filter_map(|meta| generation_of(meta.location.filename()?))
-                    .max();
-                let Some(n) = newest else { return Ok(None) };
-                // Generations are never deleted: the one listed is there to read.
+                let Some(n) = self.generation_numbers(path).await?.pop() else {
+                    return Ok(None);
+                };
+                // Generations are deleted only by a prune, with producers stopped: the one
+                // listed is there to read.
                 let bytes = self.get(&generation(path, n)).await?.ok_or_else(|| {
                     QueueError::Corrupt(format!("generation {n} of {path} vanished"))
                 })?;
                 Ok(Some((bytes, Version::Generation(n))))
             }
+        }
+    }
+
+    /// A record's generations, oldest first.
+    async fn generation_numbers(&self, path: &Path) -> Result<Vec<u64>, QueueError> {
+        let listed = self.list(&generations(path)).await?;
+        let mut numbers: Vec<_> = listed
+            .objects
+            .iter()
+            .filter_map(|meta| generation_of(meta.location.filename()?))
+            .collect();
+        numbers.sort_unstable();
+        Ok(numbers)
+    }
+
+    async fn list(&self, prefix: &Path) -> Result<ListResult, QueueError> {
+        self.store
+            .list_with_delimiter(Some(prefix))
+            .await
+            .map_err(QueueError::Store)
+    }
+
+    /// Every record's path (`idempotency/{scope}/{key_hash}.json`), as [`Objects::read`] takes
+    /// it.
+    pub(crate) async fn records(&self) -> Result<Vec<Path>, QueueError> {
+        let mut records = Vec::new();
+        for scope in self.list(&Path::from("idempotency")).await?.common_prefixes {
+            let listed = self.list(&scope).await?;
+            match self.swap {
+                Swap::Conditional => records.extend(
+                    listed
+                        .objects
+                        .into_iter()
+                        .map(|meta| meta.location)
+                        .filter(|path| path.extension() == Some("json")),
+                ),
+                Swap::Generations => records.extend(
+                    listed
+                        .common_prefixes
+                        .iter()
+                        .map(|folder| Path::from(format!("{folder}.json"))),
+                ),
+            }
+        }
+        Ok(records)
+    }
+
+    /// Deletes the record at `path`: its object, or all its generations newest first, so a
+    /// delete interrupted half-way leaves an older generation as the record, which has expired
+    /// too (a generation is superseded by a flip, which keeps its expiry, or by a replacement
+    /// after it expired). The number of objects deleted.
+    pub(crate) async fn delete_record(&self, path: &Path) -> Result<u64, QueueError> {
+        match self.swap {
+            Swap::Conditional => self.delete(path).await,
+            Swap::Generations => {
+                let mut deleted = 0;
+                for n in self.generation_numbers(path).await?.into_iter().rev() {
+                    deleted += self.delete(&generation(path, n)).await?;
+                }
+                Ok(deleted)
+            }
+        }
+    }
+
+    /// Deletes the generations of a record between its first and its newest: nothing reads
+    /// them once no producer holds their version. The first stays, since creating it is how a
+    /// submit claims a key: were it deleted, a submit would create it again beside the live
+    /// newest and take the key for a second task. The number deleted.
+    pub(crate) async fn delete_superseded(&self, path: &Path) -> Result<u64, QueueError> {
+        if self.swap == Swap::Conditional {
+            return Ok(0);
+        }
+        let numbers = self.generation_numbers(path).await?;
+        let mut deleted = 0;
+        if let [_first, middle @ .., _newest] = numbers.as_slice() {
+            for &n in middle {
+                deleted += self.delete(&generation(path, n)).await?;
+            }
+        }
+        Ok(deleted)
+    }
+
+    async fn delete(&self, path: &Path) -> Result<u64, QueueError> {
+        match self.store.delete(path).await {
+            Ok(()) => Ok(1),
+            Err(object_store::Error::NotFound { .. }) => Ok(0),
+            Err(error) => Err(QueueError::Store(error)),
         }
     }
 

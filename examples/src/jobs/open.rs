@@ -43,6 +43,9 @@ pub fn open(location: &str) -> Result<Queue, QueueError> {
         return Err(fail("empty path".into()));
     }
     std::fs::create_dir_all(folder).map_err(|e| fail(e.to_string()))?;
-    let local = LocalFileSystem::new_with_prefix(folder).map_err(|e| fail(e.to_string()))?;
+    // Deletes happen only in a prune; emptied record folders go with their last generation.
+    let local = LocalFileSystem::new_with_prefix(folder)
+        .map_err(|e| fail(e.to_string()))?
+        .with_automatic_cleanup(true);
     Ok(Queue::with_swap(Arc::new(local), Swap::Generations))
 }

@@ -75,6 +75,12 @@ fn session(store: &str, env: &[(&str, &str)]) {
         &["submit", "--type", "email", "--input", "{}"],
     ));
     assert_ne!(a["task_id"], b["task_id"]);
+
+    // Nothing has expired: a prune deletes no record, and the key still maps to its task.
+    let pruned = stdout_json(&jobs(store, env, &["prune"]));
+    assert_eq!(pruned["records"], 0);
+    let after = stdout_json(&submit(r#"{"to": "ada@example.com"}"#));
+    assert_eq!(after["task_id"], first["task_id"]);
 }
 
 #[test]

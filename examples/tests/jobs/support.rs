@@ -72,7 +72,10 @@ impl Harness {
             Backend::Folder => {
                 let folder = std::env::temp_dir().join(unique("idem-jobs"));
                 std::fs::create_dir_all(&folder).unwrap();
-                let local = object_store::local::LocalFileSystem::new_with_prefix(&folder).unwrap();
+                // As `jobs::open` makes it: a prune's deletes take emptied folders with them.
+                let local = object_store::local::LocalFileSystem::new_with_prefix(&folder)
+                    .unwrap()
+                    .with_automatic_cleanup(true);
                 (Arc::new(local), Swap::Generations, Some(folder))
             }
             Backend::S3 => {
