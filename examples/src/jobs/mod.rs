@@ -90,8 +90,8 @@
 //! # Why not on `Idempotency::operation`
 //!
 //! idem's programmatic API would make `submit` idempotent on any idem store, and on
-//! [`idem_runtime::store::BucketStore`] a retry of a finished submit would cost one GET, as
-//! here. It falls short of this design on the rest:
+//! `idem_runtime::store::BucketStore` (feature `object-store`) a retry of a finished submit
+//! would cost one GET, as here. It falls short of this design on the rest:
 //!
 //! - **Cost.** A fresh submit is a claim (GET, then PUT create), the closure's task PUT, and a
 //!   completion (GET, then PUT `If-Match`): 2 GETs and 3 PUTs, where this queue makes 2 PUTs.
