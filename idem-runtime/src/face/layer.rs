@@ -333,7 +333,9 @@ impl IdempotencyLayer {
             .chain(config.routes.keys())
             .find(|pattern| pattern.replace("{*", "{") == template)
             .map_or(template, String::as_str);
-        config.settings(method, pattern).map(|settings| settings.key)
+        config
+            .settings(method, pattern)
+            .map(|settings| settings.key)
     }
 }
 

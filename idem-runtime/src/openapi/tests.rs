@@ -62,7 +62,10 @@ fn key_parameter(doc: &Value, method: &str, path: &str) -> Option<String> {
         .filter_map(|p| p["$ref"].as_str())
         .filter_map(|r| r.strip_prefix("#/components/parameters/"))
         .collect();
-    assert!(keys.len() <= 1, "{method} {path}: one key parameter: {keys:?}");
+    assert!(
+        keys.len() <= 1,
+        "{method} {path}: one key parameter: {keys:?}"
+    );
     keys.first().map(|k| (*k).to_owned())
 }
 
@@ -127,7 +130,10 @@ fn a_layer_over_every_route_covers_every_path() {
     let documented = IdempotencyDoc::for_header(idempotency.header_name())
         .layer(&idempotency.layer())
         .apply(&mut doc);
-    assert_eq!(documented, 6, "POST, PUT and PATCH anywhere; GET and DELETE not");
+    assert_eq!(
+        documented, 6,
+        "POST, PUT and PATCH anywhere; GET and DELETE not"
+    );
     let json = serde_json::to_value(&doc).unwrap();
     assert!(key_parameter(&json, "post", "/healthz").is_some());
     assert!(key_parameter(&json, "delete", "/api/dwellers/{id}").is_none());
@@ -165,9 +171,17 @@ fn key_modes_methods_overrides_and_skips_are_the_layers() {
     let optional = Some(KEY_PARAMETER.to_owned());
     assert_eq!(key("post", "/api/dwellers/{id}/act"), required);
     assert_eq!(key("delete", "/api/dwellers/{id}/act"), required);
-    assert_eq!(key("put", "/api/dwellers/{id}/act"), None, "not a method of the layer's");
+    assert_eq!(
+        key("put", "/api/dwellers/{id}/act"),
+        None,
+        "not a method of the layer's"
+    );
     assert_eq!(key("post", "/api/dwellers/{id}"), None, "skipped");
-    assert_eq!(key("post", "/api/stories"), optional, "the route's override");
+    assert_eq!(
+        key("post", "/api/stories"),
+        optional,
+        "the route's override"
+    );
     assert_eq!(key("delete", "/api/stories"), optional);
     let required = &json["components"]["parameters"][KEY_REQUIRED_PARAMETER];
     assert_eq!(required["name"], "X-Idempotency-Key");
@@ -247,10 +261,20 @@ fn components_are_described_once_and_referenced() {
 fn selectors_come_first_then_layers_then_handlers() {
     let idempotency = engine("idempotency-key");
     let layer = idempotency.layer().skip("/plain");
-    let mut doc = document(&[("post", "/selected"), ("post", "/layered"), ("post", "/plain")]);
+    let mut doc = document(&[
+        ("post", "/selected"),
+        ("post", "/layered"),
+        ("post", "/plain"),
+    ]);
     for (path, id) in [("/selected", "s"), ("/layered", "l"), ("/plain", "p")] {
-        doc.paths.paths.get_mut(path).unwrap().post.as_mut().unwrap().operation_id =
-            Some(id.to_owned());
+        doc.paths
+            .paths
+            .get_mut(path)
+            .unwrap()
+            .post
+            .as_mut()
+            .unwrap()
+            .operation_id = Some(id.to_owned());
     }
     let mut idem = IdempotencyDoc::for_header(idempotency.header_name())
         .operations(KeyMode::Required, |path, _| path == "/selected")
@@ -276,8 +300,10 @@ fn selectors_come_first_then_layers_then_handlers() {
 }
 
 #[test]
-#[should_panic(expected = "the layer's engine reads keys from `X-Idempotency-Key`, this document \
-                           from `Idempotency-Key`")]
+#[should_panic(
+    expected = "the layer's engine reads keys from `X-Idempotency-Key`, this document \
+                           from `Idempotency-Key`"
+)]
 fn a_layer_on_another_header_is_refused() {
     let layer = engine("x-idempotency-key").layer();
     let other = engine("idempotency-key");

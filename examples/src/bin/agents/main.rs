@@ -73,6 +73,7 @@ mod auth;
 mod config;
 mod db;
 mod error;
+mod openapi;
 mod routes;
 
 use config::Config;
