@@ -316,3 +316,21 @@ fn a_prefix_must_be_a_path() {
     let idempotency = engine("idempotency-key");
     let _ = IdempotencyDoc::new(&idempotency).nested_layer("api", &idempotency.layer());
 }
+
+#[test]
+fn utoipas_merge_drops_the_parameters_so_the_served_document_is_the_one_to_complete() {
+    let idempotency = engine("idempotency-key");
+    let doc = IdempotencyDoc::for_header(idempotency.header_name()).layer(&idempotency.layer());
+    let mut nested = document(&[("post", "/stories")]);
+    doc.apply(&mut nested);
+    let served = document(&[]).nest("/api", nested);
+    let json = serde_json::to_value(&served).unwrap();
+    assert_eq!(
+        key_parameter(&json, "post", "/api/stories").as_deref(),
+        Some(KEY_PARAMETER)
+    );
+    assert!(
+        json["components"]["parameters"].is_null(),
+        "the reference dangles: utoipa's merge left the parameters behind"
+    );
+}
