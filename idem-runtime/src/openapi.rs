@@ -108,6 +108,7 @@
 //! payload_too_large` is axum's body limit, which applies with or without idempotency.
 //!
 //! [utoipa]: https://docs.rs/utoipa
+//! [`IdempotencyLayer`]: crate::IdempotencyLayer
 //! [`Idempotency::endpoints`]: crate::Idempotency::endpoints
 
 use std::borrow::Cow;
