@@ -324,18 +324,16 @@ impl IdempotencyLayer {
 
     /// The key mode of `method` on the route documented as `template` (OpenAPI's path
     /// template, `/files/{rest}` for axum's `/files/{*rest}`), or `None` when the layer leaves
-    /// that operation alone: a method it does not cover, or a skipped route.
+    /// that operation alone: a method it does not cover, or a skipped route. Overrides and
+    /// skips are found by their pattern as written, whose wildcard differs from the template's.
     pub(crate) fn documented_key(&self, method: &Method, template: &str) -> Option<KeyMode> {
-        let config = &self.config;
-        // The pattern as written in `route` or `skip`, which may differ from the template in
-        // its wildcard.
-        let pattern = (config.skipped.iter())
-            .chain(config.routes.keys())
+        let Config {
+            skipped, routes, ..
+        } = &*self.config;
+        let pattern = (skipped.iter().chain(routes.keys()))
             .find(|pattern| pattern.replace("{*", "{") == template)
             .map_or(template, String::as_str);
-        config
-            .settings(method, pattern)
-            .map(|settings| settings.key)
+        Some(self.config.settings(method, pattern)?.key)
     }
 }
 
