@@ -48,8 +48,8 @@
 //! - **Routes behind an [`IdempotencyLayer`]**: those [`IdempotencyDoc::layer`] (a layer over
 //!   every route) or [`IdempotencyDoc::nested_layer`] (a layer on a router nested under a path)
 //!   reads from the layer itself: the methods it covers, its key mode and each route's
-//!   override, less the routes it skips. A route's override and skip are matched against the
-//!   document's path templates (`/api/dwellers/{id}`, axum's pattern too).
+//!   override, less the routes it skips. The patterns of overrides and skips are matched
+//!   against the document's path templates (axum's `/files/{*path}` is `/files/{path}`).
 //! - **Other routes** you make idempotent: those [`IdempotencyDoc::operations`] selects by path
 //!   template and method.
 //!
@@ -57,6 +57,8 @@
 //! Where more than one applies, the first selector that matches decides, then the layers in
 //! the order given (give the outermost first), then the `#[idempotent]` handlers: a handler
 //! under a layer that covers its route runs as a plain handler, with the layer's settings.
+//! Two `#[idempotent]` functions with the same name in different modules share one operation
+//! id; the header is then documented as required only if both require it.
 //!
 //! ```
 //! use axum::routing::{get, post};
@@ -88,12 +90,11 @@
 //! let app: axum::Router = app.route("/openapi.json", get(move || async move { axum::Json(doc) }));
 //! # Ok(()) }
 //! ```
-//! Two `#[idempotent]` functions with the same name in different modules share one operation
-//! id; the header is then documented as required only if both require it.
 //!
 //! # What an operation gains
 //! - The parameter `#/components/parameters/IdempotencyKey` (optional) or
-//!   `IdempotencyKeyRequired` (`key = "required"`), named after the engine's
+//!   `IdempotencyKeyRequired` (`key = "required"`, or the layer's `KeyMode::Required`), named
+//!   after the engine's
 //!   [header](crate::Builder::header_name), replacing any header parameter of that name.
 //! - Responses `400` `IdempotencyKeyInvalid`, `409` `IdempotencyInProgress`, `422`
 //!   `IdempotencyKeyReused`, `503` `IdempotencyStoreUnavailable`, whose bodies are the
@@ -220,7 +221,8 @@ impl IdempotencyDoc {
     }
 
     /// Documents no `#[idempotent]` endpoint, only what [`operations`](Self::operations)
-    /// selects, with keys read from `header` (written `Idempotency-Key` in the document).
+    /// selects and the [layers](Self::layer) cover, with keys read from `header` (written
+    /// `Idempotency-Key` in the document).
     pub fn for_header(header: &HeaderName) -> Self {
         Self {
             header: title_case(header.as_str()),
