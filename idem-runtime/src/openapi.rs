@@ -94,8 +94,8 @@
 //! # What an operation gains
 //! - The parameter `#/components/parameters/IdempotencyKey` (optional) or
 //!   `IdempotencyKeyRequired` (`key = "required"`, or the layer's `KeyMode::Required`), named
-//!   after the engine's
-//!   [header](crate::Builder::header_name), replacing any header parameter of that name.
+//!   after the engine's [header](crate::Builder::header_name), replacing any header parameter
+//!   of that name.
 //! - Responses `400` `IdempotencyKeyInvalid`, `409` `IdempotencyInProgress`, `422`
 //!   `IdempotencyKeyReused`, `503` `IdempotencyStoreUnavailable`, whose bodies are the
 //!   [`Problem`] schema. Where the operation already documents that status, its own response is
