@@ -1,17 +1,18 @@
-# Sourced by the contract and SDK scripts: runs the payments example (built in $TARGET/debug)
-# on a free loopback port, logging to $RUN/server.log, and stops it. Sets SERVER_PID and ADDR.
+# Sourced by the contract and SDK scripts: runs an example's server (payments, or agents; built
+# in $TARGET/debug) on a free loopback port, logging to $RUN/server.log, and stops it. Sets
+# SERVER_PID and ADDR.
 
 SERVER_PID=
 
-# start_payments WHO [NAME=VALUE...]: starts the server with the given environment and waits
-# (bounded) until it says where it listens.
-start_payments() {
-  local who=$1
-  shift
+# start_example BIN WHO [NAME=VALUE...]: starts the example BIN with the given environment and
+# waits (bounded) until it says where it listens.
+start_example() {
+  local bin=$1 who=$2
+  shift 2
   # Emptied (or created) before the server opens it, so the wait reads only this run's lines.
   : >"$RUN/server.log"
-  env "$@" BIND=127.0.0.1:0 RUST_LOG=warn,payments=info NO_COLOR=1 \
-    "$TARGET/debug/payments" >"$RUN/server.log" 2>&1 &
+  env "$@" BIND=127.0.0.1:0 RUST_LOG="warn,$bin=info" NO_COLOR=1 \
+    "$TARGET/debug/$bin" >"$RUN/server.log" 2>&1 &
   SERVER_PID=$!
   ADDR=
   for _ in $(seq 1 300); do
@@ -24,7 +25,12 @@ start_payments() {
   return 1
 }
 
-# stop_payments: SIGTERM, then SIGKILL after 5 s.
+# start_payments WHO [NAME=VALUE...]: start_example for payments.
+start_payments() {
+  start_example payments "$@"
+}
+
+# stop_payments: stops the server started last; SIGTERM, then SIGKILL after 5 s.
 stop_payments() {
   if [[ -n "$SERVER_PID" ]] && kill -0 "$SERVER_PID" 2>/dev/null; then
     kill -TERM "$SERVER_PID" 2>/dev/null || true

@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{Call, PgDatabase, Server, ServerBuilder};
+use common::{Call, PgDatabase, Server, ServerBuilder, resolve};
 use serde_json::{Value, json};
 use tokio::task::JoinSet;
 
@@ -271,4 +271,74 @@ async fn concurrent_duplicates_act_once_on_postgres() {
         .env("DATABASE_URL", &database.url)
         .start();
     concurrent_actions_write_once_with_consistent_seqs(&server).await;
+}
+
+#[tokio::test]
+async fn the_openapi_document_gives_the_layers_routes_its_key_and_answers() {
+    let server = agents().start();
+    let response = server.get("/openapi.json").send().await;
+    assert_eq!(response.status, 200, "no token needed");
+    assert_eq!(response.header("content-type"), Some("application/json"));
+    let doc = response.json();
+    let header_parameters = |path: &str, method: &str| -> Vec<Value> {
+        let operation = &doc["paths"][path][method];
+        assert!(operation.is_object(), "{method} {path} is documented");
+        let parameters = operation["parameters"].as_array().cloned();
+        (parameters.unwrap_or_default().iter())
+            .map(|p| resolve(&doc, p).clone())
+            .filter(|p| p["in"] == "header")
+            .collect()
+    };
+
+    // Behind the layer: every POST under /api.
+    for path in [
+        "/api/dwellers/{id}/act",
+        "/api/dwellers/{id}/heartbeat",
+        "/api/stories",
+    ] {
+        let key = header_parameters(path, "post");
+        assert_eq!(key.len(), 1, "POST {path}: {key:?}");
+        assert_eq!(key[0]["name"], "X-Idempotency-Key", "POST {path}");
+        assert_eq!(
+            key[0]["required"], false,
+            "POST {path}: the key is optional"
+        );
+        let responses = &doc["paths"][path]["post"]["responses"];
+        for status in ["400", "409", "422", "503"] {
+            let answer = resolve(&doc, &responses[status]);
+            assert_eq!(
+                answer["content"]["application/problem+json"]["schema"]["$ref"],
+                "#/components/schemas/Problem",
+                "POST {path} {status}"
+            );
+        }
+        let in_progress = resolve(&doc, &responses["409"]);
+        assert!(in_progress["headers"]["Retry-After"].is_object());
+        assert!(
+            (in_progress["description"].as_str().unwrap()).contains("idempotency_key_in_progress")
+        );
+    }
+    // Reads and the health check: no key, no engine answers.
+    for (path, method) in [
+        ("/api/dwellers/{id}", "get"),
+        ("/api/stories", "get"),
+        ("/healthz", "get"),
+    ] {
+        assert!(
+            header_parameters(path, method).is_empty(),
+            "{method} {path}"
+        );
+        let responses = &doc["paths"][path][method]["responses"];
+        for status in ["409", "422"] {
+            assert!(responses[status].is_null(), "{method} {path} {status}");
+        }
+    }
+    // Described once, referenced from each operation.
+    let parameters = doc["components"]["parameters"].as_object().unwrap();
+    assert_eq!(parameters["IdempotencyKey"]["name"], "X-Idempotency-Key");
+    let act = &doc["paths"]["/api/dwellers/{id}/act"]["post"];
+    assert_eq!(
+        act["responses"]["422"]["$ref"],
+        "#/components/responses/IdempotencyKeyReused"
+    );
 }

@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::Server;
+use common::{Server, resolve};
 use serde_json::{Value, json};
 
 const IDEMPOTENT: [(&str, &str, bool); 4] = [
@@ -13,15 +13,6 @@ const IDEMPOTENT: [(&str, &str, bool); 4] = [
     ("/v1/charges/{id}/refunds", "post", false),
     ("/v1/payouts", "post", true),
 ];
-
-fn resolve<'a>(doc: &'a Value, value: &'a Value) -> &'a Value {
-    match value["$ref"].as_str() {
-        Some(reference) => doc
-            .pointer(reference.trim_start_matches('#'))
-            .unwrap_or_else(|| panic!("{reference} does not resolve")),
-        None => value,
-    }
-}
 
 #[tokio::test]
 async fn every_idempotent_route_documents_the_key_and_the_engine_answers() {

@@ -45,17 +45,57 @@
 //!   an operation you renamed with [`IdempotencyDoc::operations`]. Put `#[utoipa::path]`
 //!   **above** `#[idempotent]`: below it, the attribute would land on the function hidden inside
 //!   the expansion, and `#[idempotent]` refuses that with a compile error saying so.
-//! - **Other routes** you make idempotent (behind a layer, say): those [`IdempotencyDoc::operations`]
-//!   selects by path template and method.
+//! - **Routes behind an [`IdempotencyLayer`]**: those [`IdempotencyDoc::layer`] (a layer over
+//!   every route) or [`IdempotencyDoc::nested_layer`] (a layer on a router nested under a path)
+//!   reads from the layer itself: the methods it covers, its key mode and each route's
+//!   override, less the routes it skips. The patterns of overrides and skips are matched
+//!   against the document's path templates (axum's `/files/{*path}` is `/files/{path}`).
+//! - **Other routes** you make idempotent: those [`IdempotencyDoc::operations`] selects by path
+//!   template and method.
 //!
 //! `GET`, `HEAD` and `OPTIONS` operations are never selected: the engine does not touch them.
+//! Where more than one applies, the first selector that matches decides, then the layers in
+//! the order given (give the outermost first), then the `#[idempotent]` handlers: a handler
+//! under a layer that covers its route runs as a plain handler, with the layer's settings.
 //! Two `#[idempotent]` functions with the same name in different modules share one operation
 //! id; the header is then documented as required only if both require it.
 //!
+//! ```
+//! use axum::routing::{get, post};
+//! use idem_runtime::{Idempotency, openapi::IdempotencyDoc, store::MemoryStore};
+//! use utoipa::Modify;
+//! use utoipa_axum::{router::OpenApiRouter, routes};
+//!
+//! #[utoipa::path(post, path = "/stories", responses((status = 201)))]
+//! async fn create_story() {}
+//!
+//! #[utoipa::path(get, path = "/stories", responses((status = 200)))]
+//! async fn list_stories() {}
+//!
+//! # fn main() -> Result<(), idem_runtime::BuildError> {
+//! let idempotency = Idempotency::builder().store(MemoryStore::new()).build()?;
+//! let layer = idempotency.layer();
+//! let api = OpenApiRouter::new()
+//!     .routes(routes!(create_story, list_stories))
+//!     .layer(layer.clone());
+//! let (app, mut doc) = OpenApiRouter::new().nest("/api", api).split_for_parts();
+//! // On the document you serve, after every `nest` and `merge`: utoipa's merge keeps
+//! // `components.schemas` and `responses` but not the `parameters` and `headers` this adds.
+//! IdempotencyDoc::new(&idempotency).nested_layer("/api", &layer).modify(&mut doc);
+//!
+//! let json = serde_json::to_value(&doc).unwrap();
+//! let stories = &json["paths"]["/api/stories"];
+//! assert_eq!(stories["post"]["parameters"][0]["$ref"], "#/components/parameters/IdempotencyKey");
+//! assert!(stories["get"]["parameters"].is_null());
+//! let app: axum::Router = app.route("/openapi.json", get(move || async move { axum::Json(doc) }));
+//! # Ok(()) }
+//! ```
+//!
 //! # What an operation gains
 //! - The parameter `#/components/parameters/IdempotencyKey` (optional) or
-//!   `IdempotencyKeyRequired` (`key = "required"`), named after the engine's
-//!   [header](crate::Builder::header_name), replacing any header parameter of that name.
+//!   `IdempotencyKeyRequired` (`key = "required"`, or the layer's `KeyMode::Required`), named
+//!   after the engine's [header](crate::Builder::header_name), replacing any header parameter
+//!   of that name.
 //! - Responses `400` `IdempotencyKeyInvalid`, `409` `IdempotencyInProgress`, `422`
 //!   `IdempotencyKeyReused`, `503` `IdempotencyStoreUnavailable`, whose bodies are the
 //!   [`Problem`] schema. Where the operation already documents that status, its own response is
@@ -69,6 +109,7 @@
 //! payload_too_large` is axum's body limit, which applies with or without idempotency.
 //!
 //! [utoipa]: https://docs.rs/utoipa
+//! [`IdempotencyLayer`]: crate::IdempotencyLayer
 //! [`Idempotency::endpoints`]: crate::Idempotency::endpoints
 
 use std::borrow::Cow;
@@ -82,6 +123,10 @@ use utoipa::openapi::schema::{Components, Schema};
 use utoipa::openapi::{Content, OpenApi, Ref, RefOr, Response};
 
 use crate::{Idempotency, KeyMode};
+
+mod layer;
+#[cfg(test)]
+mod tests;
 
 /// The problem document schema: `#/components/schemas/Problem`.
 pub const PROBLEM_SCHEMA: &str = "Problem";
@@ -150,6 +195,8 @@ pub struct IdempotencyDoc {
     /// Function name of every `#[idempotent]` endpoint, with its key mode.
     handlers: BTreeMap<&'static str, KeyMode>,
     selectors: Vec<(KeyMode, Selector)>,
+    /// The layers whose routes are documented, in the order given.
+    layers: Vec<layer::LayerRoutes>,
 }
 
 impl fmt::Debug for IdempotencyDoc {
@@ -158,6 +205,7 @@ impl fmt::Debug for IdempotencyDoc {
             .field("header", &self.header)
             .field("handlers", &self.handlers)
             .field("selectors", &self.selectors.len())
+            .field("layers", &self.layers)
             .finish()
     }
 }
@@ -173,12 +221,14 @@ impl IdempotencyDoc {
     }
 
     /// Documents no `#[idempotent]` endpoint, only what [`operations`](Self::operations)
-    /// selects, with keys read from `header` (written `Idempotency-Key` in the document).
+    /// selects and the [layers](Self::layer) cover, with keys read from `header` (written
+    /// `Idempotency-Key` in the document).
     pub fn for_header(header: &HeaderName) -> Self {
         Self {
             header: title_case(header.as_str()),
             handlers: BTreeMap::new(),
             selectors: Vec::new(),
+            layers: Vec::new(),
         }
     }
 
@@ -198,7 +248,8 @@ impl IdempotencyDoc {
     /// `select(path, method)` is true: `path` is the document's path template
     /// (`/v1/charges/{id}`). For routes made idempotent other than by `#[idempotent]` (a layer,
     /// say), or an operation whose id is not its function's name. May be called more than once;
-    /// the first selector that matches decides, then the `#[idempotent]` handlers.
+    /// the first selector that matches decides, then the [layers](Self::layer), then the
+    /// `#[idempotent]` handlers.
     ///
     /// ```
     /// # use idem_runtime::{KeyMode, openapi::IdempotencyDoc};
@@ -251,6 +302,7 @@ impl IdempotencyDoc {
             .iter()
             .find(|(_, select)| select(path, method))
             .map(|(mode, _)| *mode)
+            .or_else(|| self.layers.iter().find_map(|layer| layer.key(path, method)))
             .or_else(|| {
                 let id = operation.operation_id.as_deref()?;
                 self.handlers.get(id).copied()
@@ -357,6 +409,13 @@ impl IdempotencyDoc {
                 .responses
                 .insert(answer.component.to_owned(), RefOr::T(response));
         }
+    }
+}
+
+/// utoipa's hook for post-processing a document: the same as [`IdempotencyDoc::apply`].
+impl utoipa::Modify for IdempotencyDoc {
+    fn modify(&self, openapi: &mut OpenApi) {
+        self.apply(openapi);
     }
 }
 
@@ -480,34 +539,5 @@ impl utoipa::PartialSchema for Problem {
 impl utoipa::ToSchema for Problem {
     fn name() -> Cow<'static, str> {
         Cow::Borrowed(PROBLEM_SCHEMA)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn every_fragment_is_valid_openapi() {
-        // `from_json` panics on a fragment utoipa cannot read: build every one.
-        let mut components = Components::new();
-        let header = HeaderName::from_static("idempotency-key");
-        IdempotencyDoc::for_header(&header).add_components(&mut components);
-        let json = serde_json::to_value(&components).unwrap();
-        assert_eq!(
-            json["parameters"]["IdempotencyKey"]["name"],
-            "Idempotency-Key"
-        );
-        assert_eq!(json["parameters"]["IdempotencyKey"]["required"], false);
-        assert_eq!(
-            json["parameters"]["IdempotencyKeyRequired"]["required"],
-            true
-        );
-        assert_eq!(json["schemas"]["Problem"]["required"][4], "code");
-        assert_eq!(
-            json["responses"]["IdempotencyInProgress"]["headers"]["Retry-After"]["$ref"],
-            "#/components/headers/RetryAfter"
-        );
-        assert!(json["responses"]["IdempotencyKeyReused"]["headers"].is_null());
     }
 }

@@ -340,6 +340,16 @@ pub(crate) fn counter(metrics: &str, handler: &str, outcome: &str) -> u64 {
         .sum()
 }
 
+/// `value`, or what its `$ref` points to in the OpenAPI document `doc`.
+pub(crate) fn resolve<'a>(doc: &'a Value, value: &'a Value) -> &'a Value {
+    match value["$ref"].as_str() {
+        Some(reference) => doc
+            .pointer(reference.trim_start_matches('#'))
+            .unwrap_or_else(|| panic!("{reference} does not resolve")),
+        None => value,
+    }
+}
+
 /// A charge request body.
 pub(crate) fn charge(amount: i64, source: &str) -> Value {
     serde_json::json!({ "amount": amount, "currency": "usd", "source": source })

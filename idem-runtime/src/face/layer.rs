@@ -314,6 +314,29 @@ impl IdempotencyLayer {
     }
 }
 
+/// What the OpenAPI document needs to know of a layer (feature `utoipa`).
+#[cfg(feature = "utoipa")]
+impl IdempotencyLayer {
+    /// The engine the layer runs on.
+    pub(crate) fn engine(&self) -> &Idempotency {
+        &self.engine
+    }
+
+    /// The key mode of `method` on the route documented as `template` (OpenAPI's path
+    /// template, `/files/{rest}` for axum's `/files/{*rest}`), or `None` when the layer leaves
+    /// that operation alone: a method it does not cover, or a skipped route. Overrides and
+    /// skips are found by their pattern as written, whose wildcard differs from the template's.
+    pub(crate) fn documented_key(&self, method: &Method, template: &str) -> Option<KeyMode> {
+        let Config {
+            skipped, routes, ..
+        } = &*self.config;
+        let pattern = (skipped.iter().chain(routes.keys()))
+            .find(|pattern| pattern.replace("{*", "{") == template)
+            .map_or(template, String::as_str);
+        Some(self.config.settings(method, pattern)?.key)
+    }
+}
+
 impl<S> Layer<S> for IdempotencyLayer {
     type Service = IdempotencyService<S>;
 
@@ -429,6 +452,16 @@ fn check_path(method: &str, path: &str) {
 }
 
 impl Config {
+    /// The settings of requests of `method` on the route whose pattern is `path`, or `None`
+    /// when the layer leaves them alone.
+    fn settings(&self, method: &Method, path: &str) -> Option<Settings> {
+        if !self.methods.contains(method) || self.skipped.contains(path) {
+            return None;
+        }
+        let route = self.routes.get(path);
+        Some(route.map_or(self.defaults, |route| route.over(self.defaults)))
+    }
+
     /// The operation a request runs as, or `None` when the layer leaves it alone.
     fn spec(&self, request: &Request) -> Option<Spec> {
         let method = request.method();
@@ -444,13 +477,7 @@ impl Config {
             return None;
         };
         let path = path.as_str();
-        if self.skipped.contains(path) {
-            return None;
-        }
-        let settings = self
-            .routes
-            .get(path)
-            .map_or(self.defaults, |route| route.over(self.defaults));
+        let settings = self.settings(method, path)?;
         Some(Spec {
             name: Cow::Owned(format!("{method} {path}")),
             scope: settings.scope,

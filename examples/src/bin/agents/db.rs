@@ -9,6 +9,7 @@ use idem_runtime::AnyTx;
 use serde::Serialize;
 use sqlx::postgres::{PgPool, PgPoolOptions};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions};
+use utoipa::ToSchema;
 
 /// `$body` once per backend of `$value` (an enum with `Sqlite` and `Postgres` variants), with
 /// `$c` bound to the variant's payload. The SQL is shared; each expansion is typed by its driver.
@@ -106,7 +107,7 @@ pub(crate) enum Db {
 }
 
 /// An action a dweller took.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
 pub(crate) struct Action {
     pub(crate) id: String,
     pub(crate) dweller: String,
@@ -116,7 +117,7 @@ pub(crate) struct Action {
 }
 
 /// A story, as listed.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
 pub(crate) struct Story {
     pub(crate) id: String,
     pub(crate) title: String,

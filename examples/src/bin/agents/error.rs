@@ -10,6 +10,9 @@ use axum::response::{IntoResponse, Response};
 use serde::de::DeserializeOwned;
 use serde_json::json;
 
+/// The media type of every error answer (RFC 9457).
+pub(crate) const PROBLEM: &str = "application/problem+json";
+
 /// An error answer; database details never reach the client.
 #[derive(Debug)]
 pub(crate) struct ApiError {
@@ -80,10 +83,7 @@ impl IntoResponse for ApiError {
         });
         let mut response = (
             self.status,
-            [(
-                header::CONTENT_TYPE,
-                HeaderValue::from_static("application/problem+json"),
-            )],
+            [(header::CONTENT_TYPE, HeaderValue::from_static(PROBLEM))],
             doc.to_string(),
         )
             .into_response();

@@ -55,6 +55,10 @@
 //!
 //! # No or another token: 401 problem+json.
 //! curl -i localhost:3001/api/stories
+//!
+//! # The OpenAPI document: each POST under /api takes the optional `X-Idempotency-Key` and may
+//! # get the engine's answers (400, 409, 422, 503); the reads and /healthz do not.
+//! curl -s localhost:3001/openapi.json
 //! ```
 
 use std::io::IsTerminal;
@@ -73,6 +77,7 @@ mod auth;
 mod config;
 mod db;
 mod error;
+mod openapi;
 mod routes;
 
 use config::Config;
