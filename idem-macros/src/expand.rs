@@ -13,6 +13,9 @@ mod handler;
 /// Parses, validates and expands. On error, the user's function is emitted unchanged beside the
 /// error, so one mistake in the attribute does not cascade into errors at every route using it.
 pub(crate) fn idempotent(args: TokenStream, item: TokenStream) -> TokenStream {
+    if let Some(reordered) = utoipa_path_above(&args, &item) {
+        return reordered;
+    }
     match try_expand(args, item.clone()) {
         Ok(tokens) => tokens,
         Err(error) => {
@@ -20,6 +23,25 @@ pub(crate) fn idempotent(args: TokenStream, item: TokenStream) -> TokenStream {
             quote!(#item #error)
         }
     }
+}
+
+/// `#[utoipa::path]` written below `#[idempotent]`: the function again, with `#[utoipa::path]`
+/// moved above `#[idempotent]`, which then expands again. Left where it was, `#[utoipa::path]`
+/// would document the function hidden inside the expansion, and its `__path_name` type would be
+/// out of reach of `paths(name)` and `routes!(name)`. Moved, utoipa reads the same function as
+/// when written above, so both orders give the same document.
+fn utoipa_path_above(args: &TokenStream, item: &TokenStream) -> Option<TokenStream> {
+    let mut function = syn::parse2::<syn::ItemFn>(item.clone()).ok()?;
+    let at = function.attrs.iter().position(|attr| {
+        let segments = &attr.path().segments;
+        segments.len() == 2 && segments[0].ident == "utoipa" && segments[1].ident == "path"
+    })?;
+    let utoipa = function.attrs.remove(at);
+    Some(quote! {
+        #utoipa
+        #[::idem_runtime::idempotent(#args)]
+        #function
+    })
 }
 
 /// Reports the attribute's and the function's mistakes together, so fixing one does not reveal
@@ -249,6 +271,25 @@ mod tests {
         ] {
             assert!(!names.iter().any(|n| n == name), "unprefixed `{name}`");
         }
+    }
+
+    #[test]
+    fn utoipa_path_below_is_moved_above() {
+        let out = expand_str(
+            r#"scope = "global""#,
+            "/// Docs.\n#[utoipa::path(post, path = \"/a\")]\n#[tracing::instrument]\n\
+             async fn create() {}",
+        );
+        assert_eq!(
+            out,
+            "# [utoipa :: path (post , path = \"/a\")] \
+             # [:: idem_runtime :: idempotent (scope = \"global\")] \
+             # [doc = \" Docs.\"] # [tracing :: instrument] async fn create () { }"
+        );
+        // Above, utoipa has already expanded: `#[idempotent]` sees no `#[utoipa::path]`.
+        assert!(
+            expand_str(r#"scope = "global""#, "async fn create() {}").contains("struct create")
+        );
     }
 
     #[test]

@@ -99,7 +99,6 @@ fn choice(arg: Option<&Arg>, name: &str, options: [&str; 2]) -> syn::Result<usiz
 pub(crate) fn handler(handler: &Handler) -> syn::Result<()> {
     let sig = &handler.item.sig;
     let name = &handler.name;
-    utoipa_path_below(&handler.item)?;
     if let Some(constness) = &sig.constness {
         return Err(syn::Error::new_spanned(
             constness,
@@ -155,27 +154,6 @@ pub(crate) fn handler(handler: &Handler) -> syn::Result<()> {
         ));
     }
     Ok(())
-}
-
-/// `#[utoipa::path]` below `#[idempotent]` would stay on the function inside the expansion, and
-/// the `__path_name` type it generates would be out of every caller's reach.
-fn utoipa_path_below(item: &syn::ItemFn) -> syn::Result<()> {
-    let below = item.attrs.iter().find(|attr| {
-        let segments = &attr.path().segments;
-        segments.len() == 2 && segments[0].ident == "utoipa" && segments[1].ident == "path"
-    });
-    match below {
-        Some(attr) => Err(syn::Error::new_spanned(
-            attr,
-            format!(
-                "`#[utoipa::path]` must come above `#[idempotent]`: below it, it documents the \
-                 function hidden inside the expansion, out of reach of `paths({name})` and \
-                 `routes!({name})`; move `#[utoipa::path(..)]` above `#[idempotent(..)]`",
-                name = item.sig.ident
-            ),
-        )),
-        None => Ok(()),
-    }
 }
 
 fn generics(generics: &syn::Generics) -> syn::Result<()> {
