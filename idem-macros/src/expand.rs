@@ -81,9 +81,9 @@ fn expand(handler: &Handler, config: &validate::Config) -> TokenStream {
     } else {
         quote!(Reject)
     };
-    let arguments = checks::arguments_fn(handler);
+    let arguments = checks::arguments_fn(handler, handler.known_state(config.state.as_ref()));
     let body = handler.body_fn();
-    let handler_impl = handler::handler_impl(handler);
+    let handler_impl = handler::handler_impl(handler, config.state.as_ref());
 
     quote! {
         #(#cfgs)*
@@ -271,6 +271,61 @@ mod tests {
         ] {
             assert!(!names.iter().any(|n| n == name), "unprefixed `{name}`");
         }
+    }
+
+    #[test]
+    fn a_declared_state_checks_each_argument_where_written_and_fixes_the_state() {
+        let (_, block) = expand_items(
+            r#"scope = "global", state = AppState"#,
+            "async fn f(s: State<Db>, u: User, b: Json<B>) {}",
+        );
+        assert!(block.contains("type __IdemState = AppState ;"), "{block}");
+        assert!(block.contains("Declared :: < __IdemState , () , () > :: NEW . engine ()"));
+        assert!(
+            block
+                .contains("Declared :: < __IdemState , State < Db > , Db > :: NEW . head_state ()"),
+            "{block}"
+        );
+        assert!(block.contains("Declared :: < __IdemState , User , () > :: NEW . head ()"));
+        assert!(block.contains("Declared :: < __IdemState , Json < B > , () > :: NEW . last ()"));
+        // One impl, for the declared state, with no bound left to fail where it is routed.
+        assert!(
+            block.contains(
+                "Handler < :: idem_runtime :: __private :: Declared < AppState , () , \
+                            () > , __IdemS > for f where __IdemS : :: idem_runtime :: __private \
+                            :: DeclaredState < AppState > + :: core :: marker :: Send"
+            ),
+            "{block}"
+        );
+        assert!(block.contains(
+            "let __idem_state : AppState = :: idem_runtime :: __private :: \
+                                DeclaredState :: < AppState > :: declared (__idem_state) ;"
+        ));
+        assert!(!block.contains("ExtractParts <"), "{block}");
+        assert!(block.contains("Known :: < User , AppState > :: NEW) . extract_head"));
+        assert!(block.contains("Known :: < Json < B > , AppState > :: NEW) . extract_last"));
+    }
+
+    #[test]
+    fn a_state_of_one_type_is_inferred_and_several_are_not() {
+        let (_, block) = expand_items(
+            r#"scope = "global""#,
+            "async fn f(s: State<App>, u: User, b: Json<B>) {}",
+        );
+        assert!(block.contains("type __IdemState = App ;"), "{block}");
+        assert!(block.contains("Inferred :: < __IdemState , User > :: NEW) . head ()"));
+        assert!(block.contains("Inferred :: < __IdemState , Json < B > > :: NEW) . last ()"));
+        assert!(!block.contains(". engine ()"), "{block}");
+        // The router's state may be another type, of which `App` is a part: any state.
+        assert!(
+            block.contains("ExtractParts < User , __IdemM1 >"),
+            "{block}"
+        );
+        let (_, block) = expand_items(
+            r#"scope = "global""#,
+            "async fn f(s: State<Db>, m: State<Mailer>, b: Json<B>) {}",
+        );
+        assert!(!block.contains("__IdemState"), "{block}");
     }
 
     #[test]

@@ -22,6 +22,8 @@ pub(crate) struct Config {
     pub(crate) ttl_secs: u64,
     pub(crate) key_required: bool,
     pub(crate) wait: bool,
+    /// `state = S`: the router state, declared.
+    pub(crate) state: Option<Type>,
 }
 
 pub(crate) fn config(args: Args) -> syn::Result<Config> {
@@ -40,6 +42,7 @@ pub(crate) fn config(args: Args) -> syn::Result<Config> {
             .map_or(Ok(ttl::DEFAULT_SECS), |arg| ttl(&arg.value))?,
         key_required: choice(args.key.as_ref(), "key", ["optional", "required"])? == 1,
         wait: choice(args.in_flight.as_ref(), "in_flight", ["reject", "wait"])? == 1,
+        state: args.state,
     })
 }
 
