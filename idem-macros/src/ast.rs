@@ -41,10 +41,26 @@ pub(crate) struct Param {
     /// The position among the arguments, from 0.
     pub(crate) index: usize,
     pub(crate) role: Role,
-    /// `X` when the type is written `State<X>` (any path ending in `State`). Only the wording of
-    /// the error when the router state does not provide `X` depends on it: the bound is the
-    /// same as for any other extractor, so a misread type cannot change what compiles.
+    /// `X` when the type is written `State<X>` (any path ending in `State`). The wording of the
+    /// error when the router state does not provide `X` depends on it, and the router state may
+    /// be inferred from it ([`KnownState::Inferred`]); the bound is the same as for any other
+    /// extractor, and an inferred state only adds checks where it provides the engine, so a
+    /// misread type cannot change what compiles in a program that is otherwise correct.
     pub(crate) state: Option<Type>,
+}
+
+/// The router state, as far as it is known where the handler is written.
+#[derive(Clone, Copy)]
+pub(crate) enum KnownState<'a> {
+    /// `state = S`.
+    Declared(&'a Type),
+    /// `S` from the handler's `State<S>` arguments, all of one type. It may be only a part of
+    /// the router state (`S: FromRef<AppState>`): the checks apply only if `S` provides the
+    /// engine, as a router state must.
+    Inferred(&'a Type),
+    /// Neither: no `State<S>` argument, or several types (parts of a router state that cannot
+    /// be named from them). Everything is checked where the handler is routed.
+    Unknown,
 }
 
 /// How an argument is extracted: axum's `FromRequestParts` versus `FromRequest` distinction.
@@ -113,6 +129,23 @@ impl Handler {
             receiver,
             params,
             item,
+        }
+    }
+
+    /// The router state: `declared`, else inferred from the `State<S>` arguments.
+    pub(crate) fn known_state<'a>(&'a self, declared: Option<&'a Type>) -> KnownState<'a> {
+        if let Some(state) = declared {
+            return KnownState::Declared(state);
+        }
+        let mut states = self.params.iter().filter_map(|param| param.state.as_ref());
+        let Some(first) = states.next() else {
+            return KnownState::Unknown;
+        };
+        let spelled = |ty: &Type| ty.to_token_stream().to_string();
+        if states.all(|other| spelled(other) == spelled(first)) {
+            KnownState::Inferred(first)
+        } else {
+            KnownState::Unknown
         }
     }
 
@@ -254,6 +287,39 @@ mod tests {
         assert_eq!(inner("Stateful<Db>"), None);
         assert_eq!(inner("State"), None);
         assert_eq!(inner("Json<Db>"), None);
+    }
+
+    #[test]
+    fn the_state_is_declared_or_inferred_from_state_arguments_of_one_type() {
+        let known = |item: &str, declared: Option<&str>| {
+            let declared = declared.map(|d| syn::parse_str::<Type>(d).unwrap());
+            match handler(item).known_state(declared.as_ref()) {
+                KnownState::Declared(t) => format!("declared {}", t.to_token_stream()),
+                KnownState::Inferred(t) => format!("inferred {}", t.to_token_stream()),
+                KnownState::Unknown => "unknown".to_owned(),
+            }
+        };
+        assert_eq!(known("async fn f(a: A) {}", None), "unknown");
+        assert_eq!(known("async fn f(a: A) {}", Some("App")), "declared App");
+        assert_eq!(
+            known("async fn f(s: State<Db>) {}", Some("App")),
+            "declared App"
+        );
+        assert_eq!(
+            known("async fn f(s: State<App>, b: B) {}", None),
+            "inferred App"
+        );
+        assert_eq!(
+            known(
+                "async fn f(s: State<App>, t: axum::extract::State<App>) {}",
+                None
+            ),
+            "inferred App"
+        );
+        assert_eq!(
+            known("async fn f(s: State<Db>, t: State<Mailer>) {}", None),
+            "unknown"
+        );
     }
 
     #[test]

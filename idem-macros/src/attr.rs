@@ -3,21 +3,23 @@
 use quote::{ToTokens, quote};
 use syn::ext::IdentExt;
 use syn::parse::{Parse, ParseStream};
-use syn::{Expr, ExprLit, Ident, Lit, LitStr, Token};
+use syn::{Expr, ExprLit, Ident, Lit, LitStr, Token, Type};
 
 mod kw {
     syn::custom_keyword!(scope);
     syn::custom_keyword!(ttl);
     syn::custom_keyword!(key);
     syn::custom_keyword!(in_flight);
+    syn::custom_keyword!(state);
 }
 
 /// The argument names, in the order the docs list them, each with an example value.
-pub(crate) const NAMES: [(&str, &str); 4] = [
+pub(crate) const NAMES: [(&str, &str); 5] = [
     ("scope", "org"),
     ("ttl", "24h"),
     ("key", "required"),
     ("in_flight", "wait"),
+    ("state", "AppState"),
 ];
 
 /// One `name = "value"` argument.
@@ -32,6 +34,8 @@ pub(crate) struct Args {
     pub(crate) ttl: Option<Arg>,
     pub(crate) key: Option<Arg>,
     pub(crate) in_flight: Option<Arg>,
+    /// `state = AppState`: the router state, a type rather than a string.
+    pub(crate) state: Option<Type>,
 }
 
 impl Parse for Args {
@@ -39,6 +43,8 @@ impl Parse for Args {
         let mut args = Args::default();
         while !input.is_empty() {
             let lookahead = input.lookahead1();
+            // The keyword is consumed: errors about it use its own span, never `input.error()`,
+            // which would point at the next token.
             let (slot, keyword) = if lookahead.peek(kw::scope) {
                 let span = input.parse::<kw::scope>()?.span;
                 (&mut args.scope, Ident::new("scope", span))
@@ -51,27 +57,80 @@ impl Parse for Args {
             } else if lookahead.peek(kw::in_flight) {
                 let span = input.parse::<kw::in_flight>()?.span;
                 (&mut args.in_flight, Ident::new("in_flight", span))
+            } else if lookahead.peek(kw::state) {
+                let keyword = Ident::new("state", input.parse::<kw::state>()?.span);
+                args.state = Some(state(&keyword, args.state.is_some(), input)?);
+                if !next(input)? {
+                    break;
+                }
+                continue;
             } else if input.peek(Ident::peek_any) {
                 return Err(unknown(&input.call(Ident::parse_any)?));
             } else {
                 return Err(not_an_argument(input));
             };
-            // The keyword is consumed: errors about it use its own span, never `input.error()`,
-            // which would point at the next token.
             set(slot, &keyword, input)?;
-            if input.is_empty() {
+            if !next(input)? {
                 break;
             }
-            if !input.peek(Token![,]) {
-                return Err(syn::Error::new(
-                    input.span(),
-                    "expected `,` between `#[idempotent]` arguments",
-                ));
-            }
-            input.parse::<Token![,]>()?;
         }
         Ok(args)
     }
+}
+
+/// After an argument: `,` and whether another may follow, or the end.
+fn next(input: ParseStream<'_>) -> syn::Result<bool> {
+    if input.is_empty() {
+        return Ok(false);
+    }
+    if !input.peek(Token![,]) {
+        return Err(syn::Error::new(
+            input.span(),
+            "expected `,` between `#[idempotent]` arguments",
+        ));
+    }
+    input.parse::<Token![,]>()?;
+    Ok(true)
+}
+
+/// Parses `= Type` after `state` (already consumed).
+fn state(keyword: &Ident, seen: bool, input: ParseStream<'_>) -> syn::Result<Type> {
+    if seen {
+        return Err(syn::Error::new_spanned(
+            keyword,
+            "`state` is specified more than once in `#[idempotent]`: remove one of them",
+        ));
+    }
+    if !input.peek(Token![=]) {
+        return Err(syn::Error::new_spanned(
+            keyword,
+            "expected `=` after `state` in `#[idempotent]`: write `state = AppState`, the type \
+             of the router's state",
+        ));
+    }
+    let eq = input.parse::<Token![=]>()?;
+    if input.is_empty() || input.peek(Token![,]) {
+        return Err(syn::Error::new_spanned(
+            quote!(#keyword #eq),
+            "`state` in `#[idempotent]` needs a type: write `state = AppState`, the type of the \
+             router's state",
+        ));
+    }
+    if let Ok(lit) = input.parse::<LitStr>() {
+        let written = lit.value();
+        let written = if syn::parse_str::<Type>(&written).is_ok() {
+            written
+        } else {
+            "AppState".to_owned()
+        };
+        return Err(syn::Error::new_spanned(
+            lit,
+            format!(
+                "`state` in `#[idempotent]` takes a type, not a string: write `state = {written}`"
+            ),
+        ));
+    }
+    input.parse::<Type>()
 }
 
 /// The example value of argument `name`.
@@ -169,8 +228,8 @@ fn not_an_argument(input: ParseStream<'_>) -> syn::Error {
     }
     syn::Error::new(
         input.span(),
-        "expected an argument of `#[idempotent]`: `scope`, `ttl`, `key` or `in_flight`, \
-         as in `#[idempotent(scope = \"org\", ttl = \"24h\")]`",
+        "expected an argument of `#[idempotent]`: `scope`, `ttl`, `key`, `in_flight` or \
+         `state`, as in `#[idempotent(scope = \"org\", ttl = \"24h\")]`",
     )
 }
 
@@ -186,8 +245,8 @@ fn unknown(ident: &Ident) -> syn::Error {
             format!("unknown argument `{given}` in `#[idempotent]`: did you mean `{name}`?")
         }
         None => format!(
-            "unknown argument `{given}` in `#[idempotent]`: expected `scope`, `ttl`, `key` \
-             or `in_flight`"
+            "unknown argument `{given}` in `#[idempotent]`: expected `scope`, `ttl`, `key`, \
+             `in_flight` or `state`"
         ),
     };
     syn::Error::new_spanned(ident, message)
@@ -240,7 +299,9 @@ mod tests {
         );
         assert!(err(r#"scpoe = "org""#).contains("did you mean `scope`?"));
         assert!(err(r#"inflight = "wait""#).contains("did you mean `in_flight`?"));
-        assert!(err(r#"colour = "red""#).contains("expected `scope`, `ttl`, `key` or"));
+        assert!(
+            err(r#"colour = "red""#).contains("expected `scope`, `ttl`, `key`, `in_flight` or")
+        );
         assert!(err(r#"type = "x""#).starts_with("unknown argument `type`"));
         assert!(err(r#""org""#).contains("are named: write `scope = \"org\"`"));
         assert!(err(r#"scope = "org", "7d""#).ends_with("write `ttl = \"7d\"`"));
@@ -258,6 +319,23 @@ mod tests {
         assert!(err("scope").contains("expected `=` after `scope`"));
         assert!(err("ttl =").contains("`ttl` in `#[idempotent]` needs a value"));
         assert!(err(r#"scope = "org" ttl = "1h""#).starts_with("expected `,` between"));
+    }
+
+    #[test]
+    fn state_takes_a_type() {
+        let args = parse(r#"scope = "org", state = crate::AppState<u8>, ttl = "1h""#).unwrap();
+        assert_eq!(
+            args.state.unwrap().to_token_stream().to_string(),
+            "crate :: AppState < u8 >"
+        );
+        assert_eq!(args.ttl.unwrap().value.value(), "1h");
+        assert!(parse("state = AppState,").unwrap().state.is_some());
+        assert!(err(r#"state = "AppState""#).ends_with("not a string: write `state = AppState`"));
+        assert!(err(r#"state = "not a type!""#).ends_with("write `state = AppState`"));
+        assert!(err("state = A, state = B").contains("`state` is specified more than once"));
+        assert!(err("state AppState").starts_with("expected `=` after `state`"));
+        assert!(err("state =").contains("needs a type"));
+        assert!(err("stat = A").ends_with("did you mean `state`?"));
     }
 
     #[test]

@@ -13,6 +13,9 @@ mod handler;
 /// Parses, validates and expands. On error, the user's function is emitted unchanged beside the
 /// error, so one mistake in the attribute does not cascade into errors at every route using it.
 pub(crate) fn idempotent(args: TokenStream, item: TokenStream) -> TokenStream {
+    if let Some(reordered) = utoipa_path_above(&args, &item) {
+        return reordered;
+    }
     match try_expand(args, item.clone()) {
         Ok(tokens) => tokens,
         Err(error) => {
@@ -20,6 +23,25 @@ pub(crate) fn idempotent(args: TokenStream, item: TokenStream) -> TokenStream {
             quote!(#item #error)
         }
     }
+}
+
+/// `#[utoipa::path]` written below `#[idempotent]`: the function again, with `#[utoipa::path]`
+/// moved above `#[idempotent]`, which then expands again. Left where it was, `#[utoipa::path]`
+/// would document the function hidden inside the expansion, and its `__path_name` type would be
+/// out of reach of `paths(name)` and `routes!(name)`. Moved, utoipa reads the same function as
+/// when written above, so both orders give the same document.
+fn utoipa_path_above(args: &TokenStream, item: &TokenStream) -> Option<TokenStream> {
+    let mut function = syn::parse2::<syn::ItemFn>(item.clone()).ok()?;
+    let at = function.attrs.iter().position(|attr| {
+        let segments = &attr.path().segments;
+        segments.len() == 2 && segments[0].ident == "utoipa" && segments[1].ident == "path"
+    })?;
+    let utoipa = function.attrs.remove(at);
+    Some(quote! {
+        #utoipa
+        #[::idem_runtime::idempotent(#args)]
+        #function
+    })
 }
 
 /// Reports the attribute's and the function's mistakes together, so fixing one does not reveal
@@ -59,9 +81,9 @@ fn expand(handler: &Handler, config: &validate::Config) -> TokenStream {
     } else {
         quote!(Reject)
     };
-    let arguments = checks::arguments_fn(handler);
+    let arguments = checks::arguments_fn(handler, handler.known_state(config.state.as_ref()));
     let body = handler.body_fn();
-    let handler_impl = handler::handler_impl(handler);
+    let handler_impl = handler::handler_impl(handler, config.state.as_ref());
 
     quote! {
         #(#cfgs)*
@@ -249,6 +271,80 @@ mod tests {
         ] {
             assert!(!names.iter().any(|n| n == name), "unprefixed `{name}`");
         }
+    }
+
+    #[test]
+    fn a_declared_state_checks_each_argument_where_written_and_fixes_the_state() {
+        let (_, block) = expand_items(
+            r#"scope = "global", state = AppState"#,
+            "async fn f(s: State<Db>, u: User, b: Json<B>) {}",
+        );
+        assert!(block.contains("type __IdemState = AppState ;"), "{block}");
+        assert!(block.contains("Declared :: < __IdemState , () , () > :: NEW . engine ()"));
+        assert!(
+            block
+                .contains("Declared :: < __IdemState , State < Db > , Db > :: NEW . head_state ()"),
+            "{block}"
+        );
+        assert!(block.contains("Declared :: < __IdemState , User , () > :: NEW . head ()"));
+        assert!(block.contains("Declared :: < __IdemState , Json < B > , () > :: NEW . last ()"));
+        // One impl, for the declared state, with no bound left to fail where it is routed.
+        assert!(
+            block.contains(
+                "Handler < :: idem_runtime :: __private :: Declared < AppState , () , \
+                            () > , __IdemS > for f where __IdemS : :: idem_runtime :: __private \
+                            :: DeclaredState < AppState > + :: core :: marker :: Send"
+            ),
+            "{block}"
+        );
+        assert!(block.contains(
+            "let __idem_state : AppState = :: idem_runtime :: __private :: \
+                                DeclaredState :: < AppState > :: declared (__idem_state) ;"
+        ));
+        assert!(!block.contains("ExtractParts <"), "{block}");
+        assert!(block.contains("Known :: < User , AppState > :: NEW) . extract_head"));
+        assert!(block.contains("Known :: < Json < B > , AppState > :: NEW) . extract_last"));
+    }
+
+    #[test]
+    fn a_state_of_one_type_is_inferred_and_several_are_not() {
+        let (_, block) = expand_items(
+            r#"scope = "global""#,
+            "async fn f(s: State<App>, u: User, b: Json<B>) {}",
+        );
+        assert!(block.contains("type __IdemState = App ;"), "{block}");
+        assert!(block.contains("Inferred :: < __IdemState , User > :: NEW) . head ()"));
+        assert!(block.contains("Inferred :: < __IdemState , Json < B > > :: NEW) . last ()"));
+        assert!(!block.contains(". engine ()"), "{block}");
+        // The router's state may be another type, of which `App` is a part: any state.
+        assert!(
+            block.contains("ExtractParts < User , __IdemM1 >"),
+            "{block}"
+        );
+        let (_, block) = expand_items(
+            r#"scope = "global""#,
+            "async fn f(s: State<Db>, m: State<Mailer>, b: Json<B>) {}",
+        );
+        assert!(!block.contains("__IdemState"), "{block}");
+    }
+
+    #[test]
+    fn utoipa_path_below_is_moved_above() {
+        let out = expand_str(
+            r#"scope = "global""#,
+            "/// Docs.\n#[utoipa::path(post, path = \"/a\")]\n#[tracing::instrument]\n\
+             async fn create() {}",
+        );
+        assert_eq!(
+            out,
+            "# [utoipa :: path (post , path = \"/a\")] \
+             # [:: idem_runtime :: idempotent (scope = \"global\")] \
+             # [doc = \" Docs.\"] # [tracing :: instrument] async fn create () { }"
+        );
+        // Above, utoipa has already expanded: `#[idempotent]` sees no `#[utoipa::path]`.
+        assert!(
+            expand_str(r#"scope = "global""#, "async fn create() {}").contains("struct create")
+        );
     }
 
     #[test]

@@ -22,6 +22,8 @@ pub(crate) struct Config {
     pub(crate) ttl_secs: u64,
     pub(crate) key_required: bool,
     pub(crate) wait: bool,
+    /// `state = S`: the router state, declared.
+    pub(crate) state: Option<Type>,
 }
 
 pub(crate) fn config(args: Args) -> syn::Result<Config> {
@@ -40,6 +42,7 @@ pub(crate) fn config(args: Args) -> syn::Result<Config> {
             .map_or(Ok(ttl::DEFAULT_SECS), |arg| ttl(&arg.value))?,
         key_required: choice(args.key.as_ref(), "key", ["optional", "required"])? == 1,
         wait: choice(args.in_flight.as_ref(), "in_flight", ["reject", "wait"])? == 1,
+        state: args.state,
     })
 }
 
@@ -99,7 +102,6 @@ fn choice(arg: Option<&Arg>, name: &str, options: [&str; 2]) -> syn::Result<usiz
 pub(crate) fn handler(handler: &Handler) -> syn::Result<()> {
     let sig = &handler.item.sig;
     let name = &handler.name;
-    utoipa_path_below(&handler.item)?;
     if let Some(constness) = &sig.constness {
         return Err(syn::Error::new_spanned(
             constness,
@@ -155,27 +157,6 @@ pub(crate) fn handler(handler: &Handler) -> syn::Result<()> {
         ));
     }
     Ok(())
-}
-
-/// `#[utoipa::path]` below `#[idempotent]` would stay on the function inside the expansion, and
-/// the `__path_name` type it generates would be out of every caller's reach.
-fn utoipa_path_below(item: &syn::ItemFn) -> syn::Result<()> {
-    let below = item.attrs.iter().find(|attr| {
-        let segments = &attr.path().segments;
-        segments.len() == 2 && segments[0].ident == "utoipa" && segments[1].ident == "path"
-    });
-    match below {
-        Some(attr) => Err(syn::Error::new_spanned(
-            attr,
-            format!(
-                "`#[utoipa::path]` must come above `#[idempotent]`: below it, it documents the \
-                 function hidden inside the expansion, out of reach of `paths({name})` and \
-                 `routes!({name})`; move `#[utoipa::path(..)]` above `#[idempotent(..)]`",
-                name = item.sig.ident
-            ),
-        )),
-        None => Ok(()),
-    }
 }
 
 fn generics(generics: &syn::Generics) -> syn::Result<()> {

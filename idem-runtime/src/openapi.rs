@@ -12,7 +12,7 @@
 //!
 //! /// Creates a charge.
 //! #[utoipa::path(post, path = "/v1/charges", responses((status = 201, body = String)))]
-//! #[idempotent(scope = "global", key = "required")] // below `#[utoipa::path]`
+//! #[idempotent(scope = "global", key = "required")] // above or below `#[utoipa::path]`
 //! async fn create_charge(body: String) -> String {
 //!     body
 //! }
@@ -42,9 +42,8 @@
 //! - **`#[idempotent]` handlers**: an operation whose `operationId` is the name of a function
 //!   annotated `#[idempotent]` in this binary ([`Idempotency::endpoints`]). `#[utoipa::path]`
 //!   names the operation after the function unless told otherwise (`operation_id = ".."`); select
-//!   an operation you renamed with [`IdempotencyDoc::operations`]. Put `#[utoipa::path]`
-//!   **above** `#[idempotent]`: below it, the attribute would land on the function hidden inside
-//!   the expansion, and `#[idempotent]` refuses that with a compile error saying so.
+//!   an operation you renamed with [`IdempotencyDoc::operations`]. `#[utoipa::path]` may go
+//!   above or below `#[idempotent]`: both orders give the same operation.
 //! - **Routes behind an [`IdempotencyLayer`]**: those [`IdempotencyDoc::layer`] (a layer over
 //!   every route) or [`IdempotencyDoc::nested_layer`] (a layer on a router nested under a path)
 //!   reads from the layer itself: the methods it covers, its key mode and each route's

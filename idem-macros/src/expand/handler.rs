@@ -1,15 +1,19 @@
 //! `impl Handler<M, S> for name`: the extractors run around the engine's steps.
 //!
-//! The where-clause bounds only the router state `S` (see `__private`), one bound per argument,
-//! spanned at the argument's type: when one fails where the handler is routed, rustc's
-//! "unsatisfied trait bound introduced here" note points at that argument.
+//! For any router state `S`, the where-clause bounds only `S` (see `__private`), one bound per
+//! argument, spanned at the argument's type: when one fails where the handler is routed, rustc's
+//! "unsatisfied trait bound introduced here" note points at that argument. With a declared
+//! state (`state = S`), the impl is for `S` alone (`__private::DeclaredState`) and has no bound
+//! on the arguments: the checks where the handler is written (`checks.rs`) report every
+//! mistake, once.
 
 use proc_macro2::{Span, TokenStream};
 use quote::{format_ident, quote, quote_spanned};
+use syn::Type;
 
 use crate::ast::{Handler, Param, Role};
 
-pub(super) fn handler_impl(handler: &Handler) -> TokenStream {
+pub(super) fn handler_impl(handler: &Handler, declared: Option<&Type>) -> TokenStream {
     let p = quote!(::idem_runtime::__private);
     let name = &handler.name;
     let state = quote!(__IdemS);
@@ -23,7 +27,10 @@ pub(super) fn handler_impl(handler: &Handler) -> TokenStream {
     let mut extract_head = Vec::new();
     let mut extract_last = quote!(let _ = __idem_request;);
     for (param, marker) in handler.params.iter().zip(&markers) {
-        let (bound, call) = extractor(param, marker);
+        let (bound, call) = match declared {
+            None => extractor(param, marker),
+            Some(s) => (TokenStream::new(), known_extractor(param, s)),
+        };
         bounds.push(bound);
         let local = param.local();
         let extract = quote! {
@@ -52,18 +59,53 @@ pub(super) fn handler_impl(handler: &Handler) -> TokenStream {
     };
     let run = quote!(__idem_ready.run(&__idem_engine, &__IDEM_ENDPOINT, #call).await);
 
+    let (header, state, engine) = match declared {
+        None => (
+            quote! {
+                impl<#state, #(#markers),*> #p::Handler<#handler_t, #state> for #name
+                where
+                    #state: ::core::marker::Send + ::core::marker::Sync + 'static,
+                    #(#bounds)*
+            },
+            state,
+            quote!(#p::EngineState::engine(&__idem_state)),
+        ),
+        // Any router state, which must be the declared one: then the error where it is routed
+        // with another names both, rather than a mismatch between two `MethodRouter`s.
+        Some(s) => (
+            quote! {
+                impl<#state> #p::Handler<#p::Declared<#s, (), ()>, #state> for #name
+                where
+                    #state: #p::DeclaredState<#s> + ::core::marker::Send + ::core::marker::Sync + 'static,
+            },
+            state,
+            quote! {
+                match (&&#p::Known::<::idem_runtime::Idempotency, #s>::NEW).engine(&__idem_state) {
+                    ::core::result::Result::Ok(__idem_engine) => __idem_engine,
+                    ::core::result::Result::Err(__idem_response) => return *__idem_response,
+                }
+            },
+        ),
+    };
+
+    let declared = declared
+        .map(|s| quote!(let __idem_state: #s = #p::DeclaredState::<#s>::declared(__idem_state);));
+
     quote! {
         #[automatically_derived]
-        impl<#state, #(#markers),*> #p::Handler<#handler_t, #state> for #name
-        where
-            #state: ::core::marker::Send + ::core::marker::Sync + 'static,
-            #(#bounds)*
+        #header
         {
             type Future = #p::HandlerFuture;
 
             fn call(self, __idem_request: #p::Request, __idem_state: #state) -> Self::Future {
+                #[allow(unused_imports)]
+                use #p::{
+                    KnownEngine as _, KnownFallback as _, KnownHead as _, KnownLastParts as _,
+                    KnownLastRequest as _,
+                };
+                #declared
                 ::std::boxed::Box::pin(async move {
-                    let __idem_engine = #p::EngineState::engine(&__idem_state);
+                    let __idem_engine = #engine;
                     let (mut __idem_parts, __idem_body) = __idem_request.into_parts();
                     let __idem_pending =
                         match #p::begin(&__idem_engine, &__IDEM_ENDPOINT, &mut __idem_parts) {
@@ -83,6 +125,21 @@ pub(super) fn handler_impl(handler: &Handler) -> TokenStream {
                 })
             }
         }
+    }
+}
+
+/// The call that extracts one argument with the declared state `s`: by autoref, the impl whose
+/// bounds hold (`__private::Known`). The checks where the handler is written guarantee one does.
+fn known_extractor(param: &Param, s: &Type) -> TokenStream {
+    let ty = &param.ty;
+    let p = quote!(::idem_runtime::__private);
+    match param.role {
+        Role::Head => quote! {
+            (&&#p::Known::<#ty, #s>::NEW).extract_head(&mut __idem_parts, &__idem_state)
+        },
+        Role::Last => quote! {
+            (&&&#p::Known::<#ty, #s>::NEW).extract_last(__idem_request, &__idem_state)
+        },
     }
 }
 

@@ -11,7 +11,10 @@
 //!   [`StateLast`]). These bound only `S`, never an extractor type directly: a bound whose self
 //!   type is still being inferred neither steers inference of `S` nor rejects the impl before `S`
 //!   is known, so a mistake is reported by these traits' messages, with rustc's "required by this
-//!   bound" note at the argument.
+//!   bound" note at the argument;
+//! - or, when the router state is known where the handler is written (`state = S`, or inferred
+//!   from `State<S>` arguments), the same checks per argument, there (see [`Declared`],
+//!   [`Inferred`]).
 
 #![allow(unreachable_pub)]
 
@@ -27,6 +30,14 @@ pub use idem_macros::__idempotent_items as items;
 pub use inventory;
 
 use crate::http::rejection::Rejection;
+
+mod state;
+
+pub use state::{
+    Declared, DeclaredLast, DeclaredParts, DeclaredState, DeclaredStateLast, DeclaredStateParts,
+    Inferred, InferredChecks, InferredLast, InferredParts, InferredSkip, Known, KnownEngine,
+    KnownFallback, KnownHead, KnownLastParts, KnownLastRequest,
+};
 
 /// The future type of every generated handler.
 pub type HandlerFuture =
