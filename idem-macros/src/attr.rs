@@ -10,14 +10,16 @@ mod kw {
     syn::custom_keyword!(ttl);
     syn::custom_keyword!(key);
     syn::custom_keyword!(in_flight);
+    syn::custom_keyword!(commits);
 }
 
 /// The argument names, in the order the docs list them, each with an example value.
-pub(crate) const NAMES: [(&str, &str); 4] = [
+pub(crate) const NAMES: [(&str, &str); 5] = [
     ("scope", "org"),
     ("ttl", "24h"),
     ("key", "required"),
     ("in_flight", "wait"),
+    ("commits", "two"),
 ];
 
 /// One `name = "value"` argument.
@@ -32,6 +34,7 @@ pub(crate) struct Args {
     pub(crate) ttl: Option<Arg>,
     pub(crate) key: Option<Arg>,
     pub(crate) in_flight: Option<Arg>,
+    pub(crate) commits: Option<Arg>,
 }
 
 impl Parse for Args {
@@ -51,6 +54,9 @@ impl Parse for Args {
             } else if lookahead.peek(kw::in_flight) {
                 let span = input.parse::<kw::in_flight>()?.span;
                 (&mut args.in_flight, Ident::new("in_flight", span))
+            } else if lookahead.peek(kw::commits) {
+                let span = input.parse::<kw::commits>()?.span;
+                (&mut args.commits, Ident::new("commits", span))
             } else if input.peek(Ident::peek_any) {
                 return Err(unknown(&input.call(Ident::parse_any)?));
             } else {
@@ -156,6 +162,7 @@ fn not_an_argument(input: ParseStream<'_>) -> syn::Error {
         let name = match lit.value().as_str() {
             "optional" | "required" => "key",
             "reject" | "wait" => "in_flight",
+            "one" | "two" => "commits",
             _ if crate::validate::ttl(&lit).is_ok() => "ttl",
             _ => "scope",
         };
@@ -169,8 +176,8 @@ fn not_an_argument(input: ParseStream<'_>) -> syn::Error {
     }
     syn::Error::new(
         input.span(),
-        "expected an argument of `#[idempotent]`: `scope`, `ttl`, `key` or `in_flight`, \
-         as in `#[idempotent(scope = \"org\", ttl = \"24h\")]`",
+        "expected an argument of `#[idempotent]`: `scope`, `ttl`, `key`, `in_flight` or \
+         `commits`, as in `#[idempotent(scope = \"org\", ttl = \"24h\")]`",
     )
 }
 
@@ -186,8 +193,8 @@ fn unknown(ident: &Ident) -> syn::Error {
             format!("unknown argument `{given}` in `#[idempotent]`: did you mean `{name}`?")
         }
         None => format!(
-            "unknown argument `{given}` in `#[idempotent]`: expected `scope`, `ttl`, `key` \
-             or `in_flight`"
+            "unknown argument `{given}` in `#[idempotent]`: expected `scope`, `ttl`, `key`, \
+             `in_flight` or `commits`"
         ),
     };
     syn::Error::new_spanned(ident, message)
@@ -240,7 +247,11 @@ mod tests {
         );
         assert!(err(r#"scpoe = "org""#).contains("did you mean `scope`?"));
         assert!(err(r#"inflight = "wait""#).contains("did you mean `in_flight`?"));
-        assert!(err(r#"colour = "red""#).contains("expected `scope`, `ttl`, `key` or"));
+        assert!(
+            err(r#"colour = "red""#).contains("expected `scope`, `ttl`, `key`, `in_flight` or")
+        );
+        assert!(err(r#"commit = "two""#).contains("did you mean `commits`?"));
+        assert!(err(r#""two""#).ends_with("write `commits = \"two\"`"));
         assert!(err(r#"type = "x""#).starts_with("unknown argument `type`"));
         assert!(err(r#""org""#).contains("are named: write `scope = \"org\"`"));
         assert!(err(r#"scope = "org", "7d""#).ends_with("write `ttl = \"7d\"`"));

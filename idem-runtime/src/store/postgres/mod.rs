@@ -15,8 +15,10 @@ use crate::store::{
     BoxFuture, Capabilities, Claim, ClaimRequest, Completion, Fence, LeaseToken, Store,
 };
 
+mod one_commit;
 mod schema;
 
+pub(crate) use one_commit::{ClaimedTx, TxClaim};
 use schema::{Names, migrate};
 
 /// Records in a PostgreSQL table, by default `idem.idempotency_records`, on sqlx.
@@ -216,6 +218,8 @@ impl PostgresStoreBuilder {
 struct Statements {
     schema: String,
     table: String,
+    /// `"schema"."table"`, for statements written per request (one-commit mode).
+    records: String,
     claim: Arc<str>,
     complete: Arc<str>,
     release: Arc<str>,
@@ -232,6 +236,7 @@ impl Statements {
             release: render(RELEASE),
             renew: render(RENEW),
             purge: render(PURGE),
+            records: names.render("{records}"),
             schema: names.schema,
             table: names.table,
         }
@@ -399,6 +404,7 @@ impl Store for PostgresStore {
 
     fn offer_capabilities(self: &Arc<Self>, capabilities: &mut Capabilities) {
         capabilities.offer_atomic::<sqlx::Postgres>(self.clone());
+        capabilities.one_commit = Some(self.clone());
     }
 }
 
