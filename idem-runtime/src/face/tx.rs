@@ -50,14 +50,16 @@ use crate::store::{BoxFuture, Completion, Fence, LeaseToken};
 ///   and the stored response become visible together.
 /// - A 5xx response, an error, a panic or a dropped request rolls the transaction back and
 ///   releases the key, so the retry runs against a database the failed attempt never touched.
-/// - If the process dies before the commit, nothing of the attempt is left but its claim, which
-///   a retry takes over once the lease lapses: the operation's database effects happen exactly
-///   once.
+/// - If the process dies before the commit, none of the attempt's writes are left: on PostgreSQL
+///   with one commit ([`Commits`](crate::Commits), the default) the claim was in the transaction
+///   and the retry runs at once; otherwise only the claim is left, which a retry takes over once
+///   the lease lapses. The operation's database effects happen exactly once.
 /// - Without an idempotency key the handler still runs in a transaction, committed unless the
 ///   response is a 5xx.
 ///
-/// The transaction begins at the first [`Tx::conn`] call, not before the handler: slow work done
-/// before the first query (a call to a payment processor, say) holds no database lock. On
+/// On PostgreSQL with one commit the transaction begins with the claim, before the handler runs;
+/// with `commits = "two"` and on SQLite it begins at the first [`Tx::conn`] call: slow work done
+/// before the first query (a call to a payment processor, say) then holds no database lock. On
 /// SQLite it begins with `BEGIN IMMEDIATE`, taking the single write lock up front, so a handler
 /// that reads and then writes cannot fail with `SQLITE_BUSY` halfway; keep slow non-database
 /// work before the first query.

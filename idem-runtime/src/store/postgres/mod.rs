@@ -32,12 +32,16 @@ use schema::{Names, migrate};
 /// lease renewal are `UPDATE`/`DELETE`s fenced on the owner's token.
 ///
 /// The store offers atomic mode ([`Tx<sqlx::Postgres>`](crate::Tx)): a handler's writes and the
-/// record's completion commit in one transaction on this database.
+/// record's completion commit in one transaction on this database. By default
+/// ([`Commits::One`](crate::Commits)) the claim is made in that transaction too, sent with its
+/// `BEGIN`, and the completion goes with the `COMMIT`: one commit per fresh request.
 ///
 /// Operators can read the table (times are milliseconds since the Unix epoch):
 ///
 /// ```sql
-/// -- Which keys are stuck in flight, per endpoint (the owner's lease lapsed)?
+/// -- Which keys are stuck in flight, per endpoint (the owner's lease lapsed)? Endpoints in
+/// -- atomic mode with one commit never show here: their claims are uncommitted until they
+/// -- complete.
 /// SELECT operation, count(*) FROM idem.idempotency_records
 /// WHERE state = 'in_flight' AND lease_until < extract(epoch FROM now()) * 1000
 /// GROUP BY operation;
