@@ -70,7 +70,9 @@ use crate::store::{BoxFuture, Completion, Fence, LeaseToken};
 /// fails when an `#[idempotent]` endpoint takes a `Tx` on a database whose transactions the store
 /// does not offer. The extractor works under `#[idempotent]` and under
 /// `IdempotencyLayer`; anywhere else it answers
-/// `500 idempotency_misconfigured`. Take at most one per handler. A `Tx` must not outlive its
+/// `500 idempotency_misconfigured`. Take at most one per handler, as an argument of its own: an
+/// `#[idempotent]` handler is offered transactions only when one of its arguments is a `Tx` or
+/// an `AnyTx` (not one wrapped in another extractor). A `Tx` must not outlive its
 /// handler: writes made through it after the handler returned are rolled back.
 pub struct Tx<DB: AtomicDatabase> {
     store: Arc<dyn AtomicStore<DB>>,
