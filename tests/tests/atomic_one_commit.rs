@@ -12,6 +12,7 @@ use axum::http::{Request, StatusCode};
 use axum::routing::post;
 use axum::{Json, response::IntoResponse, response::Response};
 use http_body_util::BodyExt;
+use idem_runtime::clock::ManualClock;
 use idem_runtime::store::PostgresStore;
 use idem_runtime::{Idempotency, Tx, idempotent};
 use idem_tests::Gate;
@@ -63,6 +64,7 @@ async fn two(State(gate): State<Gate>, mut tx: Tx<Postgres>, Json(body): Json<Va
 struct Harness {
     router: Router,
     gate: Gate,
+    clock: ManualClock,
     /// The application's pool, which the store shares.
     pool: PgPool,
     db: TestDatabase,
@@ -83,8 +85,10 @@ impl Harness {
             .await
             .unwrap();
         let store = PostgresStore::from_pool(pool.clone()).await.unwrap();
+        let clock = ManualClock::new();
         let idem = Idempotency::builder()
             .store(store)
+            .clock(clock.clone())
             .wait_timeout(Duration::from_secs(5))
             .build()
             .unwrap();
@@ -101,6 +105,7 @@ impl Harness {
         Self {
             router,
             gate,
+            clock,
             pool,
             db,
         }
@@ -162,6 +167,25 @@ async fn a_fresh_request_commits_once_and_its_retries_replay() {
     assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{reused}");
     assert_eq!(reused["code"], "idempotency_key_reused");
     assert_eq!(h.rows().await, 1);
+    h.finish().await;
+}
+
+/// A committed record that expired but is not swept yet stops the claim's `INSERT`: the
+/// ordinary claim then reads it and takes it over, and the request runs afresh.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_whose_record_expired_runs_again() {
+    let h = Harness::new().await;
+    let (_, first) = h.send("/one", "k", json!({ "name": "a" })).await;
+    h.clock.advance(Duration::from_secs(25 * 3600));
+    let (status, again) = h.send("/one", "k", json!({ "name": "a" })).await;
+    assert_eq!(status, StatusCode::CREATED);
+    assert_ne!(
+        again["id"], first["id"],
+        "a new life of the key ran the handler"
+    );
+    let (_, replay) = h.send("/one", "k", json!({ "name": "a" })).await;
+    assert_eq!(replay, again);
+    assert_eq!(h.rows().await, 2);
     h.finish().await;
 }
 
