@@ -185,7 +185,10 @@ async fn a_payout_killed_mid_way_pays_out_once(database_url: &str) {
     let (created, conflicts) = retry_until_taken_over(&request).await;
     assert_eq!(created.status, 201, "{}", created.text());
     if !database_url.starts_with("sqlite:") {
-        assert_eq!(conflicts, 0, "the claim died with the killed process's connection");
+        assert_eq!(
+            conflicts, 0,
+            "the claim died with the killed process's connection"
+        );
     }
     assert!(!created.is_replay(), "the payout ran in the new process");
     assert_eq!(
