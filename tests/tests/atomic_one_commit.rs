@@ -47,6 +47,19 @@ async fn one(State(gate): State<Gate>, mut tx: Tx<Postgres>, Json(body): Json<Va
     insert(&gate, &mut tx, &body).await
 }
 
+/// Writes inside a nested transaction of its own (a savepoint), commits that, then fails.
+#[idempotent(scope = "global")]
+async fn nested(mut tx: Tx<Postgres>) -> StatusCode {
+    use sqlx::Connection;
+    let mut inner = tx.conn().await.unwrap().begin().await.unwrap();
+    sqlx::query("INSERT INTO items (name) VALUES ('nested')")
+        .execute(&mut *inner)
+        .await
+        .unwrap();
+    inner.commit().await.unwrap();
+    StatusCode::INTERNAL_SERVER_ERROR
+}
+
 #[idempotent(scope = "global", in_flight = "wait")]
 async fn one_waiting(
     State(gate): State<Gate>,
@@ -101,6 +114,7 @@ impl Harness {
             .route("/one", post(one))
             .route("/wait", post(one_waiting))
             .route("/two", post(two))
+            .route("/nested", post(nested))
             .with_state(app);
         Self {
             router,
@@ -167,6 +181,23 @@ async fn a_fresh_request_commits_once_and_its_retries_replay() {
     assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{reused}");
     assert_eq!(reused["code"], "idempotency_key_reused");
     assert_eq!(h.rows().await, 1);
+    h.finish().await;
+}
+
+/// The claim's transaction counts as open for sqlx: a transaction the handler begins inside it
+/// is a savepoint, whose commit commits nothing yet.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_nested_transaction_is_a_savepoint_of_the_claims() {
+    let h = Harness::new().await;
+    let (status, _) = h.send("/nested", "k", json!({})).await;
+    assert_eq!(status, StatusCode::INTERNAL_SERVER_ERROR);
+    assert_eq!(h.rows().await, 0, "the 500 rolled back the nested write");
+    let (status, _) = h.send("/nested", "k", json!({})).await;
+    assert_eq!(
+        status,
+        StatusCode::INTERNAL_SERVER_ERROR,
+        "the key was released"
+    );
     h.finish().await;
 }
 
