@@ -85,6 +85,7 @@ enum Lent<DB: AtomicDatabase> {
     /// Begun at the handler's first [`Tx::conn`] (the claim committed before).
     Begun(Transaction<'static, DB>),
     /// Begun by the engine with the record's claim in it (one commit on PostgreSQL).
+    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
     Claimed(Box<dyn ClaimedConn<DB>>),
 }
 
