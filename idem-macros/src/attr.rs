@@ -10,6 +10,7 @@ mod kw {
     syn::custom_keyword!(ttl);
     syn::custom_keyword!(key);
     syn::custom_keyword!(in_flight);
+    syn::custom_keyword!(commits);
     syn::custom_keyword!(state);
 }
 
@@ -19,6 +20,7 @@ pub(crate) const NAMES: [(&str, &str); 5] = [
     ("ttl", "24h"),
     ("key", "required"),
     ("in_flight", "wait"),
+    ("commits", "two"),
     ("state", "AppState"),
 ];
 
@@ -34,6 +36,7 @@ pub(crate) struct Args {
     pub(crate) ttl: Option<Arg>,
     pub(crate) key: Option<Arg>,
     pub(crate) in_flight: Option<Arg>,
+    pub(crate) commits: Option<Arg>,
     /// `state = AppState`: the router state, a type rather than a string.
     pub(crate) state: Option<Type>,
 }
@@ -57,6 +60,9 @@ impl Parse for Args {
             } else if lookahead.peek(kw::in_flight) {
                 let span = input.parse::<kw::in_flight>()?.span;
                 (&mut args.in_flight, Ident::new("in_flight", span))
+            } else if lookahead.peek(kw::commits) {
+                let span = input.parse::<kw::commits>()?.span;
+                (&mut args.commits, Ident::new("commits", span))
             } else if lookahead.peek(kw::state) {
                 let keyword = Ident::new("state", input.parse::<kw::state>()?.span);
                 args.state = Some(state(&keyword, args.state.is_some(), input)?);
@@ -215,6 +221,7 @@ fn not_an_argument(input: ParseStream<'_>) -> syn::Error {
         let name = match lit.value().as_str() {
             "optional" | "required" => "key",
             "reject" | "wait" => "in_flight",
+            "one" | "two" => "commits",
             _ if crate::validate::ttl(&lit).is_ok() => "ttl",
             _ => "scope",
         };
@@ -228,8 +235,8 @@ fn not_an_argument(input: ParseStream<'_>) -> syn::Error {
     }
     syn::Error::new(
         input.span(),
-        "expected an argument of `#[idempotent]`: `scope`, `ttl`, `key`, `in_flight` or \
-         `state`, as in `#[idempotent(scope = \"org\", ttl = \"24h\")]`",
+        "expected an argument of `#[idempotent]`: `scope`, `ttl`, `key`, `in_flight`, \
+         `commits` or `state`, as in `#[idempotent(scope = \"org\", ttl = \"24h\")]`",
     )
 }
 
@@ -246,7 +253,7 @@ fn unknown(ident: &Ident) -> syn::Error {
         }
         None => format!(
             "unknown argument `{given}` in `#[idempotent]`: expected `scope`, `ttl`, `key`, \
-             `in_flight` or `state`"
+             `in_flight`, `commits` or `state`"
         ),
     };
     syn::Error::new_spanned(ident, message)
@@ -300,8 +307,11 @@ mod tests {
         assert!(err(r#"scpoe = "org""#).contains("did you mean `scope`?"));
         assert!(err(r#"inflight = "wait""#).contains("did you mean `in_flight`?"));
         assert!(
-            err(r#"colour = "red""#).contains("expected `scope`, `ttl`, `key`, `in_flight` or")
+            err(r#"colour = "red""#)
+                .contains("expected `scope`, `ttl`, `key`, `in_flight`, `commits` or `state`")
         );
+        assert!(err(r#"commit = "two""#).contains("did you mean `commits`?"));
+        assert!(err(r#""two""#).ends_with("write `commits = \"two\"`"));
         assert!(err(r#"type = "x""#).starts_with("unknown argument `type`"));
         assert!(err(r#""org""#).contains("are named: write `scope = \"org\"`"));
         assert!(err(r#"scope = "org", "7d""#).ends_with("write `ttl = \"7d\"`"));

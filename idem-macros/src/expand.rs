@@ -81,6 +81,10 @@ fn expand(handler: &Handler, config: &validate::Config) -> TokenStream {
     } else {
         quote!(Reject)
     };
+    // Left out unless given, so most expansions read as before.
+    let commits = config
+        .two_commits
+        .then(|| quote!(.with_commits(#p::Commits::Two)));
     let arguments = checks::arguments_fn(handler, handler.known_state(config.state.as_ref()));
     let body = handler.body_fn();
     let handler_impl = handler::handler_impl(handler, config.state.as_ref());
@@ -96,7 +100,8 @@ fn expand(handler: &Handler, config: &validate::Config) -> TokenStream {
                     #p::KeyMode::#key_mode,
                     #p::InFlightMode::#in_flight,
                 )
-                .with_atomic(__idem_arguments);
+                .with_atomic(__idem_arguments)
+                #commits;
                 #arguments
                 #p::inventory::submit! { #p::Registration(&__IDEM_ENDPOINT) }
 

@@ -22,6 +22,8 @@ pub(crate) struct Config {
     pub(crate) ttl_secs: u64,
     pub(crate) key_required: bool,
     pub(crate) wait: bool,
+    /// `commits = "two"`: atomic mode on PostgreSQL commits the claim before the handler.
+    pub(crate) two_commits: bool,
     /// `state = S`: the router state, declared.
     pub(crate) state: Option<Type>,
 }
@@ -42,6 +44,7 @@ pub(crate) fn config(args: Args) -> syn::Result<Config> {
             .map_or(Ok(ttl::DEFAULT_SECS), |arg| ttl(&arg.value))?,
         key_required: choice(args.key.as_ref(), "key", ["optional", "required"])? == 1,
         wait: choice(args.in_flight.as_ref(), "in_flight", ["reject", "wait"])? == 1,
+        two_commits: choice(args.commits.as_ref(), "commits", ["one", "two"])? == 1,
         state: args.state,
     })
 }

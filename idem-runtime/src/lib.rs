@@ -71,7 +71,9 @@ pub use crate::core::clock;
 pub use crate::core::error::{KeyError, StoreError};
 pub use crate::core::fingerprint::{Fingerprint, canonical_json};
 pub use crate::core::key::{IdempotencyKey, MAX_KEY_LEN, RecordKey};
-pub use crate::face::endpoint::{AtomicNeed, Endpoint, GLOBAL_SCOPE, InFlightMode, KeyMode};
+pub use crate::face::endpoint::{
+    AtomicNeed, Commits, Endpoint, GLOBAL_SCOPE, InFlightMode, KeyMode,
+};
 pub use crate::face::layer::{IdempotencyLayer, IdempotencyService, RouteSettings};
 pub use crate::face::operation::{Operation, OperationError, OperationKey, Outcome, PayloadError};
 #[cfg(all(feature = "sqlite", feature = "postgres"))]

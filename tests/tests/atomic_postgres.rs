@@ -3,4 +3,14 @@
 
 include!("atomic/suite.rs");
 
-atomic_suite!(postgres, sqlx::Postgres, false);
+// One commit (the default): the claim rides in the handler's transaction.
+atomic_suite!(postgres, postgres, sqlx::Postgres, false, "one", true);
+// Two commits: the claim commits before the handler runs.
+atomic_suite!(
+    postgres_two_commits,
+    postgres,
+    sqlx::Postgres,
+    false,
+    "two",
+    false
+);

@@ -3,4 +3,4 @@
 
 include!("atomic/suite.rs");
 
-atomic_suite!(sqlite, sqlx::Sqlite, true);
+atomic_suite!(sqlite, sqlite, sqlx::Sqlite, true, "one", false);

@@ -13,10 +13,14 @@ use crate::core::fingerprint::Fingerprint;
 use crate::core::key::RecordKey;
 use crate::store::{Capabilities, Claim, ClaimRequest, DynStore, LeaseToken};
 
+#[cfg(feature = "postgres")]
+mod one_commit;
 mod outcome;
 mod owner;
 mod timed;
 
+#[cfg(feature = "postgres")]
+pub(crate) use one_commit::TxClaimed;
 pub(crate) use outcome::{CancelGuard, OpName, Outcome, record};
 pub(crate) use owner::{Owner, Settled};
 pub(crate) use timed::Timed;
@@ -98,43 +102,17 @@ impl Engine {
         let waiting_since = Instant::now();
         let mut backoff = Duration::from_millis(10);
         loop {
-            let token = LeaseToken::random();
-            let now = self.now();
-            let request = ClaimRequest {
-                key: &attempt.key,
-                fingerprint: &attempt.fingerprint,
-                token,
-                now,
-                lease_until: now.after(self.policy.lease),
-                expires_at: now.after(attempt.ttl),
-                operation: attempt.operation,
-                tenant: attempt.tenant,
-            };
+            let request = self.claim_request(attempt);
             let started = Instant::now();
             let claim = self.store.claim(request).await;
             tracing::debug!(store_ms = started.elapsed().as_secs_f64() * 1e3, "claim");
             let settled = match claim {
-                Err(error) => {
-                    tracing::error!(
-                        error = &error as &dyn std::error::Error,
-                        "idempotency store failed; refusing the request"
-                    );
-                    let retry_after = match error {
-                        StoreError::Full {
-                            retry_after: Some(after),
-                            ..
-                        } => after,
-                        _ => self.policy.retry_after,
-                    };
-                    let unavailable = Claimed::Unavailable { error, retry_after };
-                    (Outcome::StoreError, unavailable)
-                }
+                Err(error) => (Outcome::StoreError, self.unavailable(error)),
                 Ok(Claim::Acquired { took_over }) => {
                     if took_over {
                         tracing::warn!("took over a record whose owner's lease lapsed");
                     }
-                    let expires_at = request.expires_at;
-                    return Claimed::Owner(self.owner(attempt, token, expires_at));
+                    return Claimed::Owner(self.owner(attempt, &request));
                 }
                 Ok(Claim::Completed { fingerprint, .. } | Claim::InFlight { fingerprint, .. })
                     if fingerprint != attempt.fingerprint =>
@@ -162,12 +140,43 @@ impl Engine {
         }
     }
 
-    fn owner(&self, attempt: &Attempt<'_>, token: LeaseToken, expires_at: Timestamp) -> Owner {
+    /// A claim of `attempt`'s record as of now, under a fresh token.
+    fn claim_request<'a>(&self, attempt: &'a Attempt<'_>) -> ClaimRequest<'a> {
+        let now = self.now();
+        ClaimRequest {
+            key: &attempt.key,
+            fingerprint: &attempt.fingerprint,
+            token: LeaseToken::random(),
+            now,
+            lease_until: now.after(self.policy.lease),
+            expires_at: now.after(attempt.ttl),
+            operation: attempt.operation,
+            tenant: attempt.tenant,
+        }
+    }
+
+    /// The store failed a claim: logged, and refused (fail closed).
+    fn unavailable(&self, error: StoreError) -> Claimed {
+        tracing::error!(
+            error = &error as &dyn std::error::Error,
+            "idempotency store failed; refusing the request"
+        );
+        let retry_after = match error {
+            StoreError::Full {
+                retry_after: Some(after),
+                ..
+            } => after,
+            _ => self.policy.retry_after,
+        };
+        Claimed::Unavailable { error, retry_after }
+    }
+
+    fn owner(&self, attempt: &Attempt<'_>, request: &ClaimRequest<'_>) -> Owner {
         Owner::new(
             self.store.clone(),
             self.clock.clone(),
             self.policy.lease,
-            (attempt.key, token, expires_at),
+            (attempt.key, request.token, request.expires_at),
             attempt.operation.clone(),
         )
     }

@@ -36,6 +36,10 @@ pub(crate) struct Owner {
     /// When the claimed record expires: retries of its completion or release stop there.
     expires_at: Timestamp,
     operation: OpName,
+    /// `false` when the record is claimed inside the operation's open transaction (one-commit
+    /// atomic mode): nobody else sees it, so there is no lease to renew, and the transaction's
+    /// rollback is its release.
+    leased: bool,
     state: State,
 }
 
@@ -90,8 +94,22 @@ impl Owner {
             token,
             expires_at,
             operation,
+            leased: true,
             state: State::Running,
         }
+    }
+
+    /// The owner of a record claimed inside the operation's transaction: no lease to renew, and
+    /// nothing for a release to do but let the transaction roll back.
+    #[cfg(feature = "postgres")]
+    pub(crate) fn in_transaction(mut self) -> Self {
+        self.leased = false;
+        self
+    }
+
+    /// Whether the record is held by a lease (not by an open transaction).
+    pub(crate) fn leased(&self) -> bool {
+        self.leased
     }
 
     /// The record owned.
@@ -114,6 +132,9 @@ impl Owner {
     /// catching a panic so the caller can release the record before the panic continues.
     pub(crate) async fn run<F: Future>(&self, operation: F) -> Result<F::Output, Panic> {
         let mut operation = CatchUnwind(Box::pin(operation));
+        if !self.leased {
+            return operation.await;
+        }
         let renew = async {
             loop {
                 tokio::time::sleep(self.lease / 3).await;
@@ -161,6 +182,11 @@ impl Owner {
     /// Deletes the in-flight record so a retry runs again; if the store fails, retries in the
     /// background.
     pub(crate) async fn release(mut self) -> Settled {
+        if !self.leased {
+            // Dropping the transaction rolls the claim back.
+            self.state = State::Done;
+            return Settled::Done(Fence::Held);
+        }
         self.state = State::Releasing;
         self.settle().await
     }
@@ -200,6 +226,9 @@ impl Drop for Owner {
         }
         if matches!(state, State::Running) {
             record(&self.operation, Outcome::Cancelled);
+        }
+        if !self.leased {
+            return; // the transaction's rollback releases the record
         }
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             tracing::warn!(key = %self.key.short(), "no runtime to settle an abandoned idempotency record; it frees when its lease lapses");

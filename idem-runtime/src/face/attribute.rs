@@ -20,7 +20,9 @@
 
 use std::marker::PhantomData;
 
-pub use crate::face::endpoint::{AtomicNeed, Endpoint, InFlightMode, KeyMode, Registration};
+pub use crate::face::endpoint::{
+    AtomicNeed, Commits, Endpoint, InFlightMode, KeyMode, Registration,
+};
 pub use crate::face::flow::{Pending, Ready, begin};
 pub use axum::body::Body;
 pub use axum::extract::{FromRef, FromRequest, FromRequestParts, Request};

@@ -31,6 +31,37 @@ pub enum InFlightMode {
     Wait,
 }
 
+/// How a handler in atomic mode (one taking a `Tx` or `AnyTx`) commits on PostgreSQL. Other
+/// stores and handlers without a transaction ignore it.
+///
+/// | | `commits = "one"` (default) | `commits = "two"` |
+/// |---|---|---|
+/// | commits per fresh request | 1 | 2 |
+/// | round trips of idem's own | 2 (claim with `BEGIN`, completion with `COMMIT`) | 4 (claim, `BEGIN`, completion, `COMMIT`) |
+/// | the transaction and its pooled connection are held | from the claim to the response: the handler's whole run | from the first `Tx::conn` to the response |
+/// | a duplicate while the first runs | waits on the first's transaction: 409 after 50 ms (`in_flight = "reject"`), or the replay once it commits (`"wait"`, up to the wait timeout, holding a pooled connection meanwhile) | sees the committed claim: 409, or polls for the replay |
+/// | the process dies mid-handler | the transaction aborts with the connection: nothing is left, the retry runs at once | the claim stays until its lease lapses, then a retry takes it over |
+/// | an operator's query for records in flight | shows none of this endpoint's (they are uncommitted) | shows them |
+///
+/// One commit is the faster choice when the handler writes to the database and does little
+/// else. Choose two when the handler calls slow services before its first query (a payment
+/// processor, say): with one commit a pooled connection and an open transaction are held for
+/// that whole call, and waiting duplicates hold connections too, so a burst of slow requests can
+/// exhaust the pool. Set PostgreSQL's `idle_in_transaction_session_timeout` above the slowest
+/// handler: a one-commit claim whose client vanished without closing its connection (a network
+/// partition, not a crash) holds the key until the server ends that session.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum Commits {
+    /// The claim is made inside the handler's transaction, which commits it completed, with the
+    /// handler's writes (`commits = "one"`, the default).
+    #[default]
+    One,
+    /// The claim commits on its own before the handler runs; the handler's transaction then
+    /// commits its writes with the completion (`commits = "two"`).
+    Two,
+}
+
 /// One `#[idempotent]` handler, as declared in its attribute. Created by the macro; listed by
 /// [`Idempotency::endpoints`](crate::Idempotency::endpoints).
 pub struct Endpoint {
@@ -39,6 +70,7 @@ pub struct Endpoint {
     ttl: Duration,
     key: KeyMode,
     in_flight: InFlightMode,
+    commits: Commits,
     atomic: fn() -> Option<AtomicNeed>,
 }
 
@@ -50,6 +82,7 @@ impl fmt::Debug for Endpoint {
             .field("ttl", &self.ttl)
             .field("key", &self.key)
             .field("in_flight", &self.in_flight)
+            .field("commits", &self.commits)
             .field("atomic", &self.atomic())
             .finish()
     }
@@ -106,8 +139,16 @@ impl Endpoint {
             ttl: Duration::from_secs(ttl_secs),
             key,
             in_flight,
+            commits: Commits::One,
             atomic: plain,
         }
+    }
+
+    /// Sets how atomic mode commits on PostgreSQL (`commits = "..."`).
+    #[doc(hidden)]
+    pub const fn with_commits(mut self, commits: Commits) -> Self {
+        self.commits = commits;
+        self
     }
 
     /// Sets how to find whether the handler takes a transaction (generated per parameter).
@@ -124,6 +165,7 @@ impl Endpoint {
 
     /// The operation as the HTTP flow runs it.
     pub(crate) fn spec(&self) -> Spec {
+        let atomic = self.atomic().is_some();
         Spec {
             name: Cow::Borrowed(self.name),
             scope: self.scope,
@@ -133,6 +175,8 @@ impl Endpoint {
             // Extractor rejections return before the claim: every response the flow sees is
             // the handler's own.
             released: ClientErrors::NONE,
+            offers_tx: atomic,
+            one_commit: atomic && self.commits == Commits::One,
         }
     }
 
@@ -159,6 +203,11 @@ impl Endpoint {
     /// Behaviour for in-flight duplicates.
     pub const fn in_flight(&self) -> InFlightMode {
         self.in_flight
+    }
+
+    /// How atomic mode commits on PostgreSQL.
+    pub const fn commits(&self) -> Commits {
+        self.commits
     }
 }
 
@@ -188,6 +237,12 @@ pub(crate) struct Spec {
     pub(crate) in_flight: InFlightMode,
     /// Client-error statuses released like a 5xx instead of stored.
     pub(crate) released: ClientErrors,
+    /// Whether the handler may take a `Tx`: the store's transactions are offered to it.
+    pub(crate) offers_tx: bool,
+    /// Whether the handler takes a `Tx` and its claim rides in that transaction when the store
+    /// is PostgreSQL ([`Commits::One`]).
+    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
+    pub(crate) one_commit: bool,
 }
 
 impl Spec {

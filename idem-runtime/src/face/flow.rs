@@ -21,6 +21,8 @@ use tracing::Instrument;
 
 use crate::core::fingerprint::Fingerprint;
 use crate::core::key::{IdempotencyKey, RecordKey, tenant_of};
+#[cfg(feature = "postgres")]
+use crate::engine::TxClaimed;
 use crate::engine::{self, Attempt, Claimed, Outcome, Owner, Settled, record};
 use crate::face::endpoint::{Endpoint, InFlightMode, KeyMode, Spec};
 use crate::http::rejection::Rejection;
@@ -57,7 +59,11 @@ pub(crate) fn start(
     spec: &Spec,
     parts: &mut Parts,
 ) -> Result<Pending, Response> {
-    let tx = TxOffer::new(&engine.engine().capabilities);
+    // Only a handler that takes a `Tx` needs the store's transactions offered.
+    let tx = spec
+        .offers_tx
+        .then(|| TxOffer::new(&engine.engine().capabilities))
+        .flatten();
     if let Some(offer) = &tx {
         parts.extensions.insert(offer.clone());
     }
@@ -287,7 +293,11 @@ where
         ttl: spec.ttl,
         wait: spec.in_flight == InFlightMode::Wait,
     };
-    match engine.engine().claim(&attempt).await {
+    let claimed = match claim_in_transaction(engine, spec, &attempt, tx.as_ref()).await {
+        Some(claimed) => claimed,
+        None => engine.engine().claim(&attempt).await,
+    };
+    match claimed {
         Claimed::Owner(owner) => {
             if let Some(offer) = &tx {
                 offer.bind(owner.key());
@@ -316,6 +326,40 @@ where
             engine.reject(Rejection::StoreUnavailable { retry_after })
         }
     }
+}
+
+/// One-commit atomic mode ([`Commits::One`](crate::Commits::One)): on a PostgreSQL store, the
+/// claim begins the transaction that the handler's `Tx` then takes from the offer. `None` when
+/// the mode does not apply, or a committed record holds the key (the ordinary claim reads it).
+#[cfg(feature = "postgres")]
+async fn claim_in_transaction(
+    engine: &Idempotency,
+    spec: &Spec,
+    attempt: &Attempt<'_>,
+    offer: Option<&TxOffer>,
+) -> Option<Claimed> {
+    if !spec.one_commit {
+        return None;
+    }
+    let (offer, store) = (offer?, engine.engine().capabilities.one_commit.as_ref()?);
+    match engine.engine().claim_in_transaction(store, attempt).await {
+        TxClaimed::Owner(owner, claimed) => {
+            crate::face::tx::park(offer, claimed, store.clone());
+            Some(Claimed::Owner(owner))
+        }
+        TxClaimed::Stored => None,
+        TxClaimed::Settled(claimed) => Some(claimed),
+    }
+}
+
+#[cfg(not(feature = "postgres"))]
+async fn claim_in_transaction(
+    _: &Idempotency,
+    _: &Spec,
+    _: &Attempt<'_>,
+    _: Option<&TxOffer>,
+) -> Option<Claimed> {
+    None
 }
 
 fn unavailable(engine: &Idempotency) -> Response {
@@ -363,6 +407,13 @@ where
         return complete_atomic(engine, spec, owner, pending, &payload, status)
             .await
             .unwrap_or_else(|| Response::from_parts(parts, Body::from(bytes)));
+    }
+    if !owner.leased() {
+        // The claim's transaction went with a `Tx` that outlived its handler: it can no longer
+        // commit with the response.
+        tracing::error!("the handler's `Tx` outlived it; its writes and the claim roll back");
+        release(owner, spec).await;
+        return unavailable(engine);
     }
     record(&spec.name, Outcome::Executed);
     match owner.complete(payload, status, spec.ttl).await {

@@ -485,6 +485,10 @@ impl Config {
             key: settings.key,
             in_flight: settings.in_flight,
             released: settings.rejections,
+            // Whether the handler takes a `Tx` is unknown until it runs: always offer one, and
+            // claim before it (two commits).
+            offers_tx: true,
+            one_commit: false,
         })
     }
 }

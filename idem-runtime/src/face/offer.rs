@@ -113,6 +113,10 @@ pub(crate) trait PendingTx: Send {
 
     /// Commits the transaction alone (a request without an idempotency key).
     fn commit(self: Box<Self>) -> BoxFuture<'static, Result<(), StoreError>>;
+
+    /// The transaction as its own type, for the `Tx` taking a transaction the engine parked.
+    #[cfg_attr(not(any(feature = "sqlite", feature = "postgres")), allow(dead_code))]
+    fn into_any(self: Box<Self>) -> Box<dyn std::any::Any + Send>;
 }
 
 pub(crate) fn downstream_key(seed: &[u8; 32], purpose: &str) -> String {

@@ -50,14 +50,16 @@ use crate::store::{BoxFuture, Completion, Fence, LeaseToken};
 ///   and the stored response become visible together.
 /// - A 5xx response, an error, a panic or a dropped request rolls the transaction back and
 ///   releases the key, so the retry runs against a database the failed attempt never touched.
-/// - If the process dies before the commit, nothing of the attempt is left but its claim, which
-///   a retry takes over once the lease lapses: the operation's database effects happen exactly
-///   once.
+/// - If the process dies before the commit, none of the attempt's writes are left: on PostgreSQL
+///   with one commit ([`Commits`](crate::Commits), the default) the claim was in the transaction
+///   and the retry runs at once; otherwise only the claim is left, which a retry takes over once
+///   the lease lapses. The operation's database effects happen exactly once.
 /// - Without an idempotency key the handler still runs in a transaction, committed unless the
 ///   response is a 5xx.
 ///
-/// The transaction begins at the first [`Tx::conn`] call, not before the handler: slow work done
-/// before the first query (a call to a payment processor, say) holds no database lock. On
+/// On PostgreSQL with one commit the transaction begins with the claim, before the handler runs;
+/// with `commits = "two"` and on SQLite it begins at the first [`Tx::conn`] call: slow work done
+/// before the first query (a call to a payment processor, say) then holds no database lock. On
 /// SQLite it begins with `BEGIN IMMEDIATE`, taking the single write lock up front, so a handler
 /// that reads and then writes cannot fail with `SQLITE_BUSY` halfway; keep slow non-database
 /// work before the first query.
@@ -68,12 +70,87 @@ use crate::store::{BoxFuture, Completion, Fence, LeaseToken};
 /// fails when an `#[idempotent]` endpoint takes a `Tx` on a database whose transactions the store
 /// does not offer. The extractor works under `#[idempotent]` and under
 /// `IdempotencyLayer`; anywhere else it answers
-/// `500 idempotency_misconfigured`. Take at most one per handler. A `Tx` must not outlive its
+/// `500 idempotency_misconfigured`. Take at most one per handler, as an argument of its own: an
+/// `#[idempotent]` handler is offered transactions only when one of its arguments is a `Tx` or
+/// an `AnyTx` (not one wrapped in another extractor). A `Tx` must not outlive its
 /// handler: writes made through it after the handler returned are rolled back.
 pub struct Tx<DB: AtomicDatabase> {
     store: Arc<dyn AtomicStore<DB>>,
-    tx: Option<Transaction<'static, DB>>,
+    tx: Option<Lent<DB>>,
     offer: TxOffer,
+}
+
+/// The transaction a [`Tx`] lends the handler.
+enum Lent<DB: AtomicDatabase> {
+    /// Begun at the handler's first [`Tx::conn`] (the claim committed before).
+    Begun(Transaction<'static, DB>),
+    /// Begun by the engine with the record's claim in it (one commit on PostgreSQL).
+    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
+    Claimed(Box<dyn ClaimedConn<DB>>),
+}
+
+impl<DB: AtomicDatabase> Lent<DB> {
+    fn conn(&mut self) -> &mut DB::Connection {
+        match self {
+            Self::Begun(tx) => tx,
+            Self::Claimed(claimed) => claimed.conn(),
+        }
+    }
+}
+
+/// A transaction the engine began with the record's claim in it.
+trait ClaimedConn<DB: AtomicDatabase>: Send {
+    fn conn(&mut self) -> &mut DB::Connection;
+
+    /// Completes the record and commits: `Fence::Held` when both happened.
+    fn complete_and_commit<'a>(
+        self: Box<Self>,
+        key: &'a RecordKey,
+        token: LeaseToken,
+        completion: Completion<'a>,
+    ) -> BoxFuture<'a, Result<Fence, StoreError>>;
+}
+
+#[cfg(feature = "postgres")]
+struct PgClaimed {
+    tx: crate::store::ClaimedTx,
+    store: Arc<crate::store::PostgresStore>,
+}
+
+#[cfg(feature = "postgres")]
+impl ClaimedConn<sqlx::Postgres> for PgClaimed {
+    fn conn(&mut self) -> &mut sqlx::PgConnection {
+        self.tx.conn()
+    }
+
+    fn complete_and_commit<'a>(
+        self: Box<Self>,
+        key: &'a RecordKey,
+        token: LeaseToken,
+        completion: Completion<'a>,
+    ) -> BoxFuture<'a, Result<Fence, StoreError>> {
+        Box::pin(async move {
+            let PgClaimed { tx, store } = *self;
+            tx.complete_and_commit(&store, key, token, completion).await
+        })
+    }
+}
+
+/// Parks the transaction holding a claim in `offer`, for the handler's [`Tx`] to take at its
+/// first [`Tx::conn`] and for the engine to commit when the handler returns.
+#[cfg(feature = "postgres")]
+pub(crate) fn park(
+    offer: &TxOffer,
+    tx: crate::store::ClaimedTx,
+    store: Arc<crate::store::PostgresStore>,
+) {
+    offer.hand_back(Box::new(Begun::<sqlx::Postgres> {
+        tx: Lent::Claimed(Box::new(PgClaimed {
+            tx,
+            store: store.clone(),
+        })),
+        store,
+    }));
 }
 
 impl<DB: AtomicDatabase> Tx<DB> {
@@ -88,9 +165,21 @@ impl<DB: AtomicDatabase> Tx<DB> {
     /// ```
     pub async fn conn(&mut self) -> Result<&mut DB::Connection, sqlx::Error> {
         if self.tx.is_none() {
-            self.tx = Some(self.store.pool().begin_with(DB::BEGIN).await?);
+            let lent = match self.offer.returned() {
+                // The engine began the transaction with the claim in it.
+                Some(parked) => match parked.into_any().downcast::<Begun<DB>>() {
+                    Ok(begun) => begun.tx,
+                    Err(_) => {
+                        return Err(sqlx::Error::Configuration(
+                            "the idempotency engine began a transaction on another database".into(),
+                        ));
+                    }
+                },
+                None => Lent::Begun(self.store.pool().begin_with(DB::BEGIN).await?),
+            };
+            self.tx = Some(lent);
         }
-        Ok(self.tx.as_deref_mut().expect("begun above"))
+        Ok(self.tx.as_mut().expect("begun above").conn())
     }
 
     /// A key for a call to another service that is stable across every retry of this request,
@@ -253,7 +342,7 @@ impl AtomicParam for AnyTx {
 }
 
 struct Begun<DB: AtomicDatabase> {
-    tx: Transaction<'static, DB>,
+    tx: Lent<DB>,
     store: Arc<dyn AtomicStore<DB>>,
 }
 
@@ -265,7 +354,13 @@ impl<DB: AtomicDatabase> PendingTx for Begun<DB> {
         completion: Completion<'a>,
     ) -> BoxFuture<'a, Result<Fence, StoreError>> {
         Box::pin(async move {
-            let Begun { mut tx, store } = *self;
+            let Begun { tx, store } = *self;
+            let mut tx = match tx {
+                Lent::Begun(tx) => tx,
+                Lent::Claimed(claimed) => {
+                    return claimed.complete_and_commit(key, token, completion).await;
+                }
+            };
             match store.complete_in(&mut tx, key, token, completion).await? {
                 // Another request took the record over: our writes must not commit beside its
                 // own. Dropping the transaction rolls it back.
@@ -279,6 +374,18 @@ impl<DB: AtomicDatabase> PendingTx for Begun<DB> {
     }
 
     fn commit(self: Box<Self>) -> BoxFuture<'static, Result<(), StoreError>> {
-        Box::pin(async move { self.tx.commit().await.map_err(StoreError::unavailable) })
+        Box::pin(async move {
+            match self.tx {
+                Lent::Begun(tx) => tx.commit().await.map_err(StoreError::unavailable),
+                // Never parked without a record: dropping it rolls back.
+                Lent::Claimed(_) => Err(StoreError::unavailable(std::io::Error::other(
+                    "a claim's transaction commits only with its record",
+                ))),
+            }
+        })
+    }
+
+    fn into_any(self: Box<Self>) -> Box<dyn std::any::Any + Send> {
+        self
     }
 }

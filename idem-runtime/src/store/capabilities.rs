@@ -16,6 +16,9 @@ pub struct Capabilities {
     pub(crate) sqlite: Option<std::sync::Arc<dyn super::atomic::AtomicStore<sqlx::Sqlite>>>,
     #[cfg(feature = "postgres")]
     pub(crate) postgres: Option<std::sync::Arc<dyn super::atomic::AtomicStore<sqlx::Postgres>>>,
+    /// The store whose claims can ride in the handler's transaction (one-commit atomic mode).
+    #[cfg(feature = "postgres")]
+    pub(crate) one_commit: Option<std::sync::Arc<super::PostgresStore>>,
 }
 
 impl Capabilities {
@@ -61,6 +64,8 @@ impl fmt::Debug for Capabilities {
         d.field("atomic_sqlite", &self.sqlite.is_some());
         #[cfg(feature = "postgres")]
         d.field("atomic_postgres", &self.postgres.is_some());
+        #[cfg(feature = "postgres")]
+        d.field("one_commit", &self.one_commit.is_some());
         d.finish()
     }
 }

@@ -65,8 +65,10 @@ fn respond(status: StatusCode, body: Value) -> Response {
     (status, axum::Json(body)).into_response()
 }
 
+/// `$store` names the backend in `stores`; `$commits` is the handler's `commits` argument; `$one_commit` whether the claim then rides
+/// in the handler's transaction (PostgreSQL with `"one"`).
 macro_rules! atomic_suite {
-    ($backend:ident, $db:ty, $is_sqlite:expr) => {
+    ($backend:ident, $store:ident, $db:ty, $is_sqlite:expr, $commits:tt, $one_commit:expr) => {
         mod $backend {
             use super::*;
             use axum::Json;
@@ -76,6 +78,7 @@ macro_rules! atomic_suite {
             use idem_runtime::{Idempotency, Tx, idempotent};
 
             const SQLITE: bool = $is_sqlite;
+            const ONE_COMMIT: bool = $one_commit;
 
             #[derive(Clone, FromRef)]
             struct App {
@@ -86,7 +89,7 @@ macro_rules! atomic_suite {
             }
 
             /// Inserts one item; `{"gate": "before"|"after"}` waits before or after the write.
-            #[idempotent(scope = "global")]
+            #[idempotent(scope = "global", commits = $commits)]
             async fn create_item(
                 State(calls): State<Calls>,
                 State(faults): State<Faults>,
@@ -151,7 +154,7 @@ macro_rules! atomic_suite {
 
             async fn harness() -> Harness {
                 let clock = ManualClock::new();
-                let (store, pool, cleanup) = crate::stores::$backend().await;
+                let (store, pool, cleanup) = crate::stores::$store().await;
                 for ddl in crate::stores::ddl(SQLITE) {
                     sqlx::raw_sql(sqlx::AssertSqlSafe(ddl.to_owned())).execute(&pool).await.unwrap();
                 }
@@ -243,6 +246,19 @@ macro_rules! atomic_suite {
                 h.clock.advance(Duration::from_secs(31));
                 let router = h.router.clone();
                 let taker = tokio::spawn(async move { send(&router, Some("k"), body).await });
+                if ONE_COMMIT {
+                    // The claim is the owner's open transaction, which no clock ends: the taker
+                    // meets it and is refused.
+                    let taker = taker.await.unwrap();
+                    assert_eq!(taker.status, StatusCode::CONFLICT, "{:?}", taker.body);
+                    h.app.gate.open();
+                    let stale = stale.await.unwrap();
+                    assert_eq!(stale.status, StatusCode::CREATED);
+                    let replay = send(&h.router, Some("k"), body).await;
+                    assert_eq!(replay.body, stale.body);
+                    assert_eq!(h.rows().await, 1, "exactly one write committed");
+                    return h.finish().await;
+                }
                 if SQLITE {
                     // SQLite has one writer: the stale owner's open transaction holds it, so the
                     // taker's claim waits; the owner commits first and the taker replays.

@@ -25,7 +25,9 @@ impl Operation<'_> {
     /// - Another run took the record over (this one outlived its lease): the transaction rolls
     ///   back and the call fails with [`OperationError::LeaseLost`].
     ///
-    /// The transaction begins at the first [`Tx::conn`]; a closure that never calls it writes
+    /// The claim commits on its own first, as with `commits = "two"` on an HTTP endpoint
+    /// ([`Commits`](crate::Commits)); the transaction begins at the first [`Tx::conn`]; a
+    /// closure that never calls it writes
     /// nothing and its output is stored as in [`run`](Operation::run). The engine's store must
     /// lend transactions on `DB` (`SqliteStore` for `sqlx::Sqlite`, `PostgresStore` for
     /// `sqlx::Postgres`); on any other store the call fails with

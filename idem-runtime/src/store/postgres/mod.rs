@@ -15,8 +15,10 @@ use crate::store::{
     BoxFuture, Capabilities, Claim, ClaimRequest, Completion, Fence, LeaseToken, Store,
 };
 
+mod one_commit;
 mod schema;
 
+pub(crate) use one_commit::{ClaimedTx, TxClaim};
 use schema::{Names, migrate};
 
 /// Records in a PostgreSQL table, by default `idem.idempotency_records`, on sqlx.
@@ -30,12 +32,16 @@ use schema::{Names, migrate};
 /// lease renewal are `UPDATE`/`DELETE`s fenced on the owner's token.
 ///
 /// The store offers atomic mode ([`Tx<sqlx::Postgres>`](crate::Tx)): a handler's writes and the
-/// record's completion commit in one transaction on this database.
+/// record's completion commit in one transaction on this database. By default
+/// ([`Commits::One`](crate::Commits)) the claim is made in that transaction too, sent with its
+/// `BEGIN`, and the completion goes with the `COMMIT`: one commit per fresh request.
 ///
 /// Operators can read the table (times are milliseconds since the Unix epoch):
 ///
 /// ```sql
-/// -- Which keys are stuck in flight, per endpoint (the owner's lease lapsed)?
+/// -- Which keys are stuck in flight, per endpoint (the owner's lease lapsed)? Endpoints in
+/// -- atomic mode with one commit never show here: their claims are uncommitted until they
+/// -- complete.
 /// SELECT operation, count(*) FROM idem.idempotency_records
 /// WHERE state = 'in_flight' AND lease_until < extract(epoch FROM now()) * 1000
 /// GROUP BY operation;
@@ -216,6 +222,8 @@ impl PostgresStoreBuilder {
 struct Statements {
     schema: String,
     table: String,
+    /// `"schema"."table"`, for statements written per request (one-commit mode).
+    records: String,
     claim: Arc<str>,
     complete: Arc<str>,
     release: Arc<str>,
@@ -232,6 +240,7 @@ impl Statements {
             release: render(RELEASE),
             renew: render(RENEW),
             purge: render(PURGE),
+            records: names.render("{records}"),
             schema: names.schema,
             table: names.table,
         }
@@ -399,6 +408,7 @@ impl Store for PostgresStore {
 
     fn offer_capabilities(self: &Arc<Self>, capabilities: &mut Capabilities) {
         capabilities.offer_atomic::<sqlx::Postgres>(self.clone());
+        capabilities.one_commit = Some(self.clone());
     }
 }
 

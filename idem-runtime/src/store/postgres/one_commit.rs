@@ -1,0 +1,169 @@
+//! One-commit atomic mode: the record's claim, the handler's writes and the stored response in
+//! one PostgreSQL transaction.
+//!
+//! The claim is an `INSERT` in a transaction that stays open while the handler runs; nobody else
+//! sees the record until it commits with its response. A duplicate's `INSERT` meets the
+//! uncommitted row on the primary key and waits for its transaction, up to a `lock_timeout`: if
+//! the first commits, the duplicate gets a unique violation and reads the stored record (replay,
+//! or 422); if it rolls back or its connection dies, the duplicate's `INSERT` succeeds and it runs
+//! fresh. The open connection is the lease: there is nothing to renew, and a crash leaves nothing
+//! behind.
+//!
+//! Both ends take one round trip. The claim travels as one simple-protocol message with the
+//! `BEGIN`; the completion with the `COMMIT`. The simple protocol binds no parameters, so the
+//! values are written into the text, and only values that cannot carry SQL: integers, and bytes
+//! as hex digits (digests, the payload, the operation name as UTF-8).
+
+use std::time::Duration;
+
+use sqlx::pool::PoolConnection;
+use sqlx::{AssertSqlSafe, Executor, PgConnection, Postgres, SqlSafeStr};
+use sqlx_core::transaction::TransactionManager;
+
+use super::PostgresStore;
+use crate::core::error::StoreError;
+use crate::core::key::{RecordKey, hex};
+use crate::store::{ClaimRequest, Completion, Fence, LeaseToken};
+
+type Manager = <Postgres as sqlx::Database>::TransactionManager;
+
+/// How a claim inside a transaction ended.
+pub(crate) enum TxClaim {
+    /// The record is ours, in the open transaction.
+    Acquired(ClaimedTx),
+    /// Another transaction holds an uncommitted claim of the key and did not finish within the
+    /// lock wait: the first request is still running.
+    InFlight,
+    /// A committed record holds the key (a response to replay, a record whose TTL ended but is
+    /// not swept yet, a claim made outside a transaction): claim it the ordinary way, which reads
+    /// it.
+    Stored,
+}
+
+/// A pooled connection in the transaction that holds a claimed record. Dropping it rolls the
+/// transaction back (the `ROLLBACK` goes out with the pool's check when the connection returns),
+/// and the claim vanishes with the writes.
+pub(crate) struct ClaimedTx {
+    conn: PoolConnection<Postgres>,
+}
+
+impl ClaimedTx {
+    /// The transaction's connection, for the handler's statements.
+    pub(crate) fn conn(&mut self) -> &mut PgConnection {
+        &mut self.conn
+    }
+
+    /// Completes the record and commits, in one round trip. `Fence::Lost` (and nothing
+    /// committed) when the record is no longer the owner's in-flight claim, which only the
+    /// handler's own statements could have changed.
+    pub(crate) async fn complete_and_commit(
+        mut self,
+        store: &PostgresStore,
+        key: &RecordKey,
+        token: LeaseToken,
+        completion: Completion<'_>,
+    ) -> Result<Fence, StoreError> {
+        let status = completion
+            .status
+            .map_or_else(|| "NULL".to_owned(), |s| s.to_string());
+        // `1 / count(*)` fails the transaction when the update found no row, so the `COMMIT`
+        // after it never runs. The `BEGIN` after the `COMMIT` keeps sqlx's count of open
+        // transactions true; the empty transaction is rolled back when the connection returns.
+        let sql = format!(
+            "WITH done AS (UPDATE {records} SET state = 'completed', \
+             response = decode('{payload}', 'hex'), expires_at = {expires_at}, \
+             status = {status}, completed_at = {completed_at} \
+             WHERE key = decode('{key}', 'hex') AND token = {token} AND state = 'in_flight' \
+             RETURNING 1) \
+             SELECT 1 / count(*)::int FROM done; COMMIT; BEGIN",
+            records = store.sql.records,
+            payload = hex(completion.payload),
+            expires_at = completion.expires_at.as_millis(),
+            completed_at = completion.completed_at.as_millis(),
+            key = hex(key.as_bytes()),
+            token = token.as_i64(),
+        );
+        match self.conn.execute(AssertSqlSafe(sql)).await {
+            Ok(_) => Ok(Fence::Held),
+            Err(error) if sqlstate(&error).as_deref() == Some("22012") => Ok(Fence::Lost),
+            Err(error) => {
+                if sqlstate(&error).is_none() {
+                    // The connection failed: whether the `COMMIT` ran is unknown; never reuse it.
+                    self.conn.close_on_drop();
+                }
+                Err(StoreError::unavailable(error))
+            }
+        }
+    }
+}
+
+impl Drop for ClaimedTx {
+    fn drop(&mut self) {
+        Manager::start_rollback(&mut self.conn);
+    }
+}
+
+impl PostgresStore {
+    /// Begins a transaction on a pooled connection and claims the record in it, waiting up to
+    /// `lock_wait` for a transaction that holds an uncommitted claim of the same key.
+    pub(crate) async fn claim_in_transaction(
+        &self,
+        request: ClaimRequest<'_>,
+        lock_wait: Duration,
+    ) -> Result<TxClaim, StoreError> {
+        let mut conn = self.pool.acquire().await.map_err(StoreError::unavailable)?;
+        // The short lock timeout applies to the claim only: the session's own is saved first
+        // and restored after, for the handler's statements.
+        let sql = format!(
+            "BEGIN; \
+             SELECT set_config('idem.lock_timeout', current_setting('lock_timeout'), true); \
+             SET LOCAL lock_timeout = {lock_ms}; \
+             INSERT INTO {records} (key, fingerprint, token, state, owners, lease_until, \
+             expires_at, operation, created_at) VALUES (decode('{key}', 'hex'), \
+             decode('{fingerprint}', 'hex'), {token}, 'in_flight', 1, {lease_until}, \
+             {expires_at}, convert_from(decode('{operation}', 'hex'), 'UTF8'), {now}); \
+             SELECT set_config('lock_timeout', current_setting('idem.lock_timeout'), true)",
+            // 0 would wait forever.
+            lock_ms = lock_wait.as_millis().clamp(1, i32::MAX as u128),
+            records = self.sql.records,
+            key = hex(request.key.as_bytes()),
+            fingerprint = hex(request.fingerprint.as_bytes()),
+            token = request.token.as_i64(),
+            lease_until = request.lease_until.as_millis(),
+            expires_at = request.expires_at.as_millis(),
+            operation = hex(request.operation.as_bytes()),
+            now = request.now.as_millis(),
+        );
+        let error = match Manager::begin(&mut conn, Some(AssertSqlSafe(sql).into_sql_str())).await {
+            Ok(()) => return Ok(TxClaim::Acquired(ClaimedTx { conn })),
+            Err(error) => error,
+        };
+        let code = sqlstate(&error);
+        if code.is_none() {
+            // Not PostgreSQL's answer: the connection itself failed. Never reuse it.
+            conn.close_on_drop();
+            return Err(StoreError::unavailable(error));
+        }
+        // The transaction failed before sqlx counted it as open: end it here, or the connection
+        // would go back to the pool inside an aborted transaction.
+        conn.execute("ROLLBACK")
+            .await
+            .map_err(StoreError::unavailable)?;
+        match code.as_deref() {
+            // unique_violation: a committed record.
+            Some("23505") => Ok(TxClaim::Stored),
+            // lock_not_available, or query_canceled when the session's `statement_timeout` ended
+            // the wait first: the claim's transaction is still open.
+            Some("55P03" | "57014") => Ok(TxClaim::InFlight),
+            _ => Err(StoreError::unavailable(error)),
+        }
+    }
+}
+
+/// The SQLSTATE of a database error.
+fn sqlstate(error: &sqlx::Error) -> Option<String> {
+    match error {
+        sqlx::Error::Database(e) => e.code().map(|c| c.into_owned()),
+        _ => None,
+    }
+}
