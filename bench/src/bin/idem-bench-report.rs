@@ -413,12 +413,7 @@ fn targets(out: &mut String, loads: &[Load]) {
             let _ = writeln!(
                 out,
                 "| {store} | {keys} | {:.0} | {:.2}× | {} | {:.0} | {:.2}× | {} | {raw:.2}× | {ratio:.2}× |",
-                empty.1.rps,
-                empty.0,
-                empty.1.p99_us,
-                full.1.rps,
-                full.0,
-                full.1.p99_us,
+                empty.1.rps, empty.0, empty.1.p99_us, full.1.rps, full.0, full.1.p99_us,
             );
         }
     }
