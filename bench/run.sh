@@ -237,10 +237,10 @@ flat() {
     stop_servers
   done
 }
-want flat-memory && flat memory 18084
-want flat-sqlite && flat sqlite 18085
-want flat-postgres && flat postgres 18086 --database-url "$PG_URL"
-want flat-redis && flat redis 18088 --redis-url "redis://127.0.0.1:$REDIS_PORT"
+want flat-memory && { flat memory 18084 || echo "flat-memory failed" >&2; }
+want flat-sqlite && { flat sqlite 18085 || echo "flat-sqlite failed" >&2; }
+want flat-postgres && { flat postgres 18086 --database-url "$PG_URL" || echo "flat-postgres failed" >&2; }
+want flat-redis && { flat redis 18088 --redis-url "redis://127.0.0.1:$REDIS_PORT" || echo "flat-redis failed" >&2; }
 
 # Round trips per request, counted on the wire, one connection, after a warm-up.
 if want round-trips; then

@@ -190,7 +190,14 @@ pub async fn postgres(
              convert_to(repeat('x', $6), 'UTF8'), 'POST /preload', 201, $2, $2
          FROM generate_series(0, $5 - 1) AS i"
     );
+    let failed = |e: sqlx::Error| format!("PostgreSQL preload: {e}");
     for batch in plan.batches() {
+        // The store's sessions time statements out after 5 s; a million rows take longer.
+        let mut tx = pool.begin().await.map_err(failed)?;
+        sqlx::query("SET LOCAL statement_timeout = 0")
+            .execute(&mut *tx)
+            .await
+            .map_err(failed)?;
         sqlx::query(sqlx::AssertSqlSafe(insert.clone()))
             .bind(fastrand::u64(..).to_le_bytes().to_vec())
             .bind(SystemClock.now().as_millis())
@@ -198,14 +205,25 @@ pub async fn postgres(
             .bind(DAY.as_millis() as i64)
             .bind(i64::try_from(batch.count).unwrap_or(i64::MAX))
             .bind(PAYLOAD_BYTES as i32)
-            .execute(pool)
+            .execute(&mut *tx)
             .await
-            .map_err(|e| format!("PostgreSQL preload: {e}"))?;
+            .map_err(failed)?;
+        tx.commit().await.map_err(failed)?;
     }
+    let mut conn = pool.acquire().await.map_err(failed)?;
+    sqlx::query("SET statement_timeout = 0")
+        .execute(&mut *conn)
+        .await
+        .map_err(failed)?;
     sqlx::query(sqlx::AssertSqlSafe(format!("ANALYZE {records}")))
-        .execute(pool)
+        .execute(&mut *conn)
         .await
         .map_err(|e| format!("PostgreSQL ANALYZE: {e}"))?;
+    // Give the pooled connection back as the store configured it.
+    sqlx::query("RESET statement_timeout")
+        .execute(&mut *conn)
+        .await
+        .map_err(failed)?;
     Ok(())
 }
 

@@ -323,8 +323,11 @@ const TARGETS: &[(&str, &str, f64, &str)] = &[
 /// The stores of the flat-cost runs.
 const FLAT_STORES: [&str; 4] = ["memory", "sqlite", "postgres", "redis"];
 
+/// A scenario's throughput over its bare baseline's, the scenario's run and the baseline's.
+type Pair<'a> = (f64, &'a Load, &'a Load);
+
 /// `label`'s throughput over its bare baseline's, and both runs.
-fn paired<'a>(by: &BTreeMap<&str, &'a Load>, label: &str) -> Option<(f64, &'a Load, &'a Load)> {
+fn paired<'a>(by: &BTreeMap<&str, &'a Load>, label: &str) -> Option<Pair<'a>> {
     let it = *by.get(label)?;
     let bare = *by.get(format!("{label}:bare").as_str())?;
     Some((it.rps / bare.rps, it, bare))
@@ -336,7 +339,7 @@ fn flat_ratio<'a>(
     by: &BTreeMap<&str, &'a Load>,
     store: &str,
     keys: &str,
-) -> Option<(f64, f64, [(f64, &'a Load, &'a Load); 2])> {
+) -> Option<(f64, f64, [Pair<'a>; 2])> {
     let empty = paired(by, &format!("flat-{store}/empty-{keys}"))?;
     let full = paired(by, &format!("flat-{store}/1m-{keys}"))?;
     Some((full.0 / empty.0, full.1.rps / empty.1.rps, [empty, full]))

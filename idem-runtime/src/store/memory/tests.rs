@@ -1,6 +1,8 @@
 //! The memory store's own behaviour beyond the conformance suite every store passes: purges by
 //! expiry across shards, room freed when records expire, and its hashing of keys.
 
+use std::time::Duration;
+
 use super::*;
 
 const T0: i64 = 1_700_000_000_250;
