@@ -8,7 +8,7 @@
 //! - `POST /pg/atomic`: the same `INSERT` through a [`Tx`], so the handler's write and the
 //!   record's completion commit together (atomic mode).
 //!
-//! All three answer `201 Created` with the row's id, built by [`created`] as `app`'s handlers
+//! All three answer `201 Created` with the row's id and a `Location`, as `app`'s handlers
 //! do. Only `--store postgres` serves them (an engine on another store has no transactions to
 //! lend the atomic form).
 
