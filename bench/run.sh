@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Re-runs every idem benchmark and rewrites the results section of BENCHMARKS.md.
 #
-#   bench/run.sh                  # everything, about 11 minutes on 2 cores
+#   bench/run.sh                  # everything, about 13 minutes on 2 cores (12 min 43 s measured)
 #   QUICK=1 bench/run.sh          # a smoke test: same scenarios, much shorter runs, no rewrite
 #   ONLY=memory,flat bench/run.sh # some sections only; writes bench/results/only.md and
 #                                 # leaves BENCHMARKS.md alone
