@@ -1,17 +1,28 @@
 #!/usr/bin/env bash
 # Re-runs every idem benchmark and rewrites the results section of BENCHMARKS.md.
 #
-#   bench/run.sh                # everything, about 9 minutes on 2 cores
-#   QUICK=1 bench/run.sh        # a smoke test: same scenarios, much shorter runs
-#   ONLY=stores bench/run.sh    # fresh and replay over HTTP on memory, PostgreSQL and Redis only,
-#                               # in one run (about 2 minutes); writes bench/results/stores.md
-#                               # and leaves BENCHMARKS.md alone
+#   bench/run.sh                  # everything, about 13 minutes on 2 cores (12 min 43 s measured)
+#   QUICK=1 bench/run.sh          # a smoke test: same scenarios, much shorter runs, no rewrite
+#   ONLY=memory,flat bench/run.sh # some sections only; writes bench/results/only.md and
+#                                 # leaves BENCHMARKS.md alone
+#
+# Sections (ONLY= takes a comma-separated list of them; `all` is the default):
+#   criterion       in process: the overhead and fingerprint criterion benches
+#   memory          memory store: idem fresh and replay, axum-idempotent (peer), concurrency sweep
+#   sqlite          SQLite store: idem fresh and replay
+#   postgres        PostgreSQL store: idem fresh and replay (no-op handler), concurrency sweep
+#   postgres-write  PostgreSQL, a handler doing one INSERT: bare, plain mode, atomic mode, replay
+#   redis           Redis store: idem fresh and replay
+#   flat-memory, flat-sqlite, flat-postgres, flat-redis (or `flat` for all four)
+#                   fresh and replay on an empty store, then with 1,000,000 records preloaded
+#   round-trips     PostgreSQL round trips per request, counted on the wire
+#   stores          memory, postgres and redis (the store comparison)
 #
 # Builds in release, starts PostgreSQL if it is down and a Redis server of its own (port 18090),
-# runs the criterion benches with a short measurement time, then the HTTP scenarios over
-# 127.0.0.1 (servers on ports 18080-18087), and prints the tables (also written to
-# bench/results/latest.md). All traffic stays on loopback; every load run is bounded by a
-# duration and a request count, and every server by --max-seconds.
+# then runs the sections over 127.0.0.1 (servers on ports 18080-18089), and prints the tables
+# (also written to bench/results/latest.md). Every load run records the machine's load average
+# before and after it. All traffic stays on loopback; every load run is bounded by a duration
+# and a request count, and every server by --max-seconds.
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -21,37 +32,52 @@ mkdir -p "$OUT"
 TARGET_DIR=$(cargo metadata --format-version 1 --no-deps 2>/dev/null | sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')
 TARGET_DIR=${TARGET_DIR:-$ROOT/target}
 BIN=$TARGET_DIR/release
+STARTED=$SECONDS
 
 if [[ ${QUICK:-0} == 1 ]]; then
   WARM=0.3 DUR=1 SWEEP_DUR=0.7 CRIT=(--warm-up-time 0.2 --measurement-time 0.3) RT_N=200
+  PRELOAD=${PRELOAD:-100000}
 else
   WARM=1 DUR=4 SWEEP_DUR=2.5 CRIT=(--warm-up-time 1 --measurement-time 2) RT_N=1000
+  PRELOAD=${PRELOAD:-1000000}
 fi
+# Of the preloaded records, a tenth expire one after another over the next minute, so the
+# sweeper (every second, batches of 1 000) has work while the load runs.
+EXPIRING=$((PRELOAD / 10))
 PG_URL=${IDEM_BENCH_PG:-postgres://postgres@127.0.0.1:5432/idem_bench}
 REDIS_PORT=18090
 ONLY=${ONLY:-all}
-case $ONLY in all | stores) ;; *) echo "ONLY must be all or stores" >&2; exit 2 ;; esac
-full() { [[ $ONLY == all ]]; }
+ONLY=,${ONLY//stores/memory,postgres,redis},
+ONLY=${ONLY//,flat,/,flat-memory,flat-sqlite,flat-postgres,flat-redis,}
+want() { [[ $ONLY == ,all, || $ONLY == *",$1,"* ]]; }
+for s in ${ONLY//,/ }; do
+  case $s in
+    all | criterion | memory | sqlite | postgres | postgres-write | redis | flat-memory | \
+      flat-sqlite | flat-postgres | flat-redis | round-trips) ;;
+    *) echo "ONLY: unknown section $s (see the top of bench/run.sh)" >&2; exit 2 ;;
+  esac
+done
 PIDS=()
 cleanup() {
   for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
   wait 2>/dev/null || true
 }
 trap cleanup EXIT
+loadavg() { cut -d' ' -f1-3 /proc/loadavg; }
 
 # --- the machine ---------------------------------------------------------------------------------
 {
-  echo "Measured $(date -u '+%Y-%m-%d %H:%M UTC') by \`bench/run.sh\`$([[ ${QUICK:-0} == 1 ]] && echo ' (QUICK=1: smoke test, numbers not meaningful)')."
+  echo "Measured $(date -u '+%Y-%m-%d %H:%M UTC') by \`$([[ $ONLY == ,all, ]] || echo "ONLY=${ONLY:1:-1} ")bench/run.sh\`$([[ ${QUICK:-0} == 1 ]] && echo ' (QUICK=1: smoke test, numbers not meaningful)')."
   echo
   echo "- CPU: $(lscpu | sed -n 's/^Model name: *//p' | head -1), $(nproc) cores; memory $(free -g | awk '/^Mem:/{print $2}') GiB"
   echo "- $(rustc --version); $(psql --version 2>/dev/null | head -1); $(redis-server --version | cut -d' ' -f1-3)"
   echo "- commit $(git rev-parse --short HEAD); $(git status --porcelain -- idem-runtime idem-macros | wc -l) files of idem-runtime/idem-macros differ from it in the working tree measured"
-  echo "- load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
+  echo "- load average (1, 5, 15 min) at start: $(loadavg)"
 } > "$OUT/env.txt"
 
 # --- build ---------------------------------------------------------------------------------------
 cargo build --release -p idem-bench --bins
-if full; then cargo bench -p idem-bench --no-run; fi
+if want criterion; then cargo bench -p idem-bench --no-run; fi
 
 # --- PostgreSQL ----------------------------------------------------------------------------------
 if ! pg_isready -q -h 127.0.0.1 -p 5432; then
@@ -60,6 +86,11 @@ if ! pg_isready -q -h 127.0.0.1 -p 5432; then
 fi
 psql -q -h 127.0.0.1 -U postgres -d postgres -c 'DROP DATABASE IF EXISTS idem_bench' \
   -c 'CREATE DATABASE idem_bench'
+# Empties the benchmark database: the store's schema and the orders table.
+pg_reset() {
+  psql -q -h 127.0.0.1 -U postgres -d idem_bench -c 'DROP SCHEMA IF EXISTS idem CASCADE' \
+    -c 'DROP TABLE IF EXISTS bench_orders' 2> /dev/null
+}
 
 # --- Redis: a server of the benchmark's own, empty, no persistence, default policy --------------
 redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save "" --appendonly no \
@@ -72,7 +103,7 @@ done
 REDIS_PIDS=("${PIDS[@]}")
 
 # --- in process: criterion -----------------------------------------------------------------------
-if full; then
+if want criterion; then
   cargo bench -p idem-bench --bench fingerprint -- "${CRIT[@]}"
   cargo bench -p idem-bench --bench overhead -- "${CRIT[@]}"
 fi
@@ -80,15 +111,18 @@ fi
 # --- over HTTP -----------------------------------------------------------------------------------
 : > "$OUT/load.jsonl"
 
-# start_server PORT ARGS...: starts a server and waits until it listens.
+# start_server PORT ARGS...: starts a server and waits until it listens (preloading may take a
+# minute or two first).
 start_server() {
   local port=$1
   shift
   "$BIN/idem-bench-server" --bind "127.0.0.1:$port" --max-seconds 900 "$@" \
     >> "$OUT/server-$port.log" 2>&1 &
-  PIDS+=($!)
-  for _ in $(seq 100); do
+  local pid=$!
+  PIDS+=($pid)
+  for _ in $(seq 3000); do
     (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && return 0
+    kill -0 "$pid" 2>/dev/null || break
     sleep 0.1
   done
   echo "server on $port did not start: $(tail -3 "$OUT/server-$port.log")" >&2
@@ -106,7 +140,8 @@ stop_servers() {
   PIDS=("${REDIS_PIDS[@]}")
 }
 
-# load LABEL ARGS...: one load run, its JSON line appended to load.jsonl.
+# load LABEL ARGS...: one load run, its JSON line (load average before and after included)
+# appended to load.jsonl.
 load() {
   local label=$1
   shift
@@ -115,115 +150,127 @@ load() {
 
 url() { echo "http://127.0.0.1:$1/$2"; }
 
-# scenario GROUP NAME KEYS ROUTE PORT...: the bare handler, then NAME on ROUTE, each over all
-# PORTs. The bare run right before it is NAME's baseline (label NAME:bare), so a change in the
-# machine's load between scenarios does not skew the ratio.
-scenario() {
-  local group=$1 name=$2 keys=$3 route=$4
-  shift 4
-  local bare=() it=()
-  for port in "$@"; do
-    bare+=(--url "$(url "$port" bare)")
-    it+=(--url "$(url "$port" "$route")")
-  done
-  load "$group/$name:bare" "${bare[@]}" --keys fresh
-  load "$group/$name" "${it[@]}" --keys "$keys"
+# pair GROUP NAME KEYS BARE ROUTE PORT [LOAD ARGS...]: the bare handler on route BARE (label
+# GROUP/NAME:bare), then NAME on ROUTE. The bare run right before it is NAME's baseline, so a
+# change in the machine's load between scenarios does not skew the ratio.
+pair() {
+  local group=$1 name=$2 keys=$3 bare=$4 route=$5 port=$6
+  shift 6
+  load "$group/$name:bare" --url "$(url "$port" "$bare")" --keys fresh "$@"
+  load "$group/$name" --url "$(url "$port" "$route")" --keys "$keys" "$@"
 }
 
-# idem fresh and replay on a store.
+# idem fresh and replay on the server at PORT.
 store_group() {
-  local group=$1
-  shift
-  scenario "$group" idem-fresh fresh idem "$@"
-  scenario "$group" idem-replay fixed idem "$@"
+  local group=$1 port=$2
+  pair "$group" idem-fresh fresh bare idem "$port"
+  pair "$group" idem-replay fixed bare idem "$port"
 }
 
-# Memory store, and the peer on the same server.
-start_server 18080 --store memory
-store_group memory 18080
-if full; then
-  scenario memory peer-fresh fresh peer 18080
-  scenario memory peer-replay fixed peer 18080
-
-  # Distinct keys in parallel, memory store.
+# sweep STORE PORT: distinct keys at 1, 4, 16 and 64 connections.
+sweep() {
   for c in 1 4 16 64; do
-    DUR=$SWEEP_DUR load "sweep-memory/c$c/bare" --url "$(url 18080 bare)" --connections "$c"
-    DUR=$SWEEP_DUR load "sweep-memory/c$c/idem-fresh" --url "$(url 18080 idem)" --connections "$c"
+    DUR=$SWEEP_DUR load "sweep-$1/c$c/bare" --url "$(url "$2" bare)" --connections "$c"
+    DUR=$SWEEP_DUR load "sweep-$1/c$c/idem-fresh" --url "$(url "$2" idem)" --connections "$c"
   done
-fi
-stop_servers
+}
 
-# SQLite (a new file each run).
-if full; then
-  SQLITE_DB=$(mktemp -d)/idem-bench.db
-  start_server 18081 --store sqlite --database-url "sqlite://$SQLITE_DB"
+if want memory; then
+  start_server 18080 --store memory
+  store_group memory 18080
+  pair memory peer-fresh fresh bare peer 18080
+  pair memory peer-replay fixed bare peer 18080
+  [[ $ONLY == ,all, ]] && sweep memory 18080
+  stop_servers
+fi
+
+if want sqlite; then
+  start_server 18081 --store sqlite --database-url "sqlite://$(mktemp -d)/idem-bench.db"
   store_group sqlite 18081
   stop_servers
 fi
 
-# PostgreSQL, one instance, the pool exactly as `PostgresStore::connect` builds it.
-start_server 18082 --store postgres --database-url "$PG_URL"
-store_group postgres 18082
-if full; then
-  for c in 1 4 16 64; do
-    DUR=$SWEEP_DUR load "sweep-postgres/c$c/bare" --url "$(url 18082 bare)" --connections "$c"
-    DUR=$SWEEP_DUR load "sweep-postgres/c$c/idem-fresh" --url "$(url 18082 idem)" --connections "$c"
+# PostgreSQL, the pool exactly as `PostgresStore::connect` builds it.
+if want postgres; then
+  pg_reset
+  start_server 18082 --store postgres --database-url "$PG_URL"
+  store_group postgres 18082
+  [[ $ONLY == ,all, ]] && sweep postgres 18082
+  stop_servers
+fi
+
+# The handler users compare with: one INSERT, one commit. 16 connections.
+if want postgres-write; then
+  pg_reset
+  start_server 18083 --store postgres --database-url "$PG_URL"
+  pair postgres-write plain-fresh fresh pg/bare pg/plain 18083 --connections 16
+  pair postgres-write atomic-fresh fresh pg/bare pg/atomic 18083 --connections 16
+  pair postgres-write replay fixed pg/bare pg/plain 18083 --connections 16
+  stop_servers
+fi
+
+if want redis; then
+  redis-cli -p "$REDIS_PORT" flushall > /dev/null
+  start_server 18087 --store redis --redis-url "redis://127.0.0.1:$REDIS_PORT"
+  store_group redis 18087
+  stop_servers
+fi
+
+# flat STORE PORT ARGS...: fresh and replay on an empty store, then on one holding PRELOAD
+# records (EXPIRING of them expiring over the next minute), the sweeper running in both.
+flat() {
+  local store=$1 port=$2
+  shift 2
+  local size
+  for size in empty 1m; do
+    local extra=()
+    [[ $size == 1m ]] && extra=(--preload "$PRELOAD" --preload-expiring "$EXPIRING")
+    case $store in
+      postgres) pg_reset ;;
+      redis) redis-cli -p "$REDIS_PORT" flushall > /dev/null ;;
+    esac
+    local args=("$@")
+    [[ $store == sqlite ]] && args=(--database-url "sqlite://$(mktemp -d)/idem-bench.db")
+    start_server "$port" --store "$store" --sweep-ms 1000 "${args[@]}" "${extra[@]}"
+    pair "flat-$store" "$size-fresh" fresh bare idem "$port"
+    pair "flat-$store" "$size-replay" fixed bare idem "$port"
+    stop_servers
   done
-fi
-stop_servers
-
-# Redis, one instance, on the benchmark's own server, as `RedisStore::connect` builds it.
-start_server 18087 --store redis --redis-url "redis://127.0.0.1:$REDIS_PORT"
-store_group redis 18087
-if full; then
-  for c in 1 4 16 64; do
-    DUR=$SWEEP_DUR load "sweep-redis/c$c/bare" --url "$(url 18087 bare)" --connections "$c"
-    DUR=$SWEEP_DUR load "sweep-redis/c$c/idem-fresh" --url "$(url 18087 idem)" --connections "$c"
-  done
-fi
-stop_servers
-
-if ! full; then
-  echo "- load average at end: $(cut -d' ' -f1-3 /proc/loadavg)" >> "$OUT/env.txt"
-  "$BIN/idem-bench-report" --criterion /nonexistent --load "$OUT/load.jsonl" \
-    --env "$OUT/env.txt" > "$OUT/stores.md"
-  cat "$OUT/stores.md"
-  exit 0
-fi
-
-# PostgreSQL, two instances on the same database, connections split between them.
-start_server 18083 --store postgres --database-url "$PG_URL"
-start_server 18084 --store postgres --database-url "$PG_URL"
-store_group postgres-2x 18083 18084
-stop_servers
-
-# PostgreSQL with the pool's per-acquire ping off (test_before_acquire(false)).
-start_server 18085 --store postgres --database-url "$PG_URL" --pg-no-ping
-store_group postgres-noping 18085
-stop_servers
+}
+want flat-memory && { flat memory 18084 || echo "flat-memory failed" >&2; }
+want flat-sqlite && { flat sqlite 18085 || echo "flat-sqlite failed" >&2; }
+want flat-postgres && { flat postgres 18086 --database-url "$PG_URL" || echo "flat-postgres failed" >&2; }
+want flat-redis && { flat redis 18088 --redis-url "redis://127.0.0.1:$REDIS_PORT" || echo "flat-redis failed" >&2; }
 
 # Round trips per request, counted on the wire, one connection, after a warm-up.
-for pool in default noping; do
-  extra=()
-  [[ $pool == noping ]] && extra=(--pg-no-ping)
-  start_server 18086 --store postgres --database-url "$PG_URL" --count-round-trips "${extra[@]}"
-  "$BIN/idem-bench-load" --url "$(url 18086 idem)" --connections 1 --warmup 0 --duration 5 \
-    --requests 200 --label warmup > /dev/null
-  for keys in fresh fixed; do
-    scenario=$([[ $keys == fresh ]] && echo idem-fresh || echo idem-replay)
-    "$BIN/idem-bench-load" --label "rt-$pool/$scenario" --url "$(url 18086 idem)" --keys "$keys" \
+if want round-trips; then
+  pg_reset
+  start_server 18089 --store postgres --database-url "$PG_URL" --count-round-trips
+  for route in idem pg/bare pg/plain pg/atomic; do
+    "$BIN/idem-bench-load" --url "$(url 18089 "$route")" --connections 1 --warmup 0 \
+      --duration 5 --requests 200 --label warmup > /dev/null
+  done
+  for case in idem-fresh:idem:fresh idem-replay:idem:fixed write-bare:pg/bare:fresh \
+    write-plain:pg/plain:fresh write-atomic:pg/atomic:fresh write-replay:pg/plain:fixed; do
+    IFS=: read -r name route keys <<< "$case"
+    "$BIN/idem-bench-load" --label "rt/$name" --url "$(url 18089 "$route")" --keys "$keys" \
       --connections 1 --warmup 0 --duration 30 --requests "$RT_N" \
-      --pg-stats "$(url 18086 stats/pg)" >> "$OUT/load.jsonl"
+      --pg-stats "$(url 18089 stats/pg)" >> "$OUT/load.jsonl"
   done
   stop_servers
-done
+fi
 
-echo "- load average at end: $(cut -d' ' -f1-3 /proc/loadavg)" >> "$OUT/env.txt"
+echo "- load average (1, 5, 15 min) at end: $(loadavg)" >> "$OUT/env.txt"
+echo "- wall time of the run: $(((SECONDS - STARTED) / 60)) min $(((SECONDS - STARTED) % 60)) s" >> "$OUT/env.txt"
 
 # --- report --------------------------------------------------------------------------------------
-"$BIN/idem-bench-report" --criterion "$TARGET_DIR/criterion" --load "$OUT/load.jsonl" \
+CRITERION_DIR=/nonexistent
+want criterion && CRITERION_DIR=$TARGET_DIR/criterion
+"$BIN/idem-bench-report" --criterion "$CRITERION_DIR" --load "$OUT/load.jsonl" \
   --env "$OUT/env.txt" > "$OUT/latest.md"
-if [[ ${QUICK:-0} != 1 ]]; then
+if [[ $ONLY != ,all, ]]; then
+  cp "$OUT/latest.md" "$OUT/only.md"
+elif [[ ${QUICK:-0} != 1 ]]; then
   # Replace everything between the markers in BENCHMARKS.md with the new tables.
   awk -v report="$OUT/latest.md" '
     /<!-- results:begin -->/ { print; while ((getline line < report) > 0) print line; skip = 1; next }

@@ -21,6 +21,8 @@ use tokio::sync::Notify;
 pub const BARE: &str = "/bare";
 /// Route of the same handler with `#[idempotent(scope = "global")]`.
 pub const IDEM: &str = "/idem";
+/// Route of the bare handler under `IdempotencyLayer` (default settings, scope global).
+pub const LAYER: &str = "/layer";
 /// Route of the idempotent handler that waits at the [`Gate`] (to hold a request in flight).
 pub const HELD: &str = "/held";
 
@@ -88,11 +90,13 @@ pub struct AppState {
     pub gate: Arc<Gate>,
 }
 
-/// `POST /bare`, `POST /idem`, `POST /held` and `GET /healthz`, the idempotent ones on `engine`.
+/// `POST /bare`, `POST /idem`, `POST /layer`, `POST /held` and `GET /healthz`, the idempotent
+/// ones on `engine`.
 pub fn router(engine: Idempotency, gate: Arc<Gate>) -> Router {
     Router::new()
         .route(BARE, post(bare))
         .route(IDEM, post(idem))
+        .route(LAYER, post(bare).layer(engine.layer()))
         .route(HELD, post(held))
         .route("/healthz", get(|| async { "ok" }))
         .with_state(AppState {

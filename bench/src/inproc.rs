@@ -16,19 +16,39 @@ use tower::ServiceExt;
 use crate::app::{self, Gate};
 use crate::peer;
 
+/// A `MemoryStore` with room for `records` records, whatever their shards and sizes, one tenant
+/// allowed to fill it (the bench endpoints have a single scope value).
+pub fn store(records: u64) -> MemoryStore {
+    let records = usize::try_from(records).unwrap_or(usize::MAX / 4);
+    MemoryStore::with_capacity(records.saturating_mul(2) + 4096)
+        .max_bytes(64 << 30)
+        .tenant_share(1.0)
+}
+
 /// An engine on a `MemoryStore` with room for `records` records, whatever their shards.
 pub fn engine(records: u64) -> Idempotency {
-    let records = usize::try_from(records).unwrap_or(usize::MAX / 4);
+    engine_on(store(records))
+}
+
+/// An engine on `store`.
+pub fn engine_on(store: MemoryStore) -> Idempotency {
     Idempotency::builder()
-        .store(MemoryStore::with_capacity(records.saturating_mul(2) + 4096))
+        .store(store)
+        // The PostgreSQL handlers' atomic form needs a store with transactions.
+        .endpoints_under("idem_bench::app")
         .build()
         .expect("an engine")
 }
 
 /// [`app::router`] on a new [`engine`], and its gate.
 pub fn idem_router(records: u64) -> (Router, Arc<Gate>) {
+    idem_router_on(store(records))
+}
+
+/// [`app::router`] on an engine on `store`, and its gate.
+pub fn idem_router_on(store: MemoryStore) -> (Router, Arc<Gate>) {
     let gate = Arc::new(Gate::default());
-    (app::router(engine(records), gate.clone()), gate)
+    (app::router(engine_on(store), gate.clone()), gate)
 }
 
 /// A JSON `POST` to `path` with the `Idempotency-Key` and session cookie numbered `key`. Every

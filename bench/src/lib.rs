@@ -1,6 +1,7 @@
 //! Shared pieces of the idem benchmarks: the handler under test in its three forms (bare,
-//! `#[idempotent]`, behind axum-idempotent), the routers that serve them, the request bodies,
-//! and a PostgreSQL round-trip counter.
+//! `#[idempotent]`, behind axum-idempotent), a handler that writes one row to PostgreSQL (bare,
+//! plain mode, atomic mode), the routers that serve them, the request bodies, the preloading of
+//! a million records, and a PostgreSQL round-trip counter.
 //!
 //! - `benches/overhead.rs`: in process, through `tower::ServiceExt::oneshot`.
 //! - `benches/fingerprint.rs`: `Fingerprint::of_request` against raw SHA-256.
@@ -14,4 +15,6 @@ pub mod app;
 pub mod body;
 pub mod inproc;
 pub mod peer;
+pub mod pg;
 pub mod pgcount;
+pub mod preload;

@@ -17,6 +17,9 @@
 //! With `--pg-stats`, the server's PostgreSQL round-trip counters (see `idem_bench::pgcount`) are
 //! read before the first measured request and after the last, and the difference is reported:
 //! run it with no warm-up (`--warmup 0`) so that every counted request is measured.
+//!
+//! The machine's 1-minute load average (`/proc/loadavg`) is reported as read before the run and
+//! after it (`load_before`, `load_after`).
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -308,9 +311,22 @@ struct Report {
     errors: u64,
     #[serde(skip_serializing_if = "Option::is_none")]
     pg: Option<Counts>,
+    load_before: Option<f64>,
+    load_after: Option<f64>,
+}
+
+/// The 1-minute load average, when the system tells it.
+fn load_average() -> Option<f64> {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
 }
 
 async fn run(args: Args) -> Report {
+    let load_before = load_average();
     let nonce = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_micros() as u64)
@@ -382,6 +398,8 @@ async fn run(args: Args) -> Report {
         replayed: total.replayed,
         errors: total.errors,
         pg,
+        load_before,
+        load_after: load_average(),
     }
 }
 

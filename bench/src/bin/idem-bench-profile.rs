@@ -1,28 +1,45 @@
 //! A fixed number of in-process requests of one scenario, for instruction-level profiling:
 //!
 //! ```text
-//! valgrind --tool=callgrind target/release/idem-bench-profile idem-fresh 1KB 2000
+//! valgrind --tool=callgrind target/release/idem-bench-profile idem-fresh 1KB 2000 [PRELOAD]
 //! ```
 //!
-//! Scenarios: `bare`, `idem-fresh`, `idem-replay`, `peer-fresh`, `peer-replay`, `fingerprint`,
+//! With `PRELOAD`, the memory store first holds that many completed records (see
+//! [`idem_bench::preload`]), a tenth of them expiring over the next minute, and the loop purges
+//! expired records (batches of 1 000) every 1 000 requests as a sweeper would: compare with a
+//! run without it to see whether a request costs more in a full store. The loop's wall time per
+//! request is printed on stderr.
+//!
+//! Scenarios: `bare`, `idem-fresh`, `idem-replay`, `layer-fresh` (the bare handler under
+//! `IdempotencyLayer`), `peer-fresh`, `peer-replay`, `fingerprint`,
 //! `sha256`; sizes as in the benches (`100B`, `1KB`, `10KB`, `1MB`). The store and router are
 //! built, and replays primed, before the measured loop; subtract a run with 0 iterations to
 //! leave only the loop.
 
 use std::hint::black_box;
 use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
 
 use axum::http::StatusCode;
 use http::{HeaderValue, Method, Uri};
-use idem_bench::inproc::{call, idem_router, request};
-use idem_bench::{app, body, peer};
+use idem_bench::inproc::{self, call, request};
+use idem_bench::{app, body, peer, preload};
 use idem_runtime::Fingerprint;
 use sha2::{Digest, Sha256};
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let [scenario, size, iters] = &args[..] else {
-        eprintln!("usage: idem-bench-profile SCENARIO SIZE ITERATIONS");
+    let (scenario, size, iters, preload) = match &args[..] {
+        [scenario, size, iters] => (scenario, size, iters, "0"),
+        [scenario, size, iters, preload] => (scenario, size, iters, preload.as_str()),
+        _ => {
+            eprintln!("usage: idem-bench-profile SCENARIO SIZE ITERATIONS [PRELOAD]");
+            return ExitCode::from(2);
+        }
+    };
+    let Ok(preload) = preload.parse::<u64>() else {
+        eprintln!("PRELOAD: a number");
         return ExitCode::from(2);
     };
     let Some((_, len)) = body::SIZES.iter().find(|(label, _)| label == size) else {
@@ -38,12 +55,24 @@ fn main() -> ExitCode {
         .enable_all()
         .build()
         .expect("a tokio runtime");
-    let (router, _gate) = idem_router(iters);
+    let store = inproc::store(iters + preload);
+    let plan = preload::Plan {
+        n: preload,
+        expiring: preload / 10,
+        expiring_over: Duration::from_secs(60),
+    };
+    if let Err(e) = rt.block_on(preload::memory(&store, plan)) {
+        eprintln!("{e}");
+        return ExitCode::FAILURE;
+    }
+    let engine = inproc::engine_on(store);
+    let router = app::router(engine.clone(), Arc::default());
     let peer_router = peer::router();
     let (router, path, replay) = match scenario.as_str() {
         "bare" => (router, app::BARE, false),
         "idem-fresh" => (router, app::IDEM, false),
         "idem-replay" => (router, app::IDEM, true),
+        "layer-fresh" => (router, app::LAYER, false),
         "peer-fresh" => (peer_router, peer::PEER, false),
         "peer-replay" => (peer_router, peer::PEER, true),
         "fingerprint" => {
@@ -77,11 +106,18 @@ fn main() -> ExitCode {
                 StatusCode::CREATED
             );
         }
+        let started = std::time::Instant::now();
         for i in 0..iters {
             let key = if replay { u64::MAX } else { i };
             let status = call(&router, request(path, key, &body)).await;
             assert_eq!(status, StatusCode::CREATED);
+            if preload > 0 && i % 1000 == 999 {
+                // What a sweeper does between requests.
+                while engine.purge_expired(1000).await.is_ok_and(|n| n >= 1000) {}
+            }
         }
+        let per = started.elapsed().as_secs_f64() * 1e6 / iters.max(1) as f64;
+        eprintln!("{scenario} {size} preload={preload}: {per:.2} µs per request");
     });
     ExitCode::SUCCESS
 }

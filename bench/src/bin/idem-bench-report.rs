@@ -30,6 +30,20 @@ struct Load {
     replayed: u64,
     #[serde(default)]
     pg: Option<Pg>,
+    #[serde(default)]
+    load_before: Option<f64>,
+    #[serde(default)]
+    load_after: Option<f64>,
+}
+
+impl Load {
+    /// The 1-minute load average before and after the run, `b→a`.
+    fn loadavg(&self) -> String {
+        match (self.load_before, self.load_after) {
+            (Some(b), Some(a)) => format!("{b:.1}→{a:.1}"),
+            _ => "–".into(),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, Deserialize)]
@@ -157,8 +171,8 @@ fn http(out: &mut String, loads: &[Load]) {
         "### HTTP over loopback: throughput and latency against the bare handler\n\n\
          Each scenario's baseline is the bare handler measured right before it, on the same \
          server(s), with the same connections and request bodies.\n\n\
-         | group | scenario | conns | req/s | bare req/s | × bare | p50 µs | bare p50 | × bare | p99 µs | bare p99 | × bare | answers |\n\
-         |---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|\n",
+         | group | scenario | conns | req/s | bare req/s | × bare | p50 µs | bare p50 | × bare | p99 µs | bare p99 | × bare | answers | load avg (bare; it) |\n\
+         |---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|---|\n",
     );
     for l in loads {
         let (group, scenario) = split(&l.label);
@@ -175,7 +189,7 @@ fn http(out: &mut String, loads: &[Load]) {
         let n = |v: Option<f64>| v.map_or("–".into(), |v| format!("{v:.0}"));
         let _ = writeln!(
             out,
-            "| {group} | {scenario} | {} | {:.0} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            "| {group} | {scenario} | {} | {:.0} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {}; {} |",
             l.connections,
             l.rps,
             n(rps),
@@ -187,6 +201,8 @@ fn http(out: &mut String, loads: &[Load]) {
             n(p99),
             ratio(Some(l.p99_us as f64), p99),
             statuses(l),
+            bare.map_or("–".into(), Load::loadavg),
+            l.loadavg(),
         );
     }
     out.push('\n');
@@ -210,8 +226,8 @@ fn sweeps(out: &mut String, loads: &[Load]) {
         let _ = writeln!(
             out,
             "### Distinct keys in parallel, {store} store: throughput by concurrency\n\n\
-             | connections | bare req/s | idem fresh req/s | × bare | idem × its c=1 | idem p50 µs | idem p99 µs |\n\
-             |--:|--:|--:|--:|--:|--:|--:|"
+             | connections | bare req/s | idem fresh req/s | × bare | idem × its c=1 | idem p50 µs | idem p99 µs | load avg |\n\
+             |--:|--:|--:|--:|--:|--:|--:|---|"
         );
         let rows: Vec<(&Load, Option<&Load>)> = loads
             .iter()
@@ -227,7 +243,7 @@ fn sweeps(out: &mut String, loads: &[Load]) {
         for (idem, bare) in &rows {
             let _ = writeln!(
                 out,
-                "| {} | {} | {:.0} | {} | {} | {} | {} |",
+                "| {} | {} | {:.0} | {} | {} | {} | {} | {} |",
                 idem.connections,
                 bare.map_or("–".into(), |b| format!("{:.0}", b.rps)),
                 idem.rps,
@@ -235,6 +251,7 @@ fn sweeps(out: &mut String, loads: &[Load]) {
                 ratio(Some(idem.rps), first),
                 idem.p50_us,
                 idem.p99_us,
+                idem.loadavg(),
             );
         }
         out.push('\n');
@@ -248,7 +265,7 @@ fn round_trips(out: &mut String, loads: &[Load]) {
     }
     out.push_str(
         "### PostgreSQL round trips per request (counted on the wire)\n\n\
-         | pool | scenario | requests | round trips / request | statements / request | connections opened |\n\
+         | group | scenario | requests | round trips / request | statements / request | connections opened |\n\
          |---|---|--:|--:|--:|--:|\n",
     );
     for l in counted {
@@ -264,6 +281,144 @@ fn round_trips(out: &mut String, loads: &[Load]) {
             pg.statements as f64 / n,
             pg.connections,
         );
+    }
+    out.push('\n');
+}
+
+/// The issue's targets: each ratio is one pair of runs of this run (the scenario and the bare
+/// handler measured right before it): description, label, target, `ONLY=` section.
+const TARGETS: &[(&str, &str, f64, &str)] = &[
+    (
+        "memory store, fresh (32 connections)",
+        "memory/idem-fresh",
+        0.9,
+        "memory",
+    ),
+    (
+        "memory store, replay of one key",
+        "memory/idem-replay",
+        1.1,
+        "memory",
+    ),
+    (
+        "PostgreSQL, handler doing one INSERT, plain mode, fresh (16 connections)",
+        "postgres-write/plain-fresh",
+        0.45,
+        "postgres-write",
+    ),
+    (
+        "PostgreSQL, same handler in atomic mode, fresh",
+        "postgres-write/atomic-fresh",
+        0.7,
+        "postgres-write",
+    ),
+    (
+        "PostgreSQL, replay, against the bare one-INSERT handler",
+        "postgres-write/replay",
+        1.0,
+        "postgres-write",
+    ),
+];
+
+/// The stores of the flat-cost runs.
+const FLAT_STORES: [&str; 4] = ["memory", "sqlite", "postgres", "redis"];
+
+/// A scenario's throughput over its bare baseline's, the scenario's run and the baseline's.
+type Pair<'a> = (f64, &'a Load, &'a Load);
+
+/// `label`'s throughput over its bare baseline's, and both runs.
+fn paired<'a>(by: &BTreeMap<&str, &'a Load>, label: &str) -> Option<Pair<'a>> {
+    let it = *by.get(label)?;
+    let bare = *by.get(format!("{label}:bare").as_str())?;
+    Some((it.rps / bare.rps, it, bare))
+}
+
+/// The flat-cost ratio of `store` for `keys` (`fresh`, `replay`): its share of the bare
+/// handler with the preloaded records over its share on the empty store, and the runs.
+fn flat_ratio<'a>(
+    by: &BTreeMap<&str, &'a Load>,
+    store: &str,
+    keys: &str,
+) -> Option<(f64, f64, [Pair<'a>; 2])> {
+    let empty = paired(by, &format!("flat-{store}/empty-{keys}"))?;
+    let full = paired(by, &format!("flat-{store}/1m-{keys}"))?;
+    Some((full.0 / empty.0, full.1.rps / empty.1.rps, [empty, full]))
+}
+
+fn verdict(ratio: f64, target: f64) -> &'static str {
+    if ratio >= target { "✅" } else { "❌" }
+}
+
+fn targets(out: &mut String, loads: &[Load]) {
+    let by: BTreeMap<&str, &Load> = loads.iter().map(|l| (l.label.as_str(), l)).collect();
+    let flat_any = FLAT_STORES
+        .iter()
+        .any(|s| flat_ratio(&by, s, "fresh").is_some());
+    if !flat_any && TARGETS.iter().all(|t| !by.contains_key(t.1)) {
+        return;
+    }
+    out.push_str(
+        "### The targets\n\n\
+         Each ratio comes from this run: the scenario's throughput over the bare handler's, \
+         measured right before it on the same server. The flat-cost rows divide the \
+         scenario's throughput with a million records stored by its throughput on the empty \
+         store, both in this run (bare columns: the two stores' throughput; the next table \
+         also divides each by its bare baseline).\n\n\
+         | scenario | req/s | bare req/s | ratio | target | met | load avg (bare; it) | reproduce |\n\
+         |---|--:|--:|--:|--:|---|---|---|\n",
+    );
+    for (what, label, target, only) in TARGETS {
+        let Some((ratio, it, bare)) = paired(&by, label) else {
+            continue;
+        };
+        let _ = writeln!(
+            out,
+            "| {what} | {:.0} | {:.0} | {ratio:.2}× | ≥ {target}× | {} | {}; {} | `ONLY={only} bench/run.sh` |",
+            it.rps,
+            bare.rps,
+            verdict(ratio, *target),
+            bare.loadavg(),
+            it.loadavg(),
+        );
+    }
+    for store in FLAT_STORES {
+        for keys in ["fresh", "replay"] {
+            let Some((_, raw, [empty, full])) = flat_ratio(&by, store, keys) else {
+                continue;
+            };
+            let _ = writeln!(
+                out,
+                "| {store} store, {keys}, 1,000,000 records stored vs empty | {:.0} (empty: {:.0}) | {:.0} (empty: {:.0}) | {raw:.2}× | ≥ 0.9× | {} | {}; {} | `ONLY=flat-{store} bench/run.sh` |",
+                full.1.rps,
+                empty.1.rps,
+                full.2.rps,
+                empty.2.rps,
+                verdict(raw, 0.9),
+                empty.1.loadavg(),
+                full.1.loadavg(),
+            );
+        }
+    }
+    out.push('\n');
+    if !flat_any {
+        return;
+    }
+    out.push_str(
+        "### Flat cost: an empty store against one holding a million records\n\n\
+         | store | keys | empty: req/s | × bare | p99 µs | 1M: req/s | × bare | p99 µs | 1M ÷ empty, req/s | 1M ÷ empty, × bare |\n\
+         |---|---|--:|--:|--:|--:|--:|--:|--:|--:|\n",
+    );
+    for store in FLAT_STORES {
+        for keys in ["fresh", "replay"] {
+            let Some((ratio, raw, [empty, full])) = flat_ratio(&by, store, keys) else {
+                continue;
+            };
+            let _ = writeln!(
+                out,
+                "| {store} | {keys} | {:.0} | {:.2}× | {} | {:.0} | {:.2}× | {} | {raw:.2}× | {ratio:.2}× |",
+                empty.1.rps, empty.0, empty.1.p99_us, full.1.rps, full.0, full.1.p99_us,
+            );
+        }
     }
     out.push('\n');
 }
@@ -299,6 +454,7 @@ fn main() -> ExitCode {
         out.push('\n');
     }
     // A run of the HTTP scenarios alone (`ONLY=stores bench/run.sh`) has no criterion results.
+    targets(&mut out, &loads);
     if criterion.is_dir() {
         in_process(&mut out, &criterion);
     }

@@ -4,15 +4,25 @@
 //! ```text
 //! idem-bench-server [--bind 127.0.0.1:18080] [--store memory|sqlite|postgres|redis]
 //!                   [--database-url URL] [--pg-no-ping] [--pg-pool N] [--count-round-trips]
-//!                   [--redis-url URL] [--memory-capacity N] [--workers N] [--max-seconds S]
+//!                   [--redis-url URL] [--memory-capacity N] [--memory-bytes N] [--workers N]
+//!                   [--preload N] [--preload-expiring M] [--preload-expiring-over S]
+//!                   [--sweep-ms MS] [--max-seconds S]
 //! ```
 //!
 //! Routes: `POST /bare`, `POST /idem` (on the chosen store), `POST /peer` (axum-idempotent on
-//! moka), `GET /healthz`, and with `--count-round-trips` `GET /stats/pg`, the
+//! moka), `GET /healthz`; with `--store postgres` also `POST /pg/bare`, `/pg/plain` and
+//! `/pg/atomic` (one `INSERT`, see [`idem_bench::pg`]); and with `--count-round-trips` `GET /stats/pg`, the
 //! [`idem_bench::pgcount`] totals of the PostgreSQL connections (the store then connects through
 //! a counting proxy). `--pg-no-ping` builds the pool with `test_before_acquire(false)`.
 //! `--store redis` connects `RedisStore::connect` to `--redis-url` (default
 //! `redis://127.0.0.1:6379`; `bench/run.sh` starts a Redis server of its own for it).
+//!
+//! `--preload N` writes N completed records into the store before listening (see
+//! [`idem_bench::preload`]); `--preload-expiring M` of them expire one after another over the
+//! next `--preload-expiring-over` seconds (default 60). `--sweep-ms MS` runs the engine's
+//! sweeper every MS milliseconds in batches of 1 000 (`Idempotency::spawn_sweeper`). The memory
+//! store gets `--memory-capacity` records and `--memory-bytes` bytes (a bound, not an
+//! allocation) with a tenant share of 1 (the bench endpoints have a single scope value).
 //!
 //! The server stops by itself after `--max-seconds` (default 900), or on Ctrl-C.
 
@@ -23,7 +33,7 @@ use std::time::Duration;
 
 use axum::Json;
 use axum::routing::get;
-use idem_bench::{app, peer, pgcount};
+use idem_bench::{app, peer, pg, pgcount, preload};
 use idem_runtime::Idempotency;
 use idem_runtime::store::{MemoryStore, PostgresStore, RedisStore, SqliteStore};
 use sqlx::postgres::PgPoolOptions;
@@ -38,6 +48,9 @@ struct Args {
     pg_pool: Option<u32>,
     count_round_trips: bool,
     memory_capacity: usize,
+    memory_bytes: usize,
+    preload: preload::Plan,
+    sweep_ms: u64,
     workers: usize,
     max_seconds: u64,
 }
@@ -52,6 +65,13 @@ fn parse_args() -> Result<Args, String> {
         pg_pool: None,
         count_round_trips: false,
         memory_capacity: 8_000_000,
+        memory_bytes: 16 << 30,
+        preload: preload::Plan {
+            n: 0,
+            expiring: 0,
+            expiring_over: Duration::from_secs(60),
+        },
+        sweep_ms: 0,
         workers: 2,
         max_seconds: 900,
     };
@@ -73,6 +93,28 @@ fn parse_args() -> Result<Args, String> {
                     .parse()
                     .map_err(|e| format!("--memory-capacity: {e}"))?;
             }
+            "--memory-bytes" => {
+                args.memory_bytes = value()?
+                    .parse()
+                    .map_err(|e| format!("--memory-bytes: {e}"))?;
+            }
+            "--preload" => {
+                args.preload.n = value()?.parse().map_err(|e| format!("--preload: {e}"))?;
+            }
+            "--preload-expiring" => {
+                args.preload.expiring = value()?
+                    .parse()
+                    .map_err(|e| format!("--preload-expiring: {e}"))?;
+            }
+            "--preload-expiring-over" => {
+                let secs: u64 = value()?
+                    .parse()
+                    .map_err(|e| format!("--preload-expiring-over: {e}"))?;
+                args.preload.expiring_over = Duration::from_secs(secs.max(1));
+            }
+            "--sweep-ms" => {
+                args.sweep_ms = value()?.parse().map_err(|e| format!("--sweep-ms: {e}"))?;
+            }
             "--workers" => {
                 args.workers = value()?.parse().map_err(|e| format!("--workers: {e}"))?;
             }
@@ -83,6 +125,9 @@ fn parse_args() -> Result<Args, String> {
             }
             other => return Err(format!("unknown argument {other}")),
         }
+    }
+    if args.preload.expiring > args.preload.n {
+        return Err("--preload-expiring: at most --preload".into());
     }
     if !args.bind.ip().is_loopback() {
         return Err("--bind must be a loopback address".into());
@@ -117,19 +162,30 @@ fn main() -> ExitCode {
 
 async fn serve(args: Args) -> Result<(), String> {
     let mut stats = None;
+    let mut pg_pool = None;
+    let started = std::time::Instant::now();
+    let plan = args.preload;
     let builder = Idempotency::builder();
     let builder = match args.store.as_str() {
-        "memory" => builder.store(MemoryStore::with_capacity(args.memory_capacity)),
+        "memory" => {
+            let store = MemoryStore::with_capacity(args.memory_capacity)
+                .max_bytes(args.memory_bytes)
+                .tenant_share(1.0);
+            preload::memory(&store, plan).await?;
+            builder.store(store)
+        }
         "sqlite" => {
             let url = args.database_url.clone().unwrap_or_else(|| {
                 let path = std::env::temp_dir().join("idem-bench.db");
                 format!("sqlite://{}", path.display())
             });
-            builder.store(
-                SqliteStore::connect(&url)
-                    .await
-                    .map_err(|e| e.to_string())?,
-            )
+            let store = SqliteStore::connect(&url)
+                .await
+                .map_err(|e| e.to_string())?;
+            if plan.n > 0 {
+                preload::sqlite(store.pool(), plan).await?;
+            }
+            builder.store(store)
         }
         "postgres" => {
             let mut url = args
@@ -155,17 +211,49 @@ async fn serve(args: Args) -> Result<(), String> {
                 // Exactly what users get.
                 PostgresStore::connect(&url).await
             };
-            builder.store(store.map_err(|e| e.to_string())?)
-        }
-        "redis" => builder.store(
-            RedisStore::connect(&args.redis_url)
+            let store = store.map_err(|e| e.to_string())?;
+            pg::create_table(store.pool())
                 .await
-                .map_err(|e| e.to_string())?,
-        ),
+                .map_err(|e| e.to_string())?;
+            if plan.n > 0 {
+                preload::postgres(store.pool(), store.schema(), store.table(), plan).await?;
+            }
+            pg_pool = Some(store.pool().clone());
+            builder.store(store)
+        }
+        "redis" => {
+            let store = RedisStore::connect(&args.redis_url)
+                .await
+                .map_err(|e| e.to_string())?;
+            if plan.n > 0 {
+                preload::redis(&args.redis_url, store.prefix(), plan).await?;
+            }
+            builder.store(store)
+        }
         other => return Err(format!("unknown store {other}")),
     };
+    if plan.n > 0 {
+        println!(
+            "idem-bench-server: preloaded {} records ({} expiring) in {:.1} s",
+            plan.n,
+            plan.expiring,
+            started.elapsed().as_secs_f64()
+        );
+    }
+    // Only the PostgreSQL store lends the transactions `/pg/atomic` needs.
+    let builder = if pg_pool.is_some() {
+        builder
+    } else {
+        builder.endpoints_under("idem_bench::app")
+    };
     let engine = builder.build().map_err(|e| e.to_string())?;
-    let mut router = app::router(engine, Arc::default()).merge(peer::router());
+    let mut router = app::router(engine.clone(), Arc::default()).merge(peer::router());
+    if let Some(pool) = pg_pool {
+        router = router.merge(pg::router(engine.clone(), pool));
+    }
+    if args.sweep_ms > 0 {
+        engine.spawn_sweeper(Duration::from_millis(args.sweep_ms), 1000);
+    }
     if let Some(counters) = stats {
         router = router.route(
             "/stats/pg",

@@ -1,8 +1,7 @@
 //! An in-process store: for tests and single-instance services.
 
-use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
-use std::time::Duration;
 
 use bytes::Bytes;
 
@@ -11,6 +10,12 @@ use crate::core::error::StoreError;
 use crate::core::fingerprint::Fingerprint;
 use crate::core::key::RecordKey;
 use crate::store::{Claim, ClaimRequest, Completion, Fence, LeaseToken, Store};
+
+mod shard;
+mod usage;
+
+use shard::Shard;
+use usage::Usage;
 
 const SHARDS: usize = 32;
 
@@ -32,7 +37,8 @@ const RECORD_OVERHEAD: usize = 256;
 /// that moment (each at most the engine's `max_response_bytes`).
 ///
 /// Expired records are invisible at once and dropped on the next claim that needs room, or by
-/// the sweeper.
+/// the sweeper. Each shard keeps its records in expiry order too, so a purge takes the expired
+/// ones without looking at the live ones: its cost does not grow with the records held.
 ///
 /// Records do not survive a restart and are not shared between processes: use `SqliteStore`,
 /// `PostgresStore` or `RedisStore` for that. The store keeps what the engine needs, not the
@@ -49,8 +55,11 @@ const RECORD_OVERHEAD: usize = 256;
 /// ```
 #[derive(Clone)]
 pub struct MemoryStore {
-    shards: Arc<[Mutex<HashMap<RecordKey, Record>>]>,
+    shards: Arc<[Mutex<Shard>]>,
     usage: Arc<Mutex<Usage>>,
+    /// The shard the next purge starts from, so successive batches move on rather than scan
+    /// the shards the previous one emptied.
+    sweep_from: Arc<AtomicUsize>,
     limits: Limits,
 }
 
@@ -75,6 +84,8 @@ struct Record {
     fingerprint: Fingerprint,
     token: LeaseToken,
     expires_at: Timestamp,
+    /// Where the shard's expiry index holds the record (ms): never after `expires_at`.
+    indexed: i64,
     tenant: u64,
     state: State,
 }
@@ -95,70 +106,6 @@ enum State {
     Completed(Bytes),
 }
 
-/// What the records hold, in all and per tenant, and when the room they hold frees up.
-#[derive(Debug, Default)]
-struct Usage {
-    all: Room,
-    tenants: HashMap<u64, Room>,
-}
-
-#[derive(Debug, Default)]
-struct Room {
-    records: usize,
-    bytes: usize,
-    /// Expiry (ms) -> how many records expire then: the earliest tells when room frees.
-    expiries: BTreeMap<i64, u32>,
-}
-
-impl Room {
-    fn add(&mut self, cost: usize, expires_at: Timestamp) {
-        self.records += 1;
-        self.bytes += cost;
-        *self.expiries.entry(expires_at.as_millis()).or_default() += 1;
-    }
-
-    fn remove(&mut self, cost: usize, expires_at: Timestamp) {
-        self.records -= 1;
-        self.bytes -= cost;
-        if let Some(n) = self.expiries.get_mut(&expires_at.as_millis()) {
-            *n -= 1;
-            if *n == 0 {
-                self.expiries.remove(&expires_at.as_millis());
-            }
-        }
-    }
-
-    fn frees_in(&self, now: Timestamp) -> Option<Duration> {
-        let first = self.expiries.keys().next()?;
-        Some(
-            now.until(Timestamp::from_millis(*first))
-                .max(Duration::from_secs(1)),
-        )
-    }
-}
-
-impl Usage {
-    fn add(&mut self, record: &Record) {
-        let cost = record.cost();
-        self.all.add(cost, record.expires_at);
-        self.tenants
-            .entry(record.tenant)
-            .or_default()
-            .add(cost, record.expires_at);
-    }
-
-    fn remove(&mut self, record: &Record) {
-        let cost = record.cost();
-        self.all.remove(cost, record.expires_at);
-        if let Some(room) = self.tenants.get_mut(&record.tenant) {
-            room.remove(cost, record.expires_at);
-            if room.records == 0 {
-                self.tenants.remove(&record.tenant);
-            }
-        }
-    }
-}
-
 impl MemoryStore {
     /// The default bound on live records: 100 000.
     pub const DEFAULT_MAX_RECORDS: usize = 100_000;
@@ -170,8 +117,9 @@ impl MemoryStore {
     /// A store with the default bounds.
     pub fn new() -> Self {
         Self {
-            shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
+            shards: (0..SHARDS).map(|_| Mutex::new(Shard::new())).collect(),
             usage: Arc::default(),
+            sweep_from: Arc::default(),
             limits: Limits {
                 records: Self::DEFAULT_MAX_RECORDS,
                 bytes: Self::DEFAULT_MAX_BYTES,
@@ -234,7 +182,7 @@ impl MemoryStore {
         usize::from(key.as_bytes()[0]) % SHARDS
     }
 
-    fn lock(&self, shard: usize) -> MutexGuard<'_, HashMap<RecordKey, Record>> {
+    fn lock(&self, shard: usize) -> MutexGuard<'_, Shard> {
         // A panic while holding the lock cannot leave a record half-written: every mutation is a
         // single assignment or map operation.
         self.shards[shard]
@@ -248,12 +196,7 @@ impl MemoryStore {
     }
 
     /// Applies `f` to the record if `token` owns it in flight, keeping the usage in step.
-    fn fenced(
-        &self,
-        key: &RecordKey,
-        token: LeaseToken,
-        f: impl FnOnce(&mut HashMap<RecordKey, Record>),
-    ) -> Fence {
+    fn fenced(&self, key: &RecordKey, token: LeaseToken, f: impl FnOnce(&mut Shard)) -> Fence {
         let mut shard = self.lock(Self::shard_of(key));
         match shard.get(key) {
             Some(r) if r.token == token && matches!(r.state, State::InFlight { .. }) => {
@@ -291,28 +234,30 @@ impl MemoryStore {
         })
     }
 
-    /// Drops every expired record, keeping the usage in step; returns how many.
+    /// Drops up to `limit` expired records, keeping the usage in step; returns how many.
+    ///
+    /// Costs nothing when no record has expired (the usage knows the earliest expiry). Else it
+    /// takes each shard's earliest records, one shard locked at a time, starting where the
+    /// previous call stopped, so a sweeper's successive batches spread over the shards.
     fn drop_expired(&self, now: Timestamp, mut limit: usize) -> usize {
+        if !self.usage().all.any_expired(now) {
+            return 0;
+        }
         let mut dropped = 0;
-        for i in 0..SHARDS {
+        let start = self.sweep_from.load(Ordering::Relaxed);
+        for step in 0..SHARDS {
             if limit == 0 {
                 break;
             }
+            let i = (start + step) % SHARDS;
             let mut shard = self.lock(i);
-            let expired: Vec<RecordKey> = shard
-                .iter()
-                .filter(|(_, r)| r.expires_at <= now)
-                .map(|(k, _)| *k)
-                .take(limit)
-                .collect();
             let mut usage = self.usage();
-            for k in &expired {
-                if let Some(record) = shard.remove(k) {
-                    usage.remove(&record);
-                }
-            }
-            limit -= expired.len();
-            dropped += expired.len();
+            let n = shard.drain_expired(now, limit, |record| usage.remove(&record));
+            limit -= n;
+            dropped += n;
+            // A shard that filled the batch may hold more: the next call starts there.
+            let next = if limit == 0 { i } else { (i + 1) % SHARDS };
+            self.sweep_from.store(next, Ordering::Relaxed);
         }
         dropped
     }
@@ -355,11 +300,13 @@ impl Store for MemoryStore {
                     let mut usage = self.usage();
                     usage.remove(record);
                     record.token = req.token;
-                    record.expires_at = req.expires_at;
                     record.state = State::InFlight {
                         lease_until: req.lease_until,
                     };
-                    usage.add(record);
+                    shard.set_expiry(req.key, req.expires_at);
+                    if let Some(record) = shard.get(req.key) {
+                        usage.add(record);
+                    }
                     Claim::Acquired { took_over: true }
                 }
             });
@@ -368,6 +315,7 @@ impl Store for MemoryStore {
             fingerprint: *req.fingerprint,
             token: req.token,
             expires_at: req.expires_at,
+            indexed: req.expires_at.as_millis(),
             tenant: req.tenant,
             state: State::InFlight {
                 lease_until: req.lease_until,
@@ -380,8 +328,7 @@ impl Store for MemoryStore {
         if let Err(full) = self.admit(&usage, req.tenant, req.now) {
             // Make room from what has expired before refusing; when nothing has, refuse at once
             // (no scan: a flood of refused claims costs no more than the claims themselves).
-            let earliest = usage.all.expiries.keys().next().copied();
-            if earliest.is_none_or(|ms| ms > req.now.as_millis()) {
+            if !usage.all.any_expired(req.now) {
                 return Err(full);
             }
             drop(usage);
@@ -404,9 +351,9 @@ impl Store for MemoryStore {
     ) -> Result<Fence, StoreError> {
         Ok(self.fenced(key, token, |shard| {
             if let Some(r) = shard.get_mut(key) {
-                r.expires_at = completion.expires_at;
                 r.state = State::Completed(Bytes::copy_from_slice(completion.payload));
             }
+            shard.set_expiry(key, completion.expires_at);
         }))
     }
 
@@ -433,3 +380,6 @@ impl Store for MemoryStore {
         Ok(self.drop_expired(now, limit as usize) as u64)
     }
 }
+
+#[cfg(test)]
+mod tests;
