@@ -34,6 +34,13 @@ impl DynStore for Timed {
     fn needs_sweeping(&self) -> bool {
         self.inner.needs_sweeping()
     }
+    // Synchronous and in process: nothing to time out.
+    fn reads_in_process(&self) -> bool {
+        self.inner.reads_in_process()
+    }
+    fn peek_completed(&self, key: &RecordKey, now: Timestamp) -> Option<bytes::Bytes> {
+        self.inner.peek_completed(key, now)
+    }
     fn claim<'a>(&'a self, request: ClaimRequest<'a>) -> BoxFuture<'a, Result<Claim, StoreError>> {
         Box::pin(self.bounded(self.inner.claim(request)))
     }

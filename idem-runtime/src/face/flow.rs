@@ -26,6 +26,7 @@ use crate::engine::TxClaimed;
 use crate::engine::{self, Attempt, Claimed, Outcome, Owner, Settled, record};
 use crate::face::endpoint::{Endpoint, InFlightMode, KeyMode, Spec};
 use crate::http::rejection::Rejection;
+use crate::http::replay::{self, RawDigest};
 use crate::http::response::StoredResponse;
 use crate::idempotency::Idempotency;
 use crate::store::Fence;
@@ -184,23 +185,52 @@ impl Pending {
                 return Err(engine.reject(Rejection::BodyUnreadable));
             }
         };
-        let fingerprint = Fingerprint::of_request(
-            &parts.method,
-            &parts.uri,
-            parts.headers.get(header::CONTENT_TYPE),
-            &bytes,
-        );
+        let content_type = parts.headers.get(header::CONTENT_TYPE);
         let record_key = RecordKey::derive(spec.scope, &scope_value, &spec.name, &key);
+        let raw = engine
+            .engine()
+            .store
+            .reads_in_process()
+            .then(|| RawDigest::of_request(&parts.method, &parts.uri, content_type, &bytes));
+        if let Some(replay) = raw.and_then(|raw| replay_early(engine, spec, &record_key, raw)) {
+            return Err(replay);
+        }
+        let fingerprint = Fingerprint::of_request(&parts.method, &parts.uri, content_type, &bytes);
         let ready = Ready {
             prepared: Some(Prepared {
                 record_key,
                 fingerprint,
                 tenant: tenant_of(spec.scope, &scope_value),
+                raw,
             }),
             tx: self.tx,
         };
         Ok((ready, Request::from_parts(parts, Body::from(bytes))))
     }
+}
+
+/// A retry of the very bytes of a completed request, replayed before the fingerprint, the body
+/// extractor and the claim, on stores that read in process (see [`crate::http::replay`]).
+/// `None` sends the request down the usual path, which also refuses a payload that does not
+/// decode.
+fn replay_early(
+    engine: &Idempotency,
+    spec: &Spec,
+    key: &RecordKey,
+    raw: RawDigest,
+) -> Option<Response> {
+    let core = engine.engine();
+    let stored = core.store.peek_completed(key, core.now())?;
+    let (Some(answered), payload) = replay::open(&stored) else {
+        return None;
+    };
+    if answered != raw {
+        return None;
+    }
+    let response = StoredResponse::decode(payload).ok()?;
+    let _span = engine::span(&spec.name, key).entered();
+    record(&spec.name, Outcome::Replayed);
+    Some(response.into_replay())
 }
 
 /// The request's `Content-Length`, when it declares one.
@@ -244,6 +274,8 @@ struct Prepared {
     record_key: RecordKey,
     fingerprint: Fingerprint,
     tenant: u64,
+    /// The raw request's digest, kept with the response on stores that read in process.
+    raw: Option<RawDigest>,
 }
 
 impl Ready {
@@ -302,9 +334,9 @@ where
             if let Some(offer) = &tx {
                 offer.bind(owner.key());
             }
-            run_owned(engine, spec, owner, handler, tx).await
+            run_owned(engine, spec, owner, handler, tx, prepared.raw).await
         }
-        Claimed::Replay(payload) => match StoredResponse::decode(&payload) {
+        Claimed::Replay(payload) => match StoredResponse::decode(replay::open(&payload).1) {
             Ok(stored) => {
                 record(&spec.name, Outcome::Replayed);
                 stored.into_replay()
@@ -376,6 +408,7 @@ async fn run_owned<F>(
     owner: Owner,
     handler: F,
     tx: Option<TxOffer>,
+    raw: Option<RawDigest>,
 ) -> Response
 where
     F: Future<Output = Response> + Send,
@@ -401,7 +434,11 @@ where
         release(owner, spec).await;
         return engine.reject(Rejection::ResponseFailed);
     };
-    let payload = Bytes::from(stored.encode());
+    let payload = match raw {
+        Some(raw) => replay::seal(&raw, &stored.encode()),
+        None => stored.encode(),
+    };
+    let payload = Bytes::from(payload);
     let status = Some(stored.status().as_u16());
     if let Some(pending) = pending {
         return complete_atomic(engine, spec, owner, pending, &payload, status)

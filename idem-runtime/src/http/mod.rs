@@ -3,5 +3,6 @@
 //! Below the faces, above the transport-neutral engine.
 
 pub(crate) mod rejection;
+pub(crate) mod replay;
 pub(crate) mod request;
 pub(crate) mod response;

@@ -215,6 +215,24 @@ pub trait Store: Send + Sync + 'static {
     fn needs_sweeping(&self) -> bool {
         true
     }
+
+    /// Whether [`peek_completed`](Store::peek_completed) reads records in process, without a
+    /// round trip. When it does, the engine looks a retry's record up before it does any other
+    /// work, and replays it at once when the stored payload says it answered these exact bytes.
+    /// `false` by default: for a store across a network the look-up would cost a fresh request
+    /// a second round trip.
+    fn reads_in_process(&self) -> bool {
+        false
+    }
+
+    /// The payload of the record under `key` if it is completed and live at `now`, read without
+    /// changing anything; `None` otherwise, and always `None` from a store that does not
+    /// [read in process](Store::reads_in_process) (the default). Called on the request's task:
+    /// it must not block on I/O.
+    fn peek_completed(&self, key: &RecordKey, now: Timestamp) -> Option<Bytes> {
+        let _ = (key, now);
+        None
+    }
 }
 
 pub(crate) type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
@@ -222,6 +240,8 @@ pub(crate) type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 /// Object-safe mirror of [`Store`], so the engine can hold any store behind one pointer.
 pub(crate) trait DynStore: Send + Sync + 'static {
     fn needs_sweeping(&self) -> bool;
+    fn reads_in_process(&self) -> bool;
+    fn peek_completed(&self, key: &RecordKey, now: Timestamp) -> Option<Bytes>;
     fn claim<'a>(&'a self, request: ClaimRequest<'a>) -> BoxFuture<'a, Result<Claim, StoreError>>;
     fn complete<'a>(
         &'a self,
@@ -246,6 +266,12 @@ pub(crate) trait DynStore: Send + Sync + 'static {
 impl<T: Store> DynStore for T {
     fn needs_sweeping(&self) -> bool {
         Store::needs_sweeping(self)
+    }
+    fn reads_in_process(&self) -> bool {
+        Store::reads_in_process(self)
+    }
+    fn peek_completed(&self, key: &RecordKey, now: Timestamp) -> Option<Bytes> {
+        Store::peek_completed(self, key, now)
     }
     fn claim<'a>(&'a self, request: ClaimRequest<'a>) -> BoxFuture<'a, Result<Claim, StoreError>> {
         Box::pin(Store::claim(self, request))

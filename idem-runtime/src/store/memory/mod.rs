@@ -379,6 +379,22 @@ impl Store for MemoryStore {
     async fn purge_expired(&self, now: Timestamp, limit: u32) -> Result<u64, StoreError> {
         Ok(self.drop_expired(now, limit as usize) as u64)
     }
+
+    fn reads_in_process(&self) -> bool {
+        true
+    }
+
+    fn peek_completed(&self, key: &RecordKey, now: Timestamp) -> Option<Bytes> {
+        let shard = self.lock(Self::shard_of(key));
+        match shard.get(key) {
+            Some(Record {
+                expires_at,
+                state: State::Completed(payload),
+                ..
+            }) if *expires_at > now => Some(payload.clone()),
+            _ => None,
+        }
+    }
 }
 
 #[cfg(test)]

@@ -1,0 +1,356 @@
+//! Canonical JSON in one pass over the body: no tree, no allocation per key or string.
+//!
+//! The parser writes each value's canonical bytes straight into the output as it reads it. An
+//! object's members are written in document order and remembered as spans of the output; when
+//! the object closes, the members are rewritten in key order (a repeated key keeping its last
+//! value) only if they were not already in order. Strings without escapes and integers that fit
+//! a machine word are copied as they are, since serde_json would write them back unchanged;
+//! strings with escapes and all other numbers are parsed by serde_json itself and written as it
+//! writes them, so the canonical bytes (and the digests over them) are exactly those of a
+//! `serde_json::Value` written with sorted keys, floats included (serde_json's float parsing is
+//! not correctly rounded, and records already stored depend on its results). What serde_json
+//! refuses (bad syntax, invalid UTF-8, lone surrogates, numbers out of range, nesting 128 deep)
+//! is refused here too.
+
+use std::fmt;
+use std::io::Write as _;
+
+use serde::Deserializer as _;
+use serde::de::Visitor;
+
+/// serde_json's recursion limit: entering the 128th level of arrays and objects fails.
+const DEPTH: u32 = 128;
+
+/// The canonical form of a JSON document, or `None` when it is not JSON.
+pub(super) fn canonical(input: &[u8]) -> Option<Vec<u8>> {
+    let mut writer = Writer {
+        input,
+        pos: 0,
+        out: Vec::with_capacity(input.len()),
+        members: Vec::new(),
+        scratch: Vec::new(),
+        depth: DEPTH,
+    };
+    writer.skip_whitespace();
+    writer.value().ok()?;
+    writer.skip_whitespace();
+    (writer.pos == input.len()).then_some(writer.out)
+}
+
+/// Not JSON (the detail does not matter: the body is then hashed raw).
+struct Invalid;
+
+type Parsed = Result<(), Invalid>;
+
+/// A string as read: its contents as they stand in the body (no escapes, valid UTF-8, no control
+/// characters), or decoded by serde_json when it has escapes.
+enum Text<'a> {
+    Verbatim(&'a [u8]),
+    Decoded(String),
+}
+
+impl Text<'_> {
+    /// The string's value, as its bytes: what keys are sorted by.
+    fn bytes(&self) -> &[u8] {
+        match self {
+            Text::Verbatim(bytes) => bytes,
+            Text::Decoded(text) => text.as_bytes(),
+        }
+    }
+}
+
+/// One member of an object being written: its key and where `"key":value` is in the output.
+struct Member<'a> {
+    key: Text<'a>,
+    start: usize,
+    end: usize,
+}
+
+struct Writer<'a> {
+    input: &'a [u8],
+    pos: usize,
+    out: Vec<u8>,
+    /// The members of the objects open at the moment, innermost last.
+    members: Vec<Member<'a>>,
+    /// Where an object's members are put in order before they replace the unordered ones.
+    scratch: Vec<u8>,
+    /// Levels of nesting left before serde_json's limit.
+    depth: u32,
+}
+
+impl<'a> Writer<'a> {
+    fn peek(&self) -> Option<u8> {
+        self.input.get(self.pos).copied()
+    }
+
+    fn skip_whitespace(&mut self) {
+        while let Some(b' ' | b'\n' | b'\t' | b'\r') = self.peek() {
+            self.pos += 1;
+        }
+    }
+
+    /// Consumes `byte` (after optional whitespace) or fails.
+    fn expect(&mut self, byte: u8) -> Parsed {
+        self.skip_whitespace();
+        if self.peek() == Some(byte) {
+            self.pos += 1;
+            Ok(())
+        } else {
+            Err(Invalid)
+        }
+    }
+
+    fn value(&mut self) -> Parsed {
+        match self.peek().ok_or(Invalid)? {
+            b'{' => self.nested(Self::object),
+            b'[' => self.nested(Self::array),
+            b'"' => {
+                let text = self.string()?;
+                self.write_string(&text);
+                Ok(())
+            }
+            b't' => self.literal(b"true"),
+            b'f' => self.literal(b"false"),
+            b'n' => self.literal(b"null"),
+            b'-' | b'0'..=b'9' => self.number(),
+            _ => Err(Invalid),
+        }
+    }
+
+    /// Runs `inner` one level deeper, failing where serde_json's recursion limit would.
+    fn nested(&mut self, inner: fn(&mut Self) -> Parsed) -> Parsed {
+        self.depth -= 1;
+        if self.depth == 0 {
+            return Err(Invalid);
+        }
+        let parsed = inner(self);
+        self.depth += 1;
+        parsed
+    }
+
+    fn literal(&mut self, word: &[u8]) -> Parsed {
+        if !self.input[self.pos..].starts_with(word) {
+            return Err(Invalid);
+        }
+        self.pos += word.len();
+        self.out.extend_from_slice(word);
+        Ok(())
+    }
+
+    fn array(&mut self) -> Parsed {
+        self.pos += 1;
+        self.out.push(b'[');
+        self.skip_whitespace();
+        if self.peek() == Some(b']') {
+            self.pos += 1;
+        } else {
+            loop {
+                self.value()?;
+                self.skip_whitespace();
+                match self.peek() {
+                    Some(b',') => {
+                        self.pos += 1;
+                        self.out.push(b',');
+                        self.skip_whitespace();
+                    }
+                    Some(b']') => {
+                        self.pos += 1;
+                        break;
+                    }
+                    _ => return Err(Invalid),
+                }
+            }
+        }
+        self.out.push(b']');
+        Ok(())
+    }
+
+    fn object(&mut self) -> Parsed {
+        self.pos += 1;
+        self.out.push(b'{');
+        let first = self.members.len();
+        self.skip_whitespace();
+        if self.peek() == Some(b'}') {
+            self.pos += 1;
+        } else {
+            loop {
+                if self.peek() != Some(b'"') {
+                    return Err(Invalid);
+                }
+                let key = self.string()?;
+                self.expect(b':')?;
+                self.skip_whitespace();
+                let start = self.out.len();
+                self.write_string(&key);
+                self.out.push(b':');
+                self.value()?;
+                let end = self.out.len();
+                self.members.push(Member { key, start, end });
+                self.skip_whitespace();
+                match self.peek() {
+                    Some(b',') => {
+                        self.pos += 1;
+                        self.out.push(b',');
+                        self.skip_whitespace();
+                    }
+                    Some(b'}') => {
+                        self.pos += 1;
+                        break;
+                    }
+                    _ => return Err(Invalid),
+                }
+            }
+        }
+        self.order_members(first);
+        self.out.push(b'}');
+        Ok(())
+    }
+
+    /// Puts the members from `first` on in key order, a repeated key keeping its last value,
+    /// unless they already are in strictly increasing order; then forgets them.
+    fn order_members(&mut self, first: usize) {
+        let members = &mut self.members[first..];
+        if !members.is_sorted_by(|a, b| a.key.bytes() < b.key.bytes()) {
+            let start = members[0].start;
+            // Stable: a repeated key's values stay in document order, and the last is kept.
+            members.sort_by(|a, b| a.key.bytes().cmp(b.key.bytes()));
+            self.scratch.clear();
+            for (i, member) in members.iter().enumerate() {
+                let last_of_key = members
+                    .get(i + 1)
+                    .is_none_or(|next| next.key.bytes() != member.key.bytes());
+                if last_of_key {
+                    if !self.scratch.is_empty() {
+                        self.scratch.push(b',');
+                    }
+                    self.scratch
+                        .extend_from_slice(&self.out[member.start..member.end]);
+                }
+            }
+            self.out.truncate(start);
+            self.out.extend_from_slice(&self.scratch);
+        }
+        self.members.truncate(first);
+    }
+
+    /// Reads a string (the cursor on its opening quote).
+    fn string(&mut self) -> Result<Text<'a>, Invalid> {
+        let open = self.pos;
+        let contents = open + 1;
+        for (i, &byte) in self.input[contents..].iter().enumerate() {
+            match byte {
+                b'"' => {
+                    let text = &self.input[contents..contents + i];
+                    if !text.is_ascii() {
+                        std::str::from_utf8(text).map_err(|_| Invalid)?;
+                    }
+                    self.pos = contents + i + 1;
+                    return Ok(Text::Verbatim(text));
+                }
+                b'\\' => return self.escaped_string(open),
+                0..=0x1f => return Err(Invalid),
+                _ => {}
+            }
+        }
+        Err(Invalid)
+    }
+
+    /// A string with escapes, decoded by serde_json: finds its closing quote (skipping the
+    /// character after each backslash), then parses the quoted token.
+    fn escaped_string(&mut self, open: usize) -> Result<Text<'a>, Invalid> {
+        let mut i = open + 1;
+        loop {
+            match *self.input.get(i).ok_or(Invalid)? {
+                b'\\' => i += 2,
+                b'"' => break,
+                _ => i += 1,
+            }
+        }
+        let text: String = serde_json::from_slice(&self.input[open..=i]).map_err(|_| Invalid)?;
+        self.pos = i + 1;
+        Ok(Text::Decoded(text))
+    }
+
+    fn write_string(&mut self, text: &Text<'_>) {
+        match text {
+            // No quote, backslash or control character: serde_json would write it unchanged.
+            Text::Verbatim(bytes) => {
+                self.out.push(b'"');
+                self.out.extend_from_slice(bytes);
+                self.out.push(b'"');
+            }
+            // Writing a string to a `Vec` cannot fail.
+            Text::Decoded(text) => {
+                let _ = serde_json::to_writer(&mut self.out, text);
+            }
+        }
+    }
+
+    /// Reads a number: the longest run of number characters, which serde_json must accept
+    /// whole (a number followed by any of them is invalid in the document too).
+    fn number(&mut self) -> Parsed {
+        let start = self.pos;
+        let len = self.input[start..]
+            .iter()
+            .position(|b| !matches!(b, b'0'..=b'9' | b'-' | b'+' | b'.' | b'e' | b'E'))
+            .unwrap_or(self.input.len() - start);
+        let token = &self.input[start..start + len];
+        self.pos = start + len;
+        if is_word_integer(token) {
+            self.out.extend_from_slice(token);
+            return Ok(());
+        }
+        let mut de = serde_json::Deserializer::from_slice(token);
+        let number = de.deserialize_any(NumberVisitor).map_err(|_| Invalid)?;
+        de.end().map_err(|_| Invalid)?;
+        match number {
+            // `Display`, as serde_json's `Value` writes a number.
+            Some(number) => {
+                let _ = write!(self.out, "{number}");
+            }
+            None => self.out.extend_from_slice(b"null"),
+        }
+        Ok(())
+    }
+}
+
+/// Whether `token` is an integer serde_json reads as a `u64` or a negative `i64` and writes
+/// back digit for digit: no leading zero, at most 19 digits (18 when negative), not `-0` (which
+/// serde_json reads as the float `-0.0`).
+fn is_word_integer(token: &[u8]) -> bool {
+    let (digits, max) = match token.strip_prefix(b"-") {
+        Some(digits) => (digits, 18),
+        None => (token, 19),
+    };
+    match digits {
+        [b'0'] => digits.len() == token.len(),
+        [b'1'..=b'9', rest @ ..] => digits.len() <= max && rest.iter().all(u8::is_ascii_digit),
+        _ => false,
+    }
+}
+
+/// A number as serde_json parses it; a float that is not finite would be `null`, as in a
+/// `Value`.
+struct NumberVisitor;
+
+impl Visitor<'_> for NumberVisitor {
+    type Value = Option<serde_json::Number>;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a JSON number")
+    }
+    fn visit_u64<E>(self, v: u64) -> Result<Self::Value, E> {
+        Ok(Some(v.into()))
+    }
+    fn visit_i64<E>(self, v: i64) -> Result<Self::Value, E> {
+        Ok(Some(v.into()))
+    }
+    fn visit_f64<E>(self, v: f64) -> Result<Self::Value, E> {
+        Ok(serde_json::Number::from_f64(v))
+    }
+}
+
+#[cfg(test)]
+mod previous;
+#[cfg(test)]
+mod tests;

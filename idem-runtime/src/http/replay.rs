@@ -1,0 +1,135 @@
+//! Replaying a retry before any other work, on stores that read in process.
+//!
+//! A retry usually sends the very bytes of the first request. On a store that
+//! [reads in process](crate::store::Store::reads_in_process), the HTTP faces look the record up
+//! as soon as the body is read and, when the stored payload says it answered the same bytes,
+//! replay it at once: no canonical JSON, no body extractor, no claim. The check is a digest of
+//! the raw request (method, path and query, `Content-Type`, body), kept in a small envelope
+//! around the stored response. The raw request determines the fingerprint, so an equal raw
+//! digest means an equal fingerprint: the early replay answers exactly what the claim would.
+//! Anything else (another serialisation of the same JSON, a payload without the envelope, a
+//! record in flight) takes the usual path.
+//!
+//! The envelope is written only on such stores, whose records never outlive the process: the
+//! payloads of shared stores stay as every release reads them.
+
+use http::{HeaderValue, Method, Uri};
+use sha2::{Digest, Sha256};
+
+/// Opens an envelope: the byte after [`StoredResponse`](super::response::StoredResponse)'s
+/// own magic, so neither is mistaken for the other.
+const ENVELOPE: u8 = 0x1e;
+
+/// SHA-256 of a request's raw method, path and query, `Content-Type` and body.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct RawDigest([u8; 32]);
+
+impl RawDigest {
+    pub(crate) fn of_request(
+        method: &Method,
+        uri: &Uri,
+        content_type: Option<&HeaderValue>,
+        body: &[u8],
+    ) -> Self {
+        let mut sha = Sha256::new();
+        sha.update(b"idem.raw.v1\0");
+        sha.update(method.as_str().as_bytes());
+        sha.update(b"\0");
+        sha.update(
+            uri.path_and_query()
+                .map_or("/", |pq| pq.as_str())
+                .as_bytes(),
+        );
+        sha.update(b"\0");
+        // Absent and empty differ: a tag byte, then the value.
+        match content_type {
+            Some(value) => {
+                sha.update(b"\x01");
+                sha.update(value.as_bytes());
+            }
+            None => sha.update(b"\x00"),
+        }
+        sha.update(b"\0");
+        sha.update(body);
+        Self(sha.finalize().into())
+    }
+}
+
+/// `payload` in an envelope carrying the digest of the request that produced it.
+pub(crate) fn seal(raw: &RawDigest, payload: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(1 + raw.0.len() + payload.len());
+    out.push(ENVELOPE);
+    out.extend_from_slice(&raw.0);
+    out.extend_from_slice(payload);
+    out
+}
+
+/// The digest in `stored`'s envelope, if it has one, and the payload inside.
+pub(crate) fn open(stored: &[u8]) -> (Option<RawDigest>, &[u8]) {
+    match stored.split_first() {
+        Some((&ENVELOPE, rest)) if rest.len() >= 32 => {
+            let (digest, payload) = rest.split_at(32);
+            let mut bytes = [0; 32];
+            bytes.copy_from_slice(digest);
+            (Some(RawDigest(bytes)), payload)
+        }
+        _ => (None, stored),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::http::response::StoredResponse;
+
+    fn digest(
+        method: Method,
+        uri: &'static str,
+        ct: Option<&'static str>,
+        body: &[u8],
+    ) -> RawDigest {
+        let ct = ct.map(HeaderValue::from_static);
+        RawDigest::of_request(&method, &Uri::from_static(uri), ct.as_ref(), body)
+    }
+
+    #[test]
+    fn every_part_of_the_raw_request_counts() {
+        let json = Some("application/json");
+        let a = digest(Method::POST, "/c?x=1", json, b"{\"a\":1}");
+        assert_eq!(a, digest(Method::POST, "/c?x=1", json, b"{\"a\":1}"));
+        assert_ne!(a, digest(Method::PUT, "/c?x=1", json, b"{\"a\":1}"));
+        assert_ne!(a, digest(Method::POST, "/c?x=2", json, b"{\"a\":1}"));
+        assert_ne!(a, digest(Method::POST, "/c?x=1", None, b"{\"a\":1}"));
+        assert_ne!(a, digest(Method::POST, "/c?x=1", Some(""), b"{\"a\":1}"));
+        assert_ne!(
+            a,
+            digest(
+                Method::POST,
+                "/c?x=1",
+                Some("application/merge-patch+json"),
+                b"{\"a\":1}"
+            )
+        );
+        // Another serialisation of the same document: same fingerprint, other raw digest.
+        assert_ne!(a, digest(Method::POST, "/c?x=1", json, b"{ \"a\": 1 }"));
+        assert_ne!(
+            digest(Method::POST, "/c", None, b""),
+            digest(Method::POST, "/c", Some(""), b"")
+        );
+    }
+
+    #[test]
+    fn envelopes_open_to_what_was_sealed_and_bare_payloads_pass_through() {
+        let raw = digest(Method::POST, "/c", None, b"body");
+        let response = StoredResponse::new(http::StatusCode::CREATED, [], b"{}"[..].into());
+        let payload = response.encode();
+        let sealed = seal(&raw, &payload);
+        assert_eq!(open(&sealed), (Some(raw), &payload[..]));
+        // A payload stored without an envelope (by an earlier release, or on a shared store)
+        // reads as it is.
+        assert_eq!(open(&payload), (None, &payload[..]));
+        assert_eq!(StoredResponse::decode(open(&sealed).1).ok(), Some(response));
+        assert_eq!(open(&[]), (None, &[][..]));
+        assert_eq!(open(&[ENVELOPE; 20]), (None, &[ENVELOPE; 20][..]));
+    }
+}
