@@ -139,6 +139,27 @@ mod memory {
         assert_eq!(store.len(), 2);
         let (_, retry_after) = refused(&store, 4, 7, 10_000).await;
         assert_eq!(retry_after, Some(Duration::from_secs(10)));
+        // Long after an expiry, too.
+        acquired(&store, 4, 7, 25_000, 60_000).await;
+        assert_eq!(store.len(), 2);
+    }
+
+    #[tokio::test]
+    async fn by_default_one_tenant_may_hold_a_tenth_of_256_mib() {
+        let store = MemoryStore::new();
+        let response = vec![b'r'; 1 << 20];
+        let mut held = 0;
+        for n in 1..=40 {
+            if claim(&store, n, 7, 0, 60_000).await.is_err() {
+                break;
+            }
+            assert_eq!(complete(&store, n, &response, 0, 60_000).await, Fence::Held);
+            held += 1;
+        }
+        // 25.6 MiB: 25 responses of 1 MiB, and the one in flight when the share ran out.
+        assert!((25..=26).contains(&held), "{held} responses of 1 MiB held");
+        // Another tenant still has its own tenth.
+        acquired(&store, 100, 8, 0, 60_000).await;
     }
 
     #[tokio::test]
