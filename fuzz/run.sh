@@ -7,7 +7,9 @@
 #
 # Each target's corpus grows in fuzz/libfuzzer/corpus/<target> (kept between runs, not
 # committed), its last lines of output go to fuzz/libfuzzer/<target>.log, and a failing input to
-# fuzz/libfuzzer/artifacts/<target>/. A single allocation over 256 MiB counts as a failure.
+# fuzz/libfuzzer/artifacts/<target>/. A single allocation over 256 MiB counts as a failure. The
+# instrumented build goes to target/libfuzzer (inside the workspace's target directory, apart
+# from the ordinary builds so neither waits on the other's lock).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -21,18 +23,20 @@ fi
 command -v cargo-fuzz >/dev/null || cargo install --locked cargo-fuzz
 export RUSTC_BOOTSTRAP=1
 
-cargo fuzz build --fuzz-dir fuzz/libfuzzer -O
+fuzz=(--fuzz-dir fuzz/libfuzzer -O --target-dir target/libfuzzer)
+cargo fuzz build "${fuzz[@]}"
 status=0
 for target in "${targets[@]}"; do
   mkdir -p "fuzz/libfuzzer/corpus/$target"
   echo "== $target: ${seconds}s"
-  if ! cargo fuzz run --fuzz-dir fuzz/libfuzzer -O "$target" -- \
+  if ! cargo fuzz run "${fuzz[@]}" "$target" -- \
       -max_total_time="$seconds" -malloc_limit_mb=256 -rss_limit_mb=2048 -print_final_stats=1 \
       > "fuzz/libfuzzer/$target.log" 2>&1; then
     status=1
     echo "$target FAILED: see fuzz/libfuzzer/$target.log and fuzz/libfuzzer/artifacts/$target/"
   fi
-  grep -E "^#[0-9]+.*(DONE|pulse)|stat::number_of_executed_units|stat::peak_rss_mb|cov:" \
-    "fuzz/libfuzzer/$target.log" | tail -n 3
+  # The last status line (coverage, features, corpus, exec/s) and libFuzzer's final statistics.
+  grep -E "^#[0-9]+" "fuzz/libfuzzer/$target.log" | tail -n 1
+  grep -E "^stat::|^Done [0-9]+ runs" "fuzz/libfuzzer/$target.log" || true
 done
 exit $status
