@@ -15,7 +15,7 @@ mod kw {
 }
 
 /// The argument names, in the order the docs list them, each with an example value.
-pub(crate) const NAMES: [(&str, &str); 5] = [
+pub(crate) const NAMES: [(&str, &str); 6] = [
     ("scope", "org"),
     ("ttl", "24h"),
     ("key", "required"),
