@@ -27,15 +27,16 @@ impl Default for Usage {
 pub(super) struct Room {
     pub(super) records: usize,
     pub(super) bytes: usize,
-    /// Second of expiry -> how many records expire within it: the earliest tells when room
-    /// frees. Whole seconds keep the map at most a TTL's worth of seconds long (86 400 for a
+    /// Whole second by which records expire (their expiry rounded up) -> how many: the
+    /// earliest tells when room frees. Whole seconds keep the map at most a TTL's worth of seconds long (86 400 for a
     /// day) however many records there are, and most updates touch its last entry.
     expiries: BTreeMap<i64, u32>,
 }
 
-/// The second `t` falls in.
+/// The first whole second at or after `t`: a record expiring at `t` has expired by then.
 fn second_of(t: Timestamp) -> i64 {
-    t.as_millis().div_euclid(1000)
+    let millis = t.as_millis();
+    millis.div_euclid(1000) + i64::from(millis.rem_euclid(1000) != 0)
 }
 
 impl Room {
@@ -62,14 +63,15 @@ impl Room {
         self.expiries
             .keys()
             .next()
-            .is_some_and(|first| *first <= second_of(now))
+            .is_some_and(|first| (first - 1) * 1000 <= now.as_millis())
     }
 
-    /// How long until the earliest record's second has passed: never before it expires.
+    /// How long until the earliest record's expiry, rounded up to a whole second: never before
+    /// it expires, exact when it expires on a second.
     pub(super) fn frees_in(&self, now: Timestamp) -> Option<Duration> {
         let first = self.expiries.keys().next()?;
         Some(
-            now.until(Timestamp::from_millis((first + 1) * 1000))
+            now.until(Timestamp::from_millis(first * 1000))
                 .max(Duration::from_secs(1)),
         )
     }
