@@ -1,5 +1,4 @@
-//! The tower layer: every mutating route of a router made idempotent at once, through the same
-//! HTTP flow as the attribute.
+//! The tower layer: every mutating route of a router made idempotent at once, via the HTTP flow.
 
 use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
