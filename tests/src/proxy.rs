@@ -1,8 +1,12 @@
 //! [`TcpProxy`]: a loopback TCP proxy in front of a store's server, cut and restored at will, so
-//! a test gets a real outage: live connections dropped, new ones refused.
+//! a test gets a real outage: live connections dropped, new ones refused; or a lost reply: a
+//! command that reached the server and ran, whose answer never came back.
 
 use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -14,6 +18,7 @@ use tokio::task::JoinHandle;
 pub struct TcpProxy {
     addr: SocketAddr,
     up: watch::Sender<bool>,
+    lose_reply: Arc<AtomicBool>,
     task: JoinHandle<()>,
 }
 
@@ -24,6 +29,8 @@ impl TcpProxy {
         let addr = listener.local_addr().unwrap();
         let (up, _) = watch::channel(true);
         let state = up.clone();
+        let lose_reply = Arc::new(AtomicBool::new(false));
+        let lose = Arc::clone(&lose_reply);
         let task = tokio::spawn(async move {
             loop {
                 let Ok((mut client, _)) = listener.accept().await else {
@@ -34,18 +41,27 @@ impl TcpProxy {
                     drop(client); // refused: the server is "unreachable"
                     continue;
                 }
+                let lose = Arc::clone(&lose);
                 tokio::spawn(async move {
-                    let Ok(mut server) = TcpStream::connect(target).await else {
+                    let Ok(server) = TcpStream::connect(target).await else {
                         return;
                     };
+                    let (mut client_read, mut client_write) = client.split();
+                    let (mut server_read, mut server_write) = server.into_split();
                     tokio::select! {
-                        _ = tokio::io::copy_bidirectional(&mut client, &mut server) => {}
+                        _ = tokio::io::copy(&mut client_read, &mut server_write) => {}
+                        _ = replies(&mut server_read, &mut client_write, &lose) => {}
                         _ = down.wait_for(|up| !*up) => {} // cut: both ends are dropped
                     }
                 });
             }
         });
-        Self { addr, up, task }
+        Self {
+            addr,
+            up,
+            lose_reply,
+            task,
+        }
     }
 
     /// Where clients connect.
@@ -56,6 +72,35 @@ impl TcpProxy {
     /// Cuts (`false`) or restores (`true`) the proxy.
     pub fn set_up(&self, up: bool) {
         self.up.send_replace(up);
+    }
+
+    /// Loses the next reply: the next bytes a server sends on any connection are thrown away
+    /// and that connection is closed at both ends, as when a network drops after a command was
+    /// delivered. The command itself reached the server and ran. Later replies pass again.
+    pub fn lose_next_reply(&self) {
+        self.lose_reply.store(true, Ordering::SeqCst);
+    }
+}
+
+/// Forwards the server's replies to the client until either end closes, or until a reply is to
+/// be lost: then returns without forwarding it, which closes the connection.
+async fn replies(
+    server: &mut (impl AsyncReadExt + Unpin),
+    client: &mut (impl AsyncWriteExt + Unpin),
+    lose: &AtomicBool,
+) {
+    let mut buf = vec![0; 16 * 1024];
+    loop {
+        let n = match server.read(&mut buf).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => n,
+        };
+        if lose.swap(false, Ordering::SeqCst) {
+            return;
+        }
+        if client.write_all(&buf[..n]).await.is_err() {
+            return;
+        }
     }
 }
 

@@ -16,7 +16,7 @@ use idem_runtime::clock::{Clock, ManualClock, SystemClock, Timestamp};
 use idem_runtime::store::{Claim, ClaimRequest, Completion, Fence, LeaseToken, RedisStore, Store};
 use idem_runtime::{BuildError, Fingerprint, Idempotency, RecordKey, StoreError};
 use idem_tests::redis::{RedisServer, redis_store_builder, unique_prefix};
-use idem_tests::{TestStore, redis_store, redis_url};
+use idem_tests::{TcpProxy, TestStore, redis_store, redis_url};
 use redis::AsyncCommands;
 use tower::ServiceExt;
 
@@ -252,6 +252,91 @@ async fn a_claim_run_again_after_a_lost_reply_still_owns_the_record() {
         }
     );
     store.discard().await;
+}
+
+/// A claim whose reply the network loses after Redis ran it: the store sends it again on the
+/// reconnected connection, finds its own token, and the request owns the record it claimed (not
+/// an error, not "in flight" against itself).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_whose_reply_is_lost_on_the_wire_is_sent_again_and_owns_the_record() {
+    let proxy = TcpProxy::start(idem_tests::redis::redis_addr()).await;
+    let store = RedisStore::builder(format!("redis://{}", proxy.addr()))
+        .prefix(unique_prefix())
+        .build()
+        .await
+        .unwrap();
+    let (fp, now) = (fingerprint(7), Timestamp::from_millis(1_750_000_000_000));
+    // Redis learns the script first, so the lost reply is the claim's own answer.
+    let warm = RecordKey::from_bytes([0xcd; 32]);
+    let warmed = store.claim(claim_of(&warm, now, 20, &fp, HOUR)).await;
+    assert_eq!(warmed.unwrap(), Claim::Acquired { took_over: false });
+
+    proxy.lose_next_reply();
+    assert_eq!(
+        store.claim(claim_at(now, 21, &fp, HOUR)).await.unwrap(),
+        Claim::Acquired { took_over: false },
+        "the claim ran once on the server; its second run finds its own token"
+    );
+    let other = store.claim(claim_at(now, 22, &fp, HOUR)).await.unwrap();
+    assert!(matches!(other, Claim::InFlight { .. }), "{other:?}");
+    let done = Completion {
+        payload: b"first",
+        status: None,
+        completed_at: now,
+        expires_at: now.after(HOUR),
+    };
+    let fence = store.complete(&KEY, LeaseToken::from_i64(21), done).await;
+    assert_eq!(fence.unwrap(), Fence::Held);
+    assert_eq!(
+        store.claim(claim_at(now, 23, &fp, HOUR)).await.unwrap(),
+        Claim::Completed {
+            fingerprint: fp,
+            payload: Bytes::from_static(b"first")
+        }
+    );
+    store.discard().await;
+}
+
+/// A claim Redis refuses (here a full server under `noeviction`, which answers `OOM`) fails
+/// once, as unavailable, so the engine answers 503; it is not sent again, since only a lost
+/// reply leaves the claim's fate unknown.
+#[tokio::test]
+async fn a_claim_refused_by_a_full_redis_is_unavailable_and_sent_once() {
+    let server = RedisServer::start(&["--maxmemory-policy", "noeviction"]);
+    let store = RedisStore::connect(server.url()).await.unwrap();
+    let (fp, now) = (fingerprint(8), Timestamp::from_millis(1_750_000_000_000));
+    // Redis learns the script while it has room, so only the refused claim is counted below.
+    let warm = RecordKey::from_bytes([0xcd; 32]);
+    let warmed = store.claim(claim_of(&warm, now, 30, &fp, HOUR)).await;
+    assert_eq!(warmed.unwrap(), Claim::Acquired { took_over: false });
+    let _: () = server
+        .query(redis::cmd("CONFIG").arg("SET").arg("maxmemory").arg(1))
+        .unwrap();
+    let _: () = server
+        .query(&redis::cmd("CONFIG").arg("RESETSTAT"))
+        .unwrap();
+    let refused = store.claim(claim_at(now, 31, &fp, HOUR)).await;
+    match refused {
+        Err(StoreError::Unavailable(error)) => {
+            assert!(error.to_string().contains("OOM"), "{error}")
+        }
+        other => panic!("a full Redis refuses the claim, got {other:?}"),
+    }
+    let stats: String = server
+        .query(redis::cmd("INFO").arg("commandstats"))
+        .unwrap();
+    // `calls` counts the scripts Redis ran, `rejected_calls` those it refused before running.
+    let line = stats
+        .lines()
+        .find_map(|line| line.strip_prefix("cmdstat_evalsha:"))
+        .unwrap_or_else(|| panic!("no EVALSHA counted: {stats}"));
+    let sent: u32 = line
+        .split(',')
+        .filter_map(|field| field.split_once('='))
+        .filter(|(name, _)| matches!(*name, "calls" | "rejected_calls"))
+        .map(|(_, n)| n.parse::<u32>().unwrap())
+        .sum();
+    assert_eq!(sent, 1, "{line}");
 }
 
 #[tokio::test]

@@ -28,8 +28,13 @@ if state and tonumber(held[2]) > now then
   owners = tonumber(held[6]) + 1
   created_at = held[8]
 end
--- Absent, expired, or taken over: a fresh hash, so nothing of a previous life survives.
-redis.call('DEL', key)
+-- Absent, expired, or taken over: a fresh hash, so nothing of a previous life survives. The
+-- DEL only when there is something to delete: once a script has written, Redis lets the rest of
+-- its writes through even above `maxmemory`, so a fresh claim's first write must be the HSET,
+-- which a full Redis under `noeviction` refuses.
+if redis.call('EXISTS', key) == 1 then
+  redis.call('DEL', key)
+end
 redis.call('HSET', key,
   'state', 'in_flight', 'fingerprint', fingerprint, 'token', token, 'owners', owners,
   'lease_until', ARGV[4], 'expires_at', ARGV[5], 'operation', ARGV[7], 'created_at', created_at)
