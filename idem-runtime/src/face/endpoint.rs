@@ -39,15 +39,15 @@ pub enum InFlightMode {
 /// | commits per fresh request | 1 | 2 |
 /// | round trips of idem's own | 2 (claim with `BEGIN`, completion with `COMMIT`) | 4 (claim, `BEGIN`, completion, `COMMIT`) |
 /// | the transaction and its pooled connection are held | from the claim to the response: the handler's whole run | from the first `Tx::conn` to the response |
-/// | a duplicate while the first runs | waits on the first's transaction: 409 after 50 ms (`in_flight = "reject"`), or the replay once it commits (`"wait"`, up to the wait timeout, holding a pooled connection meanwhile) | sees the committed claim: 409, or polls for the replay |
+/// | a duplicate while the first runs | waits on the first's transaction: 409 after 50 ms (`in_flight = "reject"`), or the replay once it commits (`"wait"`, up to the wait timeout). Of its duplicates, one per process waits in the database, holding a pooled connection; the others wait in the process, holding none | sees the committed claim: 409, or polls for the replay |
 /// | the process dies mid-handler | the transaction aborts with the connection: nothing is left, the retry runs at once | the claim stays until its lease lapses, then a retry takes it over |
 /// | an operator's query for records in flight | shows none of this endpoint's (they are uncommitted) | shows them |
 ///
 /// One commit is the faster choice when the handler writes to the database and does little
 /// else. Choose two when the handler calls slow services before its first query (a payment
 /// processor, say): with one commit a pooled connection and an open transaction are held for
-/// that whole call, and waiting duplicates hold connections too, so a burst of slow requests can
-/// exhaust the pool. Set PostgreSQL's `idle_in_transaction_session_timeout` above the slowest
+/// that whole call, so a burst of slow requests with different keys can exhaust the pool
+/// (duplicates of one key add at most one connection per process). Set PostgreSQL's `idle_in_transaction_session_timeout` above the slowest
 /// handler: a one-commit claim whose client vanished without closing its connection (a network
 /// partition, not a crash) holds the key until the server ends that session.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

@@ -15,9 +15,11 @@ use crate::store::{
     BoxFuture, Capabilities, Claim, ClaimRequest, Completion, Fence, LeaseToken, Store,
 };
 
+mod gate;
 mod one_commit;
 mod schema;
 
+use gate::KeyGates;
 pub(crate) use one_commit::{ClaimedTx, TxClaim};
 use schema::{Names, migrate};
 
@@ -63,6 +65,8 @@ use schema::{Names, migrate};
 pub struct PostgresStore {
     pool: PgPool,
     sql: Arc<Statements>,
+    /// One-commit claims on their way to the database, one per key at a time.
+    gates: Arc<KeyGates>,
 }
 
 impl PostgresStore {
@@ -213,6 +217,7 @@ impl PostgresStoreBuilder {
         Ok(PostgresStore {
             pool: self.pool,
             sql: Arc::new(Statements::new(names)),
+            gates: Arc::default(),
         })
     }
 }

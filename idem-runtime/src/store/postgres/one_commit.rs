@@ -14,7 +14,7 @@
 //! values are written into the text, and only values that cannot carry SQL: integers, and bytes
 //! as hex digits (digests, the payload, the operation name as UTF-8).
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use sqlx::pool::PoolConnection;
 use sqlx::{AssertSqlSafe, Executor, PgConnection, Postgres, SqlSafeStr};
@@ -105,12 +105,19 @@ impl Drop for ClaimedTx {
 
 impl PostgresStore {
     /// Begins a transaction on a pooled connection and claims the record in it, waiting up to
-    /// `lock_wait` for a transaction that holds an uncommitted claim of the same key.
+    /// `lock_wait` for a transaction that holds an uncommitted claim of the same key. Of the
+    /// claims of one key, one at a time goes to the database; the others wait their turn in the
+    /// process, within the same `lock_wait`, holding no connection.
     pub(crate) async fn claim_in_transaction(
         &self,
         request: ClaimRequest<'_>,
         lock_wait: Duration,
     ) -> Result<TxClaim, StoreError> {
+        let started = Instant::now();
+        let Some(_passage) = self.gates.pass(request.key, lock_wait).await else {
+            return Ok(TxClaim::InFlight);
+        };
+        let lock_wait = lock_wait.saturating_sub(started.elapsed());
         let mut conn = self.pool.acquire().await.map_err(StoreError::unavailable)?;
         // The short lock timeout applies to the claim only: the session's own is saved first
         // and restored after, for the handler's statements.
