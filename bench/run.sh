@@ -205,6 +205,7 @@ if want postgres-write; then
   start_server 18083 --store postgres --database-url "$PG_URL"
   pair postgres-write plain-fresh fresh pg/bare pg/plain 18083 --connections 16
   pair postgres-write atomic-fresh fresh pg/bare pg/atomic 18083 --connections 16
+  pair postgres-write atomic-two-fresh fresh pg/bare pg/atomic-two 18083 --connections 16
   pair postgres-write replay fixed pg/bare pg/plain 18083 --connections 16
   stop_servers
 fi

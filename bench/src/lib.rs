@@ -1,7 +1,7 @@
 //! Shared pieces of the idem benchmarks: the handler under test in its three forms (bare,
 //! `#[idempotent]`, behind axum-idempotent), a handler that writes one row to PostgreSQL (bare,
 //! plain mode, atomic mode), the routers that serve them, the request bodies, the preloading of
-//! a million records, and a PostgreSQL round-trip counter.
+//! a million records, a PostgreSQL round-trip counter, and CPU time by process.
 //!
 //! - `benches/overhead.rs`: in process, through `tower::ServiceExt::oneshot`.
 //! - `benches/fingerprint.rs`: `Fingerprint::of_request` against raw SHA-256.
@@ -13,6 +13,7 @@
 
 pub mod app;
 pub mod body;
+pub mod cpu;
 pub mod inproc;
 pub mod peer;
 pub mod pg;

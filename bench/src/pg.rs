@@ -1,14 +1,17 @@
 //! The handler users compare against on PostgreSQL: one that writes. The same order is `INSERT`ed
-//! into one table in three forms:
+//! into one table in four forms:
 //!
 //! - `POST /pg/bare`: one autocommit `INSERT` on the pool, no idempotency (one round trip, one
 //!   commit).
 //! - `POST /pg/plain`: the same `INSERT`, autocommit on the pool, under `#[idempotent]` (plain
 //!   mode: the claim and the completion are statements of their own).
 //! - `POST /pg/atomic`: the same `INSERT` through a [`Tx`], so the handler's write and the
-//!   record's completion commit together (atomic mode).
+//!   record's completion commit together (atomic mode, one commit: the claim rides in the
+//!   handler's transaction).
+//! - `POST /pg/atomic-two`: the same in atomic mode with `commits = "two"` (the claim commits
+//!   on its own first).
 //!
-//! All three answer `201 Created` with the row's id and a `Location`, as `app`'s handlers
+//! All four answer `201 Created` with the row's id and a `Location`, as `app`'s handlers
 //! do. Only `--store postgres` serves them (an engine on another store has no transactions to
 //! lend the atomic form).
 
@@ -28,6 +31,7 @@ pub const BARE: &str = "/pg/bare";
 pub const PLAIN: &str = "/pg/plain";
 /// Route of the same handler under `#[idempotent]`, atomic mode (`Tx<Postgres>`).
 pub const ATOMIC: &str = "/pg/atomic";
+pub const ATOMIC_TWO: &str = "/pg/atomic-two";
 
 /// The table every form writes to: `id`, the order's amount and item count, and its customer.
 pub const TABLE: &str = "bench_orders";
@@ -107,6 +111,16 @@ pub async fn atomic(mut tx: Tx<sqlx::Postgres>, Json(order): Json<Value>) -> Res
 }
 
 /// The router state: the engine and the pool the handlers write with.
+/// The same handler in atomic mode with two commits: the claim commits on its own first.
+#[idempotent(scope = "global", commits = "two")]
+pub async fn atomic_two(mut tx: Tx<sqlx::Postgres>, Json(order): Json<Value>) -> Response {
+    let id = match tx.conn().await {
+        Ok(conn) => insert(conn, &order).await,
+        Err(e) => Err(e),
+    };
+    created(id)
+}
+
 #[derive(Clone, FromRef)]
 pub struct PgState {
     /// The idempotency engine, on a `PostgresStore`.
@@ -121,6 +135,7 @@ pub fn router(engine: Idempotency, pool: PgPool) -> Router {
         .route(BARE, post(bare))
         .route(PLAIN, post(plain))
         .route(ATOMIC, post(atomic))
+        .route(ATOMIC_TWO, post(atomic_two))
         .with_state(PgState {
             idempotency: engine,
             pool,

@@ -19,7 +19,9 @@
 //! run it with no warm-up (`--warmup 0`) so that every counted request is measured.
 //!
 //! The machine's 1-minute load average (`/proc/loadavg`) is reported as read before the run and
-//! after it (`load_before`, `load_after`).
+//! after it (`load_before`, `load_after`), and the CPU time every process spent in the measured
+//! window, per measured request, summed by process name (`cpu_us`: the server, PostgreSQL,
+//! Redis, this load generator).
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -34,7 +36,7 @@ use http::{Method, Request, header};
 use http_body_util::{BodyExt, Full};
 use hyper_util::rt::TokioIo;
 use idem_bench::pgcount::Counts;
-use idem_bench::{body, peer};
+use idem_bench::{body, cpu, peer};
 use serde::Serialize;
 use tokio::net::TcpStream;
 
@@ -313,6 +315,8 @@ struct Report {
     pg: Option<Counts>,
     load_before: Option<f64>,
     load_after: Option<f64>,
+    /// CPU µs per measured request, by process name.
+    cpu_us: BTreeMap<String, f64>,
 }
 
 /// The 1-minute load average, when the system tells it.
@@ -353,6 +357,11 @@ async fn run(args: Args) -> Report {
     };
     // Connections open first, then all start together.
     let plan = Arc::new(plan_from(Instant::now() + Duration::from_millis(100)));
+    let measure_from = plan.measure_from;
+    let cpu_before = tokio::spawn(async move {
+        tokio::time::sleep_until(measure_from.into()).await;
+        cpu::by_name()
+    });
     let tasks: Vec<_> = (0..args.connections)
         .map(|c| {
             let target = args.targets[c % args.targets.len()].clone();
@@ -365,6 +374,8 @@ async fn run(args: Args) -> Report {
             total.merge(tally);
         }
     }
+    let cpu_after = cpu::by_name();
+    let cpu_before = cpu_before.await.unwrap_or_default();
     let pg = match (&args.pg_stats, pg_before) {
         (Some(stats), Some(before)) => Some(pg_counts(stats).await.since(before)),
         _ => None,
@@ -400,6 +411,7 @@ async fn run(args: Args) -> Report {
         pg,
         load_before,
         load_after: load_average(),
+        cpu_us: cpu::per_request(&cpu_before, &cpu_after, total.measured),
     }
 }
 

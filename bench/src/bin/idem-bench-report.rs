@@ -34,10 +34,27 @@ struct Load {
     load_before: Option<f64>,
     #[serde(default)]
     load_after: Option<f64>,
+    #[serde(default)]
+    cpu_us: BTreeMap<String, f64>,
 }
 
 impl Load {
     /// The 1-minute load average before and after the run, `b→a`.
+    /// CPU µs per request: the server, the database's processes, the load generator, the rest.
+    fn cpu(&self) -> [f64; 4] {
+        let mut split = [0.0; 4];
+        for (name, us) in &self.cpu_us {
+            let column = match name.as_str() {
+                "idem-bench-serv" => 0,
+                "postgres" | "redis-server" => 1,
+                "idem-bench-load" => 2,
+                _ => 3,
+            };
+            split[column] += us;
+        }
+        split
+    }
+
     fn loadavg(&self) -> String {
         match (self.load_before, self.load_after) {
             (Some(b), Some(a)) => format!("{b:.1}→{a:.1}"),
@@ -205,6 +222,52 @@ fn http(out: &mut String, loads: &[Load]) {
             l.loadavg(),
         );
     }
+    out.push('\n');
+}
+
+fn cpu(out: &mut String, loads: &[Load]) {
+    let by_label: BTreeMap<&str, &Load> = loads.iter().map(|l| (l.label.as_str(), l)).collect();
+    let mut rows = String::new();
+    for l in loads {
+        let (group, scenario) = split(&l.label);
+        if group.starts_with("sweep-") || l.pg.is_some() || scenario.ends_with("bare") {
+            continue;
+        }
+        let Some(bare) = by_label.get(format!("{}:bare", l.label).as_str()) else {
+            continue;
+        };
+        let (it, base) = (l.cpu(), bare.cpu());
+        if it.iter().sum::<f64>() == 0.0 || base.iter().sum::<f64>() == 0.0 {
+            continue;
+        }
+        let pair = |i: usize| format!("{:.0} ({:.0})", it[i], base[i]);
+        let total = |c: [f64; 4]| c[0] + c[1] + c[2];
+        let _ = writeln!(
+            rows,
+            "| {group} | {scenario} | {} | {} | {} | {:.0} ({:.0}) | {:.2}× | {} | {} |",
+            pair(0),
+            pair(1),
+            pair(2),
+            total(it),
+            total(base),
+            total(base) / total(it),
+            ratio(Some(l.rps), Some(bare.rps)),
+            pair(3),
+        );
+    }
+    if rows.is_empty() {
+        return;
+    }
+    out.push_str(
+        "### CPU per request, by process (µs; the bare handler's in parentheses)\n\n\
+         Read from `/proc` over each run's measured window and divided by its requests. Server, \
+         database and load generator share the 2 cores, so when the machine is otherwise idle \
+         throughput follows their total: compare `bare ÷ total` with the measured `× bare`. \
+         \"Other\" is every other process on the machine (not in the total): noise.\n\n\
+         | group | scenario | server | database | load generator | total | bare ÷ total | measured × bare | other |\n\
+         |---|---|--:|--:|--:|--:|--:|--:|--:|\n",
+    );
+    out.push_str(&rows);
     out.push('\n');
 }
 
@@ -459,6 +522,7 @@ fn main() -> ExitCode {
         in_process(&mut out, &criterion);
     }
     http(&mut out, &loads);
+    cpu(&mut out, &loads);
     sweeps(&mut out, &loads);
     round_trips(&mut out, &loads);
     print!("{out}");
