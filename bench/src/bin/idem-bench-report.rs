@@ -468,17 +468,30 @@ fn targets(out: &mut String, loads: &[Load]) {
     }
     out.push_str(
         "### Flat cost: an empty store against one holding a million records\n\n\
-         | store | keys | empty: req/s | × bare | p99 µs | 1M: req/s | × bare | p99 µs | 1M ÷ empty, req/s | 1M ÷ empty, × bare |\n\
-         |---|---|--:|--:|--:|--:|--:|--:|--:|--:|\n",
+         The last three columns are the CPU a request cost the server and the store together \
+         (µs, from `/proc`), which the machine's other work disturbs less than throughput: \
+         empty ÷ 1M is the throughput the CPU alone would allow, 1M against empty.\n\n\
+         | store | keys | empty: req/s | × bare | p99 µs | 1M: req/s | × bare | p99 µs | 1M ÷ empty, req/s | 1M ÷ empty, × bare | CPU µs/req, empty | 1M | empty ÷ 1M |\n\
+         |---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n",
     );
     for store in FLAT_STORES {
         for keys in ["fresh", "replay"] {
             let Some((ratio, raw, [empty, full])) = flat_ratio(&by, store, keys) else {
                 continue;
             };
+            let cpu = |l: &Load| {
+                let [server, store, ..] = l.cpu();
+                server + store
+            };
+            let (cpu_empty, cpu_full) = (cpu(empty.1), cpu(full.1));
+            let cpu_ratio = if cpu_empty > 0.0 && cpu_full > 0.0 {
+                format!("{:.2}×", cpu_empty / cpu_full)
+            } else {
+                "–".into()
+            };
             let _ = writeln!(
                 out,
-                "| {store} | {keys} | {:.0} | {:.2}× | {} | {:.0} | {:.2}× | {} | {raw:.2}× | {ratio:.2}× |",
+                "| {store} | {keys} | {:.0} | {:.2}× | {} | {:.0} | {:.2}× | {} | {raw:.2}× | {ratio:.2}× | {cpu_empty:.0} | {cpu_full:.0} | {cpu_ratio} |",
                 empty.1.rps, empty.0, empty.1.p99_us, full.1.rps, full.0, full.1.p99_us,
             );
         }

@@ -43,8 +43,11 @@ pub enum InFlightMode {
 /// | the process dies mid-handler | the transaction aborts with the connection: nothing is left, the retry runs at once | the claim stays until its lease lapses, then a retry takes it over |
 /// | an operator's query for records in flight | shows none of this endpoint's (they are uncommitted) | shows them |
 ///
-/// One commit is the faster choice when the handler writes to the database and does little
-/// else. Choose two when the handler calls slow services before its first query (a payment
+/// One commit saves two round trips and a commit per fresh request, so it answers sooner where
+/// those cost more than CPU: a database across a network, or one whose commits wait for a disk.
+/// Where the database shares the application's CPU on one machine and commits are cheap, it is
+/// not faster in throughput (BENCHMARKS.md in the repository measures both, with the CPU each
+/// costs). Choose two when the handler calls slow services before its first query (a payment
 /// processor, say): with one commit a pooled connection and an open transaction are held for
 /// that whole call, so a burst of slow requests with different keys can exhaust the pool
 /// (duplicates of one key add at most one connection per process). Set PostgreSQL's `idle_in_transaction_session_timeout` above the slowest
