@@ -1,10 +1,11 @@
 //! [`TcpProxy`]: a loopback TCP proxy in front of a store's server, cut and restored at will, so
-//! a test gets a real outage: live connections dropped, new ones refused; or a lost reply: a
-//! command that reached the server and ran, whose answer never came back.
+//! a test gets a real outage: live connections dropped, new ones refused; or a lost or late
+//! reply: a command that reached the server and ran, whose answer never came back or came after
+//! the client stopped waiting.
 
 use std::net::SocketAddr;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -18,8 +19,17 @@ use tokio::task::JoinHandle;
 pub struct TcpProxy {
     addr: SocketAddr,
     up: watch::Sender<bool>,
-    lose_reply: Arc<AtomicBool>,
+    next_reply: Arc<Mutex<Option<ReplyFault>>>,
     task: JoinHandle<()>,
+}
+
+/// What happens to the next reply a server sends.
+#[derive(Debug, Clone, Copy)]
+enum ReplyFault {
+    /// Thrown away, and the connection closed.
+    Lose,
+    /// Held back this long, then forwarded (the replies after it wait behind it, as on TCP).
+    Delay(Duration),
 }
 
 impl TcpProxy {
@@ -29,8 +39,8 @@ impl TcpProxy {
         let addr = listener.local_addr().unwrap();
         let (up, _) = watch::channel(true);
         let state = up.clone();
-        let lose_reply = Arc::new(AtomicBool::new(false));
-        let lose = Arc::clone(&lose_reply);
+        let next_reply = Arc::new(Mutex::new(None));
+        let fault = Arc::clone(&next_reply);
         let task = tokio::spawn(async move {
             loop {
                 let Ok((mut client, _)) = listener.accept().await else {
@@ -41,7 +51,7 @@ impl TcpProxy {
                     drop(client); // refused: the server is "unreachable"
                     continue;
                 }
-                let lose = Arc::clone(&lose);
+                let fault = Arc::clone(&fault);
                 tokio::spawn(async move {
                     let Ok(server) = TcpStream::connect(target).await else {
                         return;
@@ -50,7 +60,7 @@ impl TcpProxy {
                     let (mut server_read, mut server_write) = server.into_split();
                     tokio::select! {
                         _ = tokio::io::copy(&mut client_read, &mut server_write) => {}
-                        _ = replies(&mut server_read, &mut client_write, &lose) => {}
+                        _ = replies(&mut server_read, &mut client_write, &fault) => {}
                         _ = down.wait_for(|up| !*up) => {} // cut: both ends are dropped
                     }
                 });
@@ -59,7 +69,7 @@ impl TcpProxy {
         Self {
             addr,
             up,
-            lose_reply,
+            next_reply,
             task,
         }
     }
@@ -78,16 +88,23 @@ impl TcpProxy {
     /// and that connection is closed at both ends, as when a network drops after a command was
     /// delivered. The command itself reached the server and ran. Later replies pass again.
     pub fn lose_next_reply(&self) {
-        self.lose_reply.store(true, Ordering::SeqCst);
+        *self.next_reply.lock().unwrap() = Some(ReplyFault::Lose);
+    }
+
+    /// Holds the next reply a server sends on any connection back for `delay`, then forwards
+    /// it: a reply that comes after the client's response timeout. Later replies pass again.
+    pub fn delay_next_reply(&self, delay: Duration) {
+        *self.next_reply.lock().unwrap() = Some(ReplyFault::Delay(delay));
     }
 }
 
 /// Forwards the server's replies to the client until either end closes, or until a reply is to
-/// be lost: then returns without forwarding it, which closes the connection.
+/// be lost: then returns without forwarding it, which closes the connection. A reply to be
+/// delayed is forwarded late.
 async fn replies(
     server: &mut (impl AsyncReadExt + Unpin),
     client: &mut (impl AsyncWriteExt + Unpin),
-    lose: &AtomicBool,
+    fault: &Mutex<Option<ReplyFault>>,
 ) {
     let mut buf = vec![0; 16 * 1024];
     loop {
@@ -95,8 +112,11 @@ async fn replies(
             Ok(0) | Err(_) => return,
             Ok(n) => n,
         };
-        if lose.swap(false, Ordering::SeqCst) {
-            return;
+        let taken = fault.lock().unwrap().take();
+        match taken {
+            Some(ReplyFault::Lose) => return,
+            Some(ReplyFault::Delay(delay)) => tokio::time::sleep(delay).await,
+            None => {}
         }
         if client.write_all(&buf[..n]).await.is_err() {
             return;

@@ -297,6 +297,33 @@ async fn a_claim_whose_reply_is_lost_on_the_wire_is_sent_again_and_owns_the_reco
     store.discard().await;
 }
 
+/// A claim whose reply comes after the response timeout (a slow network, a paused server):
+/// the store sends it again, and the late reply does not confuse the second one's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_whose_reply_comes_too_late_is_sent_again_and_owns_the_record() {
+    let proxy = TcpProxy::start(idem_tests::redis::redis_addr()).await;
+    let store = RedisStore::builder(format!("redis://{}", proxy.addr()))
+        .prefix(unique_prefix())
+        .connect_timeout(Duration::from_secs(2))
+        .response_timeout(Duration::from_millis(300))
+        .build()
+        .await
+        .unwrap();
+    let (fp, now) = (fingerprint(9), Timestamp::from_millis(1_750_000_000_000));
+    let warm = RecordKey::from_bytes([0xcd; 32]);
+    let warmed = store.claim(claim_of(&warm, now, 40, &fp, HOUR)).await;
+    assert_eq!(warmed.unwrap(), Claim::Acquired { took_over: false });
+
+    proxy.delay_next_reply(Duration::from_millis(450));
+    assert_eq!(
+        store.claim(claim_at(now, 41, &fp, HOUR)).await.unwrap(),
+        Claim::Acquired { took_over: false }
+    );
+    let other = store.claim(claim_at(now, 42, &fp, HOUR)).await.unwrap();
+    assert!(matches!(other, Claim::InFlight { .. }), "{other:?}");
+    store.discard().await;
+}
+
 /// A claim Redis refuses (here a full server under `noeviction`, which answers `OOM`) fails
 /// once, as unavailable, so the engine answers 503; it is not sent again, since only a lost
 /// reply leaves the claim's fate unknown.

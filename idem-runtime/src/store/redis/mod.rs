@@ -197,10 +197,12 @@ impl fmt::Debug for RedisStore {
     }
 }
 
-/// Whether the command may have run although its reply never came: the connection dropped or
-/// timed out after it was sent.
+/// Whether the command may have run although its reply never came: the connection failed or
+/// the reply did not come within the response timeout. redis reports both as I/O errors (a
+/// dropped connection always is one); the timeout is named too in case a timeout ever comes as
+/// another kind.
 fn reply_lost(error: &RedisError) -> bool {
-    error.is_io_error() || error.is_connection_dropped() || error.is_timeout()
+    error.is_io_error() || error.is_timeout()
 }
 
 /// Milliseconds from `from` to `to`, at least 1: a key's time to live.
