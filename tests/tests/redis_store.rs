@@ -557,6 +557,7 @@ async fn an_eviction_policy_that_may_drop_records_is_warned_about_at_connect() {
         "{warned}"
     );
     assert!(warned.contains("maxmemory-policy noeviction"), "{warned}");
+    assert!(warned.contains("node=the server"), "which node: {warned}");
 
     let before = logs.text().len();
     let store = RedisStore::connect(safe.url()).await.unwrap();

@@ -145,3 +145,52 @@ impl Hasher for SpreadHasher {
         x ^ (x >> 31)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashSet;
+
+    use super::*;
+
+    /// Record keys are SHA-256 outputs: random bytes stand in for them.
+    fn keys(n: usize) -> Vec<RecordKey> {
+        let mut rng = fastrand::Rng::with_seed(7);
+        (0..n)
+            .map(|_| RecordKey::from_bytes(std::array::from_fn(|_| rng.u8(..))))
+            .collect()
+    }
+
+    /// The maps stay maps, not lists: distinct keys hash apart in the bits a `HashMap` reads
+    /// (the low ones pick the bucket, the top seven tag it), and another store's seed moves
+    /// every key, so nobody outside can aim keys at one bucket.
+    #[test]
+    fn record_keys_spread_over_the_hash_and_each_store_places_them_its_own_way() {
+        let keys = keys(10_000);
+        let (one, other) = (Spread::new(), Spread::new());
+        let hashes: Vec<u64> = keys.iter().map(|k| one.hash_one(k)).collect();
+        let distinct = |bits: fn(u64) -> u64| {
+            hashes
+                .iter()
+                .map(|&h| bits(h))
+                .collect::<HashSet<_>>()
+                .len()
+        };
+        assert_eq!(distinct(|h| h), keys.len(), "no two keys share a hash");
+        // 10 000 keys into 65 536 buckets: about 9 300 distinct if uniform.
+        assert!(
+            distinct(|h| h & 0xffff) > 9_000,
+            "low bits: {}",
+            distinct(|h| h & 0xffff)
+        );
+        assert_eq!(
+            distinct(|h| h >> 57),
+            128,
+            "every top-seven-bit tag is used"
+        );
+        let moved = keys
+            .iter()
+            .filter(|k| one.hash_one(k) != other.hash_one(k))
+            .count();
+        assert_eq!(moved, keys.len(), "another seed, other places");
+    }
+}

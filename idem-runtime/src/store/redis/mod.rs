@@ -441,6 +441,12 @@ mod tests {
             decode_claim(acquired(3)).unwrap(),
             Claim::Acquired { took_over: true }
         );
+        // A server that answers the outcome as a status string (RESP3 servers may) reads the same.
+        let status = Value::Array(vec![Value::SimpleString("acquired".into()), Value::Int(1)]);
+        assert_eq!(
+            decode_claim(status).unwrap(),
+            Claim::Acquired { took_over: false }
+        );
         let in_flight = Value::Array(vec![
             bulk(b"in_flight"),
             bulk(fp.as_bytes()),
