@@ -169,6 +169,20 @@ mod tests {
             Value::Array(vec![Value::Int(1), Value::Int(2), node("10.0.0.1", 7000)]),
             Value::Array(vec![Value::Int(3), Value::Int(4), node("", 7003)]),
             Value::Array(vec![Value::Int(5), Value::Int(6), node("?", 7004)]),
+            // Over RESP3 a host may come as a status string, and an unknown one as null.
+            Value::Array(vec![
+                Value::Int(7),
+                Value::Int(8),
+                Value::Array(vec![
+                    Value::SimpleString("10.0.0.4".into()),
+                    Value::Int(7005),
+                ]),
+            ]),
+            Value::Array(vec![
+                Value::Int(9),
+                Value::Int(10),
+                Value::Array(vec![Value::Nil, Value::Int(7006)]),
+            ]),
         ]);
         let addr = |host: &str, port| Node::Address {
             host: host.into(),
@@ -179,7 +193,9 @@ mod tests {
             vec![
                 addr("10.0.0.1", 7000),
                 addr("10.0.0.3", 7002),
-                addr("10.0.0.9", 7003)
+                addr("10.0.0.9", 7003),
+                addr("10.0.0.4", 7005),
+                addr("10.0.0.9", 7006),
             ]
         );
         assert!(primaries(Value::Nil, "10.0.0.9").is_empty());
