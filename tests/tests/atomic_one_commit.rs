@@ -60,6 +60,21 @@ async fn nested(mut tx: Tx<Postgres>) -> StatusCode {
     StatusCode::INTERNAL_SERVER_ERROR
 }
 
+/// Writes, then deletes its own uncommitted record from idem's table, which no handler should.
+#[idempotent(scope = "global")]
+async fn tamper(mut tx: Tx<Postgres>) -> StatusCode {
+    let conn = tx.conn().await.unwrap();
+    sqlx::query("INSERT INTO items (name) VALUES ('tamper')")
+        .execute(&mut *conn)
+        .await
+        .unwrap();
+    sqlx::query("DELETE FROM idem.idempotency_records WHERE state = 'in_flight'")
+        .execute(&mut *conn)
+        .await
+        .unwrap();
+    StatusCode::CREATED
+}
+
 #[idempotent(scope = "global", in_flight = "wait")]
 async fn one_waiting(
     State(gate): State<Gate>,
@@ -115,6 +130,7 @@ impl Harness {
             .route("/wait", post(one_waiting))
             .route("/two", post(two))
             .route("/nested", post(nested))
+            .route("/tamper", post(tamper))
             .with_state(app);
         Self {
             router,
@@ -198,6 +214,24 @@ async fn a_nested_transaction_is_a_savepoint_of_the_claims() {
         StatusCode::INTERNAL_SERVER_ERROR,
         "the key was released"
     );
+    h.finish().await;
+}
+
+/// The completion is fenced: when the record is no longer the request's own claim (here the
+/// handler deleted it), nothing commits, the handler's write included, and the request is
+/// answered 409 as an owner that lost its record is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_completion_that_finds_its_claim_gone_commits_nothing() {
+    let h = Harness::new().await;
+    let (status, answer) = h.send("/tamper", "k", json!({})).await;
+    assert_eq!(status, StatusCode::CONFLICT, "{answer}");
+    assert_eq!(answer["code"], "idempotency_key_in_progress");
+    assert_eq!(h.rows().await, 0, "the handler's write rolled back");
+    let records: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM idem.idempotency_records")
+        .fetch_one(&h.pool)
+        .await
+        .unwrap();
+    assert_eq!(records, 0);
     h.finish().await;
 }
 
