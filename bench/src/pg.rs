@@ -31,6 +31,7 @@ pub const BARE: &str = "/pg/bare";
 pub const PLAIN: &str = "/pg/plain";
 /// Route of the same handler under `#[idempotent]`, atomic mode (`Tx<Postgres>`).
 pub const ATOMIC: &str = "/pg/atomic";
+/// Route of the same handler in atomic mode with two commits (`commits = "two"`).
 pub const ATOMIC_TWO: &str = "/pg/atomic-two";
 
 /// The table every form writes to: `id`, the order's amount and item count, and its customer.
@@ -110,7 +111,6 @@ pub async fn atomic(mut tx: Tx<sqlx::Postgres>, Json(order): Json<Value>) -> Res
     created(id)
 }
 
-/// The router state: the engine and the pool the handlers write with.
 /// The same handler in atomic mode with two commits: the claim commits on its own first.
 #[idempotent(scope = "global", commits = "two")]
 pub async fn atomic_two(mut tx: Tx<sqlx::Postgres>, Json(order): Json<Value>) -> Response {
@@ -121,6 +121,7 @@ pub async fn atomic_two(mut tx: Tx<sqlx::Postgres>, Json(order): Json<Value>) ->
     created(id)
 }
 
+/// The router state: the engine and the pool the handlers write with.
 #[derive(Clone, FromRef)]
 pub struct PgState {
     /// The idempotency engine, on a `PostgresStore`.
