@@ -339,9 +339,7 @@ async fn a_claim_refused_by_a_full_redis_is_unavailable_and_sent_once() {
     let _: () = server
         .query(redis::cmd("CONFIG").arg("SET").arg("maxmemory").arg(1))
         .unwrap();
-    let _: () = server
-        .query(&redis::cmd("CONFIG").arg("RESETSTAT"))
-        .unwrap();
+    let _: () = server.query(redis::cmd("CONFIG").arg("RESETSTAT")).unwrap();
     let refused = store.claim(claim_at(now, 31, &fp, HOUR)).await;
     match refused {
         Err(StoreError::Unavailable(error)) => {
