@@ -146,23 +146,32 @@ impl<'a> Writer<'a> {
         } else {
             loop {
                 self.value()?;
-                self.skip_whitespace();
-                match self.peek() {
-                    Some(b',') => {
-                        self.pos += 1;
-                        self.out.push(b',');
-                        self.skip_whitespace();
-                    }
-                    Some(b']') => {
-                        self.pos += 1;
-                        break;
-                    }
-                    _ => return Err(Invalid),
+                if !self.next_element(b']')? {
+                    break;
                 }
             }
         }
         self.out.push(b']');
         Ok(())
+    }
+
+    /// What follows an element of an array or an object: a comma, written out, before the next
+    /// element (`true`), or the container's `close` (`false`). Anything else is invalid.
+    fn next_element(&mut self, close: u8) -> Result<bool, Invalid> {
+        self.skip_whitespace();
+        match self.peek() {
+            Some(b',') => {
+                self.pos += 1;
+                self.out.push(b',');
+                self.skip_whitespace();
+                Ok(true)
+            }
+            Some(byte) if byte == close => {
+                self.pos += 1;
+                Ok(false)
+            }
+            _ => Err(Invalid),
+        }
     }
 
     fn object(&mut self) -> Parsed {
@@ -186,18 +195,8 @@ impl<'a> Writer<'a> {
                 self.value()?;
                 let end = self.out.len();
                 self.members.push(Member { key, start, end });
-                self.skip_whitespace();
-                match self.peek() {
-                    Some(b',') => {
-                        self.pos += 1;
-                        self.out.push(b',');
-                        self.skip_whitespace();
-                    }
-                    Some(b'}') => {
-                        self.pos += 1;
-                        break;
-                    }
-                    _ => return Err(Invalid),
+                if !self.next_element(b'}')? {
+                    break;
                 }
             }
         }
