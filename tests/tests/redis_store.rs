@@ -13,7 +13,9 @@ use axum::http::{Request, StatusCode};
 use axum::routing::post;
 use bytes::Bytes;
 use idem_runtime::clock::{Clock, ManualClock, SystemClock, Timestamp};
-use idem_runtime::store::{Claim, ClaimRequest, Completion, Fence, LeaseToken, RedisStore, Store};
+use idem_runtime::store::{
+    Claim, ClaimRequest, Completion, Fence, LeaseToken, RedisStore, RedisStoreBuilder, Store,
+};
 use idem_runtime::{BuildError, Fingerprint, Idempotency, RecordKey, StoreError};
 use idem_tests::redis::{RedisServer, redis_store_builder, unique_prefix};
 use idem_tests::{TcpProxy, TestStore, redis_store, redis_url};
@@ -254,22 +256,32 @@ async fn a_claim_run_again_after_a_lost_reply_still_owns_the_record() {
     store.discard().await;
 }
 
+/// A store on the shared server reached through a [`TcpProxy`], its builder set by `configure`.
+async fn behind_proxy(
+    configure: impl FnOnce(RedisStoreBuilder) -> RedisStoreBuilder,
+) -> (TcpProxy, RedisStore) {
+    let proxy = TcpProxy::start(idem_tests::redis::redis_addr()).await;
+    let builder = RedisStore::builder(format!("redis://{}", proxy.addr())).prefix(unique_prefix());
+    let store = configure(builder).build().await.unwrap();
+    (proxy, store)
+}
+
+/// Claims another key first, so that Redis has loaded the claim script before the claim a test
+/// watches: that claim's reply is then its own answer, not the script load's.
+async fn load_claim_script(store: &RedisStore, now: Timestamp, token: i64, fp: &Fingerprint) {
+    let other = RecordKey::from_bytes([0xcd; 32]);
+    let loaded = store.claim(claim_of(&other, now, token, fp, HOUR)).await;
+    assert_eq!(loaded.unwrap(), Claim::Acquired { took_over: false });
+}
+
 /// A claim whose reply the network loses after Redis ran it: the store sends it again on the
 /// reconnected connection, finds its own token, and the request owns the record it claimed (not
 /// an error, not "in flight" against itself).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_claim_whose_reply_is_lost_on_the_wire_is_sent_again_and_owns_the_record() {
-    let proxy = TcpProxy::start(idem_tests::redis::redis_addr()).await;
-    let store = RedisStore::builder(format!("redis://{}", proxy.addr()))
-        .prefix(unique_prefix())
-        .build()
-        .await
-        .unwrap();
+    let (proxy, store) = behind_proxy(|builder| builder).await;
     let (fp, now) = (fingerprint(7), Timestamp::from_millis(1_750_000_000_000));
-    // Redis learns the script first, so the lost reply is the claim's own answer.
-    let warm = RecordKey::from_bytes([0xcd; 32]);
-    let warmed = store.claim(claim_of(&warm, now, 20, &fp, HOUR)).await;
-    assert_eq!(warmed.unwrap(), Claim::Acquired { took_over: false });
+    load_claim_script(&store, now, 20, &fp).await;
 
     proxy.lose_next_reply();
     assert_eq!(
@@ -301,18 +313,14 @@ async fn a_claim_whose_reply_is_lost_on_the_wire_is_sent_again_and_owns_the_reco
 /// the store sends it again, and the late reply does not confuse the second one's.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_claim_whose_reply_comes_too_late_is_sent_again_and_owns_the_record() {
-    let proxy = TcpProxy::start(idem_tests::redis::redis_addr()).await;
-    let store = RedisStore::builder(format!("redis://{}", proxy.addr()))
-        .prefix(unique_prefix())
-        .connect_timeout(Duration::from_secs(2))
-        .response_timeout(Duration::from_millis(300))
-        .build()
-        .await
-        .unwrap();
+    let (proxy, store) = behind_proxy(|builder| {
+        builder
+            .connect_timeout(Duration::from_secs(2))
+            .response_timeout(Duration::from_millis(300))
+    })
+    .await;
     let (fp, now) = (fingerprint(9), Timestamp::from_millis(1_750_000_000_000));
-    let warm = RecordKey::from_bytes([0xcd; 32]);
-    let warmed = store.claim(claim_of(&warm, now, 40, &fp, HOUR)).await;
-    assert_eq!(warmed.unwrap(), Claim::Acquired { took_over: false });
+    load_claim_script(&store, now, 40, &fp).await;
 
     proxy.delay_next_reply(Duration::from_millis(450));
     assert_eq!(
@@ -333,9 +341,7 @@ async fn a_claim_refused_by_a_full_redis_is_unavailable_and_sent_once() {
     let store = RedisStore::connect(server.url()).await.unwrap();
     let (fp, now) = (fingerprint(8), Timestamp::from_millis(1_750_000_000_000));
     // Redis learns the script while it has room, so only the refused claim is counted below.
-    let warm = RecordKey::from_bytes([0xcd; 32]);
-    let warmed = store.claim(claim_of(&warm, now, 30, &fp, HOUR)).await;
-    assert_eq!(warmed.unwrap(), Claim::Acquired { took_over: false });
+    load_claim_script(&store, now, 30, &fp).await;
     let _: () = server
         .query(redis::cmd("CONFIG").arg("SET").arg("maxmemory").arg(1))
         .unwrap();
