@@ -388,6 +388,47 @@ async fn a_flood_of_waiting_duplicates_does_not_take_the_pool_from_other_keys() 
     h.finish().await;
 }
 
+/// The same flood in reject mode: every duplicate is refused with 409 while the first runs, the
+/// other key still runs, and the first commits once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_of_rejected_duplicates_gets_409_and_other_keys_still_run() {
+    let db = TestDatabase::create().await;
+    let pool = PgPoolOptions::new()
+        .max_connections(4)
+        .connect(&db.url)
+        .await
+        .unwrap();
+    let h = Harness::on(db, pool).await;
+    let body = json!({ "name": "slow", "gate": true });
+    let router = h.router.clone();
+    let first = tokio::spawn({
+        let body = body.clone();
+        async move { send(&router, "/one", "slow", body).await }
+    });
+    h.gate.entered().await;
+    let duplicates: Vec<_> = (0..20)
+        .map(|_| {
+            let (router, body) = (h.router.clone(), body.clone());
+            tokio::spawn(async move { send(&router, "/one", "slow", body).await })
+        })
+        .collect();
+    for duplicate in duplicates {
+        let (status, answer) = duplicate.await.unwrap();
+        assert_eq!(status, StatusCode::CONFLICT, "{answer}");
+        assert_eq!(answer["code"], "idempotency_key_in_progress");
+    }
+    let (status, other) = h.send("/one", "other", json!({ "name": "other" })).await;
+    assert_eq!(
+        status,
+        StatusCode::CREATED,
+        "another key still runs: {other}"
+    );
+    h.gate.open();
+    assert_eq!(first.await.unwrap().0, StatusCode::CREATED);
+    assert_eq!(h.rows().await, 2);
+    h.finish().await;
+}
+
 /// Sessions of the test's database waiting on a lock.
 async fn lock_waiters(pool: &PgPool) -> i64 {
     sqlx::query_scalar(
