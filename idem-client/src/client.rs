@@ -9,7 +9,7 @@ use reqwest::header::{HeaderMap, HeaderName, RETRY_AFTER};
 use reqwest::{IntoUrl, Method, Request, RequestBuilder, StatusCode};
 
 use crate::error::Error;
-use crate::key::{IdempotencyKey, InvalidKey};
+use crate::key::{IdempotencyKey, KeyError};
 use crate::outcome::{Outcome, RetryNote, RetryReason, problem_code};
 use crate::policy::RetryPolicy;
 use crate::retry_after::parse_retry_after;
@@ -203,7 +203,7 @@ impl Client {
         match (values.next(), values.next()) {
             (None, _) => Ok(IdempotencyKey::generate()),
             (Some(value), None) => IdempotencyKey::from_header(value).map_err(Error::InvalidKey),
-            (Some(_), Some(_)) => Err(Error::InvalidKey(InvalidKey::Repeated)),
+            (Some(_), Some(_)) => Err(Error::InvalidKey(KeyError::Duplicate)),
         }
     }
 

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use crate::key::{IdempotencyKey, InvalidKey};
+use crate::key::{IdempotencyKey, KeyError};
 
 /// Why an operation ended without a response to return. A response of any status, even after
 /// the retries ran out, is an [`Outcome`](crate::Outcome), not an error.
@@ -23,7 +23,7 @@ pub enum Error {
     /// The caller's key (given, or already on the request's header) is not valid: nothing was
     /// sent.
     #[error("invalid idempotency key")]
-    InvalidKey(#[source] InvalidKey),
+    InvalidKey(#[source] KeyError),
     /// The request could not be built (a bad URL or header): nothing was sent.
     #[error("cannot build the request")]
     Build(#[source] reqwest::Error),

@@ -4,15 +4,15 @@ use std::fmt;
 
 use reqwest::header::HeaderValue;
 
-/// The longest key a server built with idem accepts, in characters.
-pub const MAX_KEY_LEN: usize = 255;
+pub use idem_rules::key::{KeyError, MAX_KEY_LEN};
 
 /// The key of one logical operation: generated ([`IdempotencyKey::generate`], a UUID v4) or
 /// derived from something the caller already has, such as an order id
 /// ([`IdempotencyKey::new`]).
 ///
-/// A key is 1..=255 visible ASCII characters that does not start with `"` (a server reads a
-/// leading quote as an RFC 8941 quoted string). Keep a key for as long as the operation may be
+/// A key is 1..=255 visible ASCII characters, by the rule the server checks
+/// ([`idem_rules::key`]); one that starts with `"` is sent as an RFC 8941 string, so the server
+/// reads it back as it is. Keep a key for as long as the operation may be
 /// retried: retrying later, even from another process, with the same key is what keeps the
 /// operation from running twice. Its [`Debug`](fmt::Debug) output is redacted so keys do not end
 /// up in logs by accident; [`as_str`](Self::as_str) gives the characters.
@@ -32,33 +32,6 @@ pub struct IdempotencyKey {
     header: HeaderValue,
 }
 
-/// Why a string is not an [`IdempotencyKey`].
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[non_exhaustive]
-pub enum InvalidKey {
-    /// The key is empty.
-    #[error("an idempotency key must not be empty")]
-    Empty,
-    /// The key is longer than [`MAX_KEY_LEN`].
-    #[error("an idempotency key has at most {MAX_KEY_LEN} characters, this one has {len}")]
-    TooLong {
-        /// Its length in bytes.
-        len: usize,
-    },
-    /// A byte is not visible ASCII (`!` to `~`), or the key starts with `"`.
-    #[error(
-        "an idempotency key is visible ASCII (`!` to `~`) not starting with `\"`; \
-         byte {position} is not allowed"
-    )]
-    InvalidCharacter {
-        /// Where the first bad byte is, from 0.
-        position: usize,
-    },
-    /// The request carries the key header more than once.
-    #[error("the idempotency key header is on the request more than once")]
-    Repeated,
-}
-
 impl IdempotencyKey {
     /// A fresh random key (UUID v4): use one per logical operation, and keep it for its retries.
     pub fn generate() -> Self {
@@ -68,37 +41,17 @@ impl IdempotencyKey {
 
     /// A key chosen by the caller, e.g. derived from an order id (`format!("order-{id}")`), so
     /// that a retry from anywhere, even after a restart, carries the same key.
-    pub fn new(key: impl Into<String>) -> Result<Self, InvalidKey> {
+    pub fn new(key: impl Into<String>) -> Result<Self, KeyError> {
         let key = key.into();
-        if key.is_empty() {
-            return Err(InvalidKey::Empty);
-        }
-        if key.len() > MAX_KEY_LEN {
-            return Err(InvalidKey::TooLong { len: key.len() });
-        }
-        let bad = key
-            .bytes()
-            .enumerate()
-            .find(|&(i, b)| !b.is_ascii_graphic() || (i == 0 && b == b'"'));
-        if let Some((position, _)) = bad {
-            return Err(InvalidKey::InvalidCharacter { position });
-        }
-        let header = HeaderValue::from_str(&key).expect("visible ASCII is a valid header value");
+        idem_rules::key::validate(&key)?;
+        let header = HeaderValue::from_str(&idem_rules::key::to_header(&key))
+            .expect("visible ASCII is a valid header value");
         Ok(Self { key, header })
     }
 
-    /// Reads a key a caller put on a request's header, checked like [`IdempotencyKey::new`].
-    pub(crate) fn from_header(value: &HeaderValue) -> Result<Self, InvalidKey> {
-        match value.to_str() {
-            Ok(text) => Self::new(text),
-            Err(_) => Err(InvalidKey::InvalidCharacter {
-                position: value
-                    .as_bytes()
-                    .iter()
-                    .position(|b| !b.is_ascii_graphic())
-                    .unwrap_or(0),
-            }),
-        }
+    /// Reads a key a caller put on a request's header, as the server reads it (bare or quoted).
+    pub(crate) fn from_header(value: &HeaderValue) -> Result<Self, KeyError> {
+        Self::new(idem_rules::key::parse_header(value.as_bytes())?)
     }
 
     /// The key's characters, as sent in the header.
@@ -139,18 +92,25 @@ mod tests {
         assert!(IdempotencyKey::new("x".repeat(MAX_KEY_LEN)).is_ok());
         assert_eq!(
             IdempotencyKey::new("x".repeat(MAX_KEY_LEN + 1)),
-            Err(InvalidKey::TooLong { len: 256 })
+            Err(KeyError::TooLong { len: 256 })
         );
-        assert_eq!(IdempotencyKey::new(""), Err(InvalidKey::Empty));
-        for (bad, position) in [("a b", 1), ("tab\t", 3), ("é", 0), ("\"quoted\"", 0)] {
+        assert_eq!(IdempotencyKey::new(""), Err(KeyError::Empty));
+        for (bad, position) in [("a b", 1), ("tab\t", 3), ("é", 0)] {
             assert_eq!(
                 IdempotencyKey::new(bad),
-                Err(InvalidKey::InvalidCharacter { position }),
+                Err(KeyError::InvalidCharacter { position }),
                 "{bad:?}"
             );
         }
-        // A quote inside is an ordinary character.
+        // A quote is an ordinary character; a leading one travels quoted, so the server reads
+        // the key back as it is.
         assert!(IdempotencyKey::new("a\"b").is_ok());
+        let quoted = IdempotencyKey::new("\"quoted\"").unwrap();
+        assert_eq!(quoted.header_value(), r#""\"quoted\"""#);
+        assert_eq!(
+            idem_rules::key::parse_header(quoted.header_value().as_bytes()).unwrap(),
+            quoted.as_str()
+        );
     }
 
     #[test]
@@ -165,7 +125,12 @@ mod tests {
         let opaque = HeaderValue::from_bytes(b"caf\xe9").unwrap();
         assert_eq!(
             IdempotencyKey::from_header(&opaque),
-            Err(InvalidKey::InvalidCharacter { position: 3 })
+            Err(KeyError::InvalidCharacter { position: 3 })
+        );
+        let quoted = HeaderValue::from_static("\"order-7\"");
+        assert_eq!(
+            IdempotencyKey::from_header(&quoted).unwrap().as_str(),
+            "order-7"
         );
     }
 

@@ -83,7 +83,7 @@ mod retry_after;
 
 pub use client::{Client, ClientBuilder, DEFAULT_HEADER, DEFAULT_MAX_RESPONSE_BYTES};
 pub use error::Error;
-pub use key::{IdempotencyKey, InvalidKey, MAX_KEY_LEN};
+pub use key::{IdempotencyKey, KeyError, MAX_KEY_LEN};
 pub use outcome::{Outcome, REPLAYED_HEADER, RetryNote, RetryReason};
 pub use policy::{IN_PROGRESS_CODE, RetryPolicy};
 /// The reqwest this crate is built on, so callers name the same version.
