@@ -110,8 +110,8 @@ async fn a_502_storm_ends_with_the_original_charge_created_once() {
     );
     let charge: Value = outcome.json().unwrap();
     assert_eq!(charges(&server).await, [charge], "created exactly once");
-    assert_eq!(server.counter("create_charge", "executed").await, 1);
-    assert_eq!(server.counter("create_charge", "replayed").await, 3);
+    assert_eq!(server.counter("charges.create", "executed").await, 1);
+    assert_eq!(server.counter("charges.create", "replayed").await, 3);
 
     let notes = notes.lock().unwrap().clone();
     let reasons: Vec<_> = notes.iter().map(|n| n.reason.clone()).collect();
@@ -392,5 +392,5 @@ async fn a_store_outage_is_retried_after_retry_after() {
     }
     let charge: Value = outcome.json().unwrap();
     assert_eq!(charges(&server).await, [charge], "created exactly once");
-    assert_eq!(server.counter("create_charge", "executed").await, 1);
+    assert_eq!(server.counter("charges.create", "executed").await, 1);
 }

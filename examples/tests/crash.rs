@@ -99,9 +99,9 @@ async fn a_retry_after_a_crash_charges_once(database_url: &str, redis: Option<&R
     assert!(replay.is_replay(), "Idempotent-Replayed: true");
     assert_eq!(replay.body, created.body, "the same body, byte for byte");
     assert_eq!(replay.replayable_headers(), created.replayable_headers());
-    assert_eq!(second.counter("create_charge", "executed").await, 1);
+    assert_eq!(second.counter("charges.create", "executed").await, 1);
     assert_eq!(
-        second.counter("create_charge", "in_progress").await,
+        second.counter("charges.create", "in_progress").await,
         conflicts
     );
 }

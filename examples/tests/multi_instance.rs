@@ -41,8 +41,8 @@ async fn list_everywhere(servers: &[Server; 2], org: &str) -> Vec<Value> {
 /// `idempotency_requests_total{create_charge, outcome}` of each instance.
 async fn counters(servers: &[Server; 2], outcome: &str) -> [u64; 2] {
     [
-        servers[0].counter("create_charge", outcome).await,
-        servers[1].counter("create_charge", outcome).await,
+        servers[0].counter("charges.create", outcome).await,
+        servers[1].counter("charges.create", outcome).await,
     ]
 }
 

@@ -59,7 +59,7 @@ async fn concurrent_duplicates_execute_the_handler_once() {
         vec![parse(&fast), parse(&slow)],
         "one charge per key, newest first"
     );
-    assert_eq!(server.counter("create_charge", "executed").await, 2);
+    assert_eq!(server.counter("charges.create", "executed").await, 2);
 }
 
 #[tokio::test]
@@ -222,7 +222,7 @@ async fn a_refund_duplicate_waits_for_the_first_refund() {
         .await;
     assert_eq!(rest.status, 201, "{}", rest.text());
     assert_eq!(rest.json()["amount"], 200);
-    assert_eq!(server.counter("create_charge_refund", "executed").await, 2);
+    assert_eq!(server.counter("charge_refunds.create", "executed").await, 2);
 }
 
 #[tokio::test]
@@ -330,7 +330,7 @@ async fn a_processor_outage_is_503_not_stored_and_the_retry_runs_again() {
         assert!(!response.is_replay(), "a 5xx is never replayed");
         assert!(response.header("retry-after").is_some());
     }
-    assert_eq!(server.counter("create_charge", "released").await, 2);
+    assert_eq!(server.counter("charges.create", "released").await, 2);
     assert!(list(&server, "acme").await.is_empty(), "nothing is stored");
 
     // The key is free: the client may retry with a working card.
@@ -538,17 +538,17 @@ async fn metrics_count_executed_and_replayed_requests() {
     assert!(
         text.lines()
             .any(|l| l.starts_with("idempotency_requests_total{")
-                && l.contains("endpoint=\"payments::routes::create_charge\"")
+                && l.contains("endpoint=\"charges.create\"")
                 && l.contains("outcome=\"executed\"")),
         "{text}"
     );
     assert_eq!(
-        common::counter(&text, "create_charge", "executed"),
+        common::counter(&text, "charges.create", "executed"),
         1,
         "{text}"
     );
     assert_eq!(
-        common::counter(&text, "create_charge", "replayed"),
+        common::counter(&text, "charges.create", "replayed"),
         1,
         "{text}"
     );

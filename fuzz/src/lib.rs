@@ -16,13 +16,13 @@
 //! - [`stored_response`]: `StoredResponse::decode` of arbitrary bytes: no panic, output bounded
 //!   by the input, and `decode(encode(r)) == r`.
 //! - [`ttl`]: the `#[idempotent]` attribute's ttl parser, compiled here from its own source file
-//!   (`idem-macros/src/validate/ttl.rs`, included by path: a proc-macro crate cannot export it),
+//!   (`idem-macros/src/ttl.rs`, included by path: a proc-macro crate cannot export it),
 //!   against a reference reading of the grammar; every suggested fix must itself be accepted.
 
 pub mod reference;
 
 /// The macro crate's ttl parser, compiled from its own source file (its unit tests run here too).
-#[path = "../../idem-macros/src/validate/ttl.rs"]
+#[path = "../../idem-macros/src/ttl.rs"]
 #[allow(dead_code, unreachable_pub)]
 mod ttl_parser;
 
@@ -182,13 +182,4 @@ fn suggested(message: &str) -> Option<&str> {
         .strip_suffix("\"`")?
         .rsplit_once("write `ttl = \"")?;
     Some(fix)
-}
-
-/// What the included parser's unit tests call to build a literal (`crate::validate::lit` in the
-/// macro crate).
-#[cfg(test)]
-mod validate {
-    pub(crate) fn lit(value: &str) -> syn::LitStr {
-        syn::LitStr::new(value, proc_macro2::Span::call_site())
-    }
 }

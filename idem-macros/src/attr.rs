@@ -7,6 +7,7 @@ use syn::{Expr, ExprLit, Ident, Lit, LitStr, Token, Type};
 
 mod kw {
     syn::custom_keyword!(scope);
+    syn::custom_keyword!(name);
     syn::custom_keyword!(ttl);
     syn::custom_keyword!(key);
     syn::custom_keyword!(in_flight);
@@ -15,8 +16,9 @@ mod kw {
 }
 
 /// The argument names, in the order the docs list them, each with an example value.
-pub(crate) const NAMES: [(&str, &str); 6] = [
+pub(crate) const NAMES: [(&str, &str); 7] = [
     ("scope", "org"),
+    ("name", "charges.create"),
     ("ttl", "24h"),
     ("key", "required"),
     ("in_flight", "wait"),
@@ -33,6 +35,7 @@ pub(crate) struct Arg {
 #[derive(Default)]
 pub(crate) struct Args {
     pub(crate) scope: Option<Arg>,
+    pub(crate) name: Option<Arg>,
     pub(crate) ttl: Option<Arg>,
     pub(crate) key: Option<Arg>,
     pub(crate) in_flight: Option<Arg>,
@@ -51,6 +54,9 @@ impl Parse for Args {
             let (slot, keyword) = if lookahead.peek(kw::scope) {
                 let span = input.parse::<kw::scope>()?.span;
                 (&mut args.scope, Ident::new("scope", span))
+            } else if lookahead.peek(kw::name) {
+                let span = input.parse::<kw::name>()?.span;
+                (&mut args.name, Ident::new("name", span))
             } else if lookahead.peek(kw::ttl) {
                 let span = input.parse::<kw::ttl>()?.span;
                 (&mut args.ttl, Ident::new("ttl", span))
@@ -222,7 +228,7 @@ fn not_an_argument(input: ParseStream<'_>) -> syn::Error {
             "optional" | "required" => "key",
             "reject" | "wait" => "in_flight",
             "one" | "two" => "commits",
-            _ if crate::validate::ttl(&lit).is_ok() => "ttl",
+            _ if crate::ttl::ttl(&lit).is_ok() => "ttl",
             _ => "scope",
         };
         return syn::Error::new_spanned(
@@ -235,7 +241,7 @@ fn not_an_argument(input: ParseStream<'_>) -> syn::Error {
     }
     syn::Error::new(
         input.span(),
-        "expected an argument of `#[idempotent]`: `scope`, `ttl`, `key`, `in_flight`, \
+        "expected an argument of `#[idempotent]`: `scope`, `name`, `ttl`, `key`, `in_flight`, \
          `commits` or `state`, as in `#[idempotent(scope = \"org\", ttl = \"24h\")]`",
     )
 }
@@ -252,8 +258,8 @@ fn unknown(ident: &Ident) -> syn::Error {
             format!("unknown argument `{given}` in `#[idempotent]`: did you mean `{name}`?")
         }
         None => format!(
-            "unknown argument `{given}` in `#[idempotent]`: expected `scope`, `ttl`, `key`, \
-             `in_flight`, `commits` or `state`"
+            "unknown argument `{given}` in `#[idempotent]`: expected `scope`, `name`, `ttl`, \
+             `key`, `in_flight`, `commits` or `state`"
         ),
     };
     syn::Error::new_spanned(ident, message)
@@ -290,8 +296,9 @@ mod tests {
     #[test]
     fn parses_every_argument() {
         let args =
-            parse(r#"scope = "org", ttl = "15m", key = "required", in_flight = "wait","#).unwrap();
+            parse(r#"scope = "org", name = "orders.create", ttl = "15m", key = "required", in_flight = "wait","#).unwrap();
         assert_eq!(args.scope.unwrap().value.value(), "org");
+        assert_eq!(args.name.unwrap().value.value(), "orders.create");
         assert_eq!(args.ttl.unwrap().value.value(), "15m");
         assert_eq!(args.key.unwrap().value.value(), "required");
         assert_eq!(args.in_flight.unwrap().value.value(), "wait");
@@ -307,8 +314,9 @@ mod tests {
         assert!(err(r#"scpoe = "org""#).contains("did you mean `scope`?"));
         assert!(err(r#"inflight = "wait""#).contains("did you mean `in_flight`?"));
         assert!(
-            err(r#"colour = "red""#)
-                .contains("expected `scope`, `ttl`, `key`, `in_flight`, `commits` or `state`")
+            err(r#"colour = "red""#).contains(
+                "expected `scope`, `name`, `ttl`, `key`, `in_flight`, `commits` or `state`"
+            )
         );
         assert!(err(r#"commit = "two""#).contains("did you mean `commits`?"));
         assert!(err(r#""two""#).ends_with("write `commits = \"two\"`"));

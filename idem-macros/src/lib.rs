@@ -6,6 +6,7 @@ use proc_macro::TokenStream;
 mod ast;
 mod attr;
 mod expand;
+mod ttl;
 mod validate;
 
 /// Makes an axum handler idempotent. See `idem_runtime::idempotent` for the documentation.

@@ -1,11 +1,13 @@
 //! `ttl = "24h"`: a whole number and one unit, within 1 s ..= 30 d. A malformed ttl gets an
 //! exact suggestion from a lenient reading of what was written ("1.5h" -> "90m", "2w" -> "14d").
 
+use idem_rules::ttl::{DEFAULT_TTL, MAX_TTL, MIN_TTL};
 use syn::LitStr;
 
-pub(crate) const DEFAULT_SECS: u64 = 24 * 60 * 60;
-const MIN_SECS: u64 = 1;
-const MAX_SECS: u64 = 30 * 24 * 60 * 60;
+/// The bounds of the rule the layer and the programmatic API follow too, in seconds.
+pub(crate) const DEFAULT_SECS: u64 = DEFAULT_TTL.as_secs();
+const MIN_SECS: u64 = MIN_TTL.as_secs();
+const MAX_SECS: u64 = MAX_TTL.as_secs();
 /// The units, largest first.
 const UNITS: [(&str, u64); 4] = [("d", 86_400), ("h", 3_600), ("m", 60), ("s", 1)];
 
@@ -135,7 +137,10 @@ fn canonical(secs: u64, preferred: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::validate::lit;
+
+    fn lit(value: &str) -> LitStr {
+        LitStr::new(value, proc_macro2::Span::call_site())
+    }
 
     fn ttl_of(s: &str) -> Result<u64, String> {
         ttl(&lit(s)).map_err(|e| e.to_string())

@@ -7,10 +7,7 @@ use syn::{GenericParam, Type};
 
 use crate::ast::{Handler, Param};
 use crate::attr::{Arg, Args, edit_distance};
-
-mod ttl;
-
-pub(crate) use ttl::ttl;
+use crate::ttl::{self, ttl};
 
 /// axum implements `Handler` for up to 16 extractors; so do we.
 pub(crate) const MAX_EXTRACTORS: usize = 16;
@@ -19,6 +16,8 @@ const MAX_SCOPE_LEN: usize = 64;
 /// The validated configuration of one endpoint.
 pub(crate) struct Config {
     pub(crate) scope: String,
+    /// `name = "..."`: the operation's stable identity.
+    pub(crate) name: Option<String>,
     pub(crate) ttl_secs: u64,
     pub(crate) key_required: bool,
     pub(crate) wait: bool,
@@ -38,6 +37,7 @@ pub(crate) fn config(args: Args) -> syn::Result<Config> {
     };
     Ok(Config {
         scope: scope_name(&scope)?,
+        name: args.name.as_ref().map(operation_name).transpose()?,
         ttl_secs: args
             .ttl
             .as_ref()
@@ -73,6 +73,28 @@ fn scope_name(arg: &Arg) -> syn::Result<String> {
         )
     };
     Err(syn::Error::new_spanned(&arg.value, message))
+}
+
+/// `name = "..."`, by the rule the layer's and the programmatic API's names follow too.
+fn operation_name(arg: &Arg) -> syn::Result<String> {
+    let name = arg.value.value();
+    match idem_rules::name::validate(&name) {
+        Ok(()) => Ok(name),
+        Err(error) => {
+            let trimmed: String = name.trim().chars().filter(|c| !c.is_control()).collect();
+            let fix = if trimmed.is_empty() || trimmed.len() > idem_rules::name::MAX_NAME_LEN {
+                "give a stable name such as `name = \"charges.create\"`, or leave `name` out to \
+                 key records by the route"
+                    .to_owned()
+            } else {
+                format!("write `name = \"{}\"`", trimmed.escape_debug())
+            };
+            Err(syn::Error::new_spanned(
+                &arg.value,
+                format!("invalid `name` in `#[idempotent]`: {error}; {fix}"),
+            ))
+        }
+    }
 }
 
 /// The index of `arg`'s value among `options` (0, the default, when absent).
@@ -287,6 +309,25 @@ mod tests {
         let err = scope_name(&arg("")).unwrap_err().to_string();
         assert!(err.starts_with("empty scope"), "{err}");
         assert!(scope_name(&arg(&"a".repeat(65))).is_err());
+    }
+
+    #[test]
+    fn operation_names_follow_the_shared_rule() {
+        assert_eq!(
+            operation_name(&arg("charges.create")).unwrap(),
+            "charges.create"
+        );
+        assert_eq!(
+            operation_name(&arg("POST /v1/charges")).unwrap(),
+            "POST /v1/charges"
+        );
+        let err = operation_name(&arg(" charges ")).unwrap_err().to_string();
+        assert!(err.ends_with("write `name = \"charges\"`"), "{err}");
+        let err = operation_name(&arg("a\nb")).unwrap_err().to_string();
+        assert!(err.contains("no control characters"), "{err}");
+        let err = operation_name(&arg("")).unwrap_err().to_string();
+        assert!(err.contains("leave `name` out"), "{err}");
+        assert!(operation_name(&arg(&"n".repeat(129))).is_err());
     }
 
     #[test]

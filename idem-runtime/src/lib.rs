@@ -53,41 +53,45 @@
 
 // The layers, bottom up; each imports only from those before it:
 // `core` (keys, fingerprints, time, store errors; no HTTP), `store` (the `Store` trait, its
-// backends, the atomic capability), `engine` (claim, lease, run once, complete or release; no
-// HTTP), `http` (key header, request fingerprint, response capture, problems), `idempotency`
-// (the handle users configure), then the faces: `face` (the attribute, the layer, `Tx`) and
-// `openapi`.
+// backends, their capabilities), `engine` (an operation from its claim to its stored result, on
+// a task of its own; no HTTP), `http` (key header, request fingerprint, response capture,
+// problems, the `#[idempotent]` registry, the HTTP settings), `idempotency` (the handle users
+// configure), then the adapters, which turn a transport into engine calls and back (`adapters`:
+// the attribute, the layer, the programmatic API, `Tx`) and `openapi`.
 mod core;
 mod engine;
-mod face;
 mod http;
 mod idempotency;
+
+mod adapters;
 #[cfg(feature = "utoipa")]
 #[cfg_attr(docsrs, doc(cfg(feature = "utoipa")))]
 pub mod openapi;
 pub mod store;
 
+pub use crate::adapters::layer::{IdempotencyLayer, IdempotencyService, RouteSettings};
+pub use crate::adapters::operation::{
+    Operation, OperationError, OperationKey, Outcome, PayloadError,
+};
+#[cfg(all(feature = "sqlite", feature = "postgres"))]
+#[cfg_attr(docsrs, doc(cfg(all(feature = "sqlite", feature = "postgres"))))]
+pub use crate::adapters::tx::AnyTx;
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+#[cfg_attr(docsrs, doc(cfg(any(feature = "sqlite", feature = "postgres"))))]
+pub use crate::adapters::tx::{AtomicParam, Tx};
 pub use crate::core::clock;
 pub use crate::core::error::{KeyError, StoreError};
 pub use crate::core::fingerprint::{Fingerprint, canonical_json};
 pub use crate::core::key::{IdempotencyKey, MAX_KEY_LEN, RecordKey};
-pub use crate::face::endpoint::{
-    AtomicNeed, Commits, Endpoint, GLOBAL_SCOPE, InFlightMode, KeyMode,
-};
-pub use crate::face::layer::{IdempotencyLayer, IdempotencyService, RouteSettings};
-pub use crate::face::operation::{Operation, OperationError, OperationKey, Outcome, PayloadError};
-#[cfg(all(feature = "sqlite", feature = "postgres"))]
-#[cfg_attr(docsrs, doc(cfg(all(feature = "sqlite", feature = "postgres"))))]
-pub use crate::face::tx::AnyTx;
-#[cfg(any(feature = "sqlite", feature = "postgres"))]
-#[cfg_attr(docsrs, doc(cfg(any(feature = "sqlite", feature = "postgres"))))]
-pub use crate::face::tx::{AtomicParam, Tx};
+pub use crate::engine::{Commits, InFlightMode};
+pub use crate::http::endpoint::{AtomicNeed, Endpoint, KeyMode};
 pub use crate::http::rejection::Rejection;
 pub use crate::http::response::{REPLAYED_HEADER, StoredResponse};
+pub use crate::http::settings::GLOBAL_SCOPE;
 pub use crate::idempotency::{BuildError, Builder, Idempotency};
 
 #[doc = include_str!("docs/idempotent.md")]
 pub use idem_macros::idempotent;
 
 #[doc(hidden)]
-pub use crate::face::attribute as __private;
+pub use crate::adapters::attribute as __private;

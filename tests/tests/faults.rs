@@ -86,7 +86,7 @@ fn metrics() -> &'static PrometheusHandle {
 }
 
 fn count(outcome: &str) -> u64 {
-    count_for("faults::create", outcome)
+    count_for("POST /create", outcome)
 }
 
 fn count_for(endpoint: &str, outcome: &str) -> u64 {
@@ -354,7 +354,7 @@ async fn a_stalled_store_fails_closed_within_the_deadline() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_dropped_request_is_counted_and_frees_its_key() {
+async fn a_client_that_hangs_up_is_counted_once_as_executed_and_its_retry_replays() {
     metrics();
     let idem = Idempotency::builder()
         .store(MemoryStore::new())
@@ -363,27 +363,27 @@ async fn a_dropped_request_is_counted_and_frees_its_key() {
         .unwrap();
     let (calls, gate) = (Arc::new(AtomicUsize::new(0)), Gate::default());
     let app = router(idem, calls.clone(), gate.clone());
-    let before = count("cancelled");
-    let client = send_in_background(
-        &app,
-        request("/create", "gone", "acme", json!({ "gated": true })),
-    );
+    let (executed, cancelled) = (count("executed"), count("cancelled"));
+    let gone = || request("/create", "gone", "acme", json!({ "gated": true }));
+    let client = send_in_background(&app, gone());
     gate.entered().await;
     client.abort(); // the client goes away mid-request
     assert!(client.await.unwrap_err().is_cancelled());
-    assert_eq!(count("cancelled"), before + 1);
-    let retry = until(
-        &app,
-        || request("/create", "gone", "acme", json!({})),
-        |r| r.status == StatusCode::CREATED,
-    )
-    .await;
+    gate.open(); // the handler it left runs on
+    let retry = until(&app, gone, |r| r.status != StatusCode::CONFLICT).await;
+    assert_eq!(retry.status, StatusCode::CREATED, "{:?}", retry.body);
+    assert!(retry.replayed, "the left request's response was stored");
+    assert_eq!(calls.load(Ordering::SeqCst), 1, "the handler ran once");
     assert_eq!(
-        retry.status,
-        StatusCode::CREATED,
-        "the abandoned record was released"
+        count("executed"),
+        executed + 1,
+        "the left request ran to its end"
     );
-    gate.open(); // let the orphaned handler future go (it was dropped; nothing waits)
+    assert_eq!(
+        count("cancelled"),
+        cancelled,
+        "a request whose claim settled is not cancelled"
+    );
 }
 
 #[tokio::test]
@@ -534,14 +534,15 @@ async fn the_counters_add_up_to_the_requests_sent() {
         send(&app, req("b", json!({ "status": 503 }))).await,
         StatusCode::SERVICE_UNAVAILABLE,
     ); // released
-    // In flight: the owner waits at the gate while a duplicate is refused, then a client gives up.
+    // In flight: the owner waits at the gate while a duplicate is refused, then its client
+    // gives up; the handler runs on, and is counted when it finishes.
     let owner = send_in_background(&app, req("c", json!({ "gated": true })));
     gate.entered().await;
     expect(
         send(&app, req("c", json!({ "gated": true }))).await,
         StatusCode::CONFLICT,
     ); // in_progress
-    owner.abort(); // cancelled
+    owner.abort(); // executed, once the gate opens
     assert!(owner.await.unwrap_err().is_cancelled());
     sent += 1;
     gate.open();
@@ -557,8 +558,12 @@ async fn the_counters_add_up_to_the_requests_sent() {
         "cancelled",
         "store_error",
     ];
-    let counted: u64 = outcomes.iter().map(|o| count_for("faults::tally", o)).sum();
-    assert_eq!(counted, sent, "every request is counted once");
-    assert_eq!(count_for("faults::tally", "cancelled"), 1);
-    assert_eq!(count_for("faults::tally", "invalid"), 2);
+    let counted = || -> u64 { outcomes.iter().map(|o| count_for("POST /tally", o)).sum() };
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while counted() < sent && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(counted(), sent, "every request is counted once");
+    assert_eq!(count_for("POST /tally", "executed"), 2, "a and the left c");
+    assert_eq!(count_for("POST /tally", "invalid"), 2);
 }

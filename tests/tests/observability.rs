@@ -139,7 +139,7 @@ async fn counts_every_outcome_and_never_logs_the_key() {
             .and_then(|l| l.rsplit(' ').next())
             .map_or(0, |n| n.parse().unwrap())
     };
-    for endpoint in ["observability::create", "POST /layered"] {
+    for endpoint in ["POST /create", "POST /layered"] {
         // `executed` also counts the request that filled the 1-record store, when it was this
         // endpoint's (the two faces share one full store).
         assert!(count(endpoint, "executed") >= 1, "{endpoint}: {text}");
@@ -148,7 +148,7 @@ async fn counts_every_outcome_and_never_logs_the_key() {
         assert_eq!(count(endpoint, "invalid"), 2, "{endpoint}: {text}");
         assert_eq!(count(endpoint, "store_error"), 1, "{endpoint}: {text}");
     }
-    assert_eq!(count("observability::create", "released"), 1, "{text}");
+    assert_eq!(count("POST /create", "released"), 1, "{text}");
     assert_eq!(
         count("POST /layered", "released"),
         2,

@@ -61,16 +61,16 @@ fn the_engine_lists_every_annotated_endpoint() {
         .build()
         .unwrap();
     let mut endpoints: Vec<_> = idem.endpoints().collect();
-    endpoints.sort_by_key(|e| e.name());
+    endpoints.sort_by_key(|e| e.handler());
     assert_eq!(endpoints.len(), 2);
     let order = endpoints[0];
-    assert_eq!(order.name(), "registry::create_order");
+    assert_eq!(order.handler(), "registry::create_order");
     assert_eq!(order.scope(), "tenant");
     assert_eq!(order.ttl().as_secs(), 15 * 60);
     assert_eq!(order.key_mode(), KeyMode::Required);
     assert_eq!(order.in_flight(), InFlightMode::Wait);
     let global = endpoints[1];
-    assert_eq!(global.name(), "registry::ping");
+    assert_eq!(global.handler(), "registry::ping");
     assert_eq!(global.scope(), "global");
     assert_eq!(global.ttl().as_secs(), 24 * 60 * 60);
     assert_eq!(global.key_mode(), KeyMode::Optional);

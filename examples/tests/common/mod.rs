@@ -273,11 +273,11 @@ impl Server {
         }
     }
 
-    /// The current value of `idempotency_requests_total` for handler `handler` and `outcome`.
-    pub(crate) async fn counter(&self, handler: &str, outcome: &str) -> u64 {
+    /// The current value of `idempotency_requests_total` for `operation` and `outcome`.
+    pub(crate) async fn counter(&self, operation: &str, outcome: &str) -> u64 {
         let metrics = self.get("/metrics").send().await;
         assert_eq!(metrics.status, 200);
-        counter(&metrics.text(), handler, outcome)
+        counter(&metrics.text(), operation, outcome)
     }
 }
 
@@ -326,10 +326,10 @@ fn wait_timeout(child: &mut Child, timeout: Duration) -> Option<ExitStatus> {
     None
 }
 
-/// Reads `idempotency_requests_total{endpoint=".*::<handler>", outcome="<outcome>"}` from
+/// Reads `idempotency_requests_total{endpoint="<operation>", outcome="<outcome>"}` from
 /// Prometheus text; 0 when absent.
-pub(crate) fn counter(metrics: &str, handler: &str, outcome: &str) -> u64 {
-    let endpoint = format!("::{handler}\"");
+pub(crate) fn counter(metrics: &str, operation: &str, outcome: &str) -> u64 {
+    let endpoint = format!("endpoint=\"{operation}\"");
     let outcome = format!("outcome=\"{outcome}\"");
     metrics
         .lines()

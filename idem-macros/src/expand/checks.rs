@@ -67,12 +67,12 @@ fn state_checks(handler: &Handler, state: KnownState<'_>) -> TokenStream {
         KnownState::Declared(s) => (s, false),
         KnownState::Inferred(s) => (s, true),
     };
-    let engine = if inferred {
+    let idempotency = if inferred {
         TokenStream::new()
     } else {
         let span = s.span();
         let (p, alias) = (private(span), Ident::new("__IdemState", span));
-        quote_spanned!(span=> #p::Declared::<#alias, (), ()>::NEW.engine();)
+        quote_spanned!(span=> #p::Declared::<#alias, (), ()>::NEW.idempotency();)
     };
     let arguments = handler.params.iter().map(|param| {
         let (ty, span) = (&param.ty, param.span());
@@ -102,7 +102,7 @@ fn state_checks(handler: &Handler, state: KnownState<'_>) -> TokenStream {
     quote! {
         #[allow(non_camel_case_types)]
         type #alias = #s;
-        #engine
+        #idempotency
         #(#arguments)*
     }
 }

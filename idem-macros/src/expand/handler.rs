@@ -1,4 +1,4 @@
-//! `impl Handler<M, S> for name`: the extractors run around the engine's steps.
+//! `impl Handler<M, S> for name`: the extractors run around the HTTP flow's steps.
 //!
 //! For any router state `S`, the where-clause bounds only `S` (see `__private`), one bound per
 //! argument, spanned at the argument's type: when one fails where the handler is routed, rustc's
@@ -23,7 +23,7 @@ pub(super) fn handler_impl(handler: &Handler, declared: Option<&Type>) -> TokenS
         .map(|param| format_ident!("__IdemM{}", param.index))
         .collect();
 
-    let mut bounds = vec![quote_spanned!(Span::call_site()=> #state: #p::EngineState,)];
+    let mut bounds = vec![quote_spanned!(Span::call_site()=> #state: #p::IdempotencyState,)];
     let mut extract_head = Vec::new();
     let mut extract_last = quote!(let _ = __idem_request;);
     for (param, marker) in handler.params.iter().zip(&markers) {
@@ -57,9 +57,9 @@ pub(super) fn handler_impl(handler: &Handler, declared: Option<&Type>) -> TokenS
     let call = quote_spanned! {name.span()=>
         #p::handler_future(#name(#(#locals),*))
     };
-    let run = quote!(__idem_ready.run(&__idem_engine, &__IDEM_ENDPOINT, #call).await);
+    let run = quote!(__idem_prepared.run(&__idem_idempotency, #call).await);
 
-    let (header, state, engine) = match declared {
+    let (header, state, idempotency) = match declared {
         None => (
             quote! {
                 impl<#state, #(#markers),*> #p::Handler<#handler_t, #state> for #name
@@ -68,7 +68,7 @@ pub(super) fn handler_impl(handler: &Handler, declared: Option<&Type>) -> TokenS
                     #(#bounds)*
             },
             state,
-            quote!(#p::EngineState::engine(&__idem_state)),
+            quote!(#p::IdempotencyState::idempotency(&__idem_state)),
         ),
         // Any router state, which must be the declared one: then the error where it is routed
         // with another names both, rather than a mismatch between two `MethodRouter`s.
@@ -80,8 +80,8 @@ pub(super) fn handler_impl(handler: &Handler, declared: Option<&Type>) -> TokenS
             },
             state,
             quote! {
-                match (&&#p::Known::<::idem_runtime::Idempotency, #s>::NEW).engine(&__idem_state) {
-                    ::core::result::Result::Ok(__idem_engine) => __idem_engine,
+                match (&&#p::Known::<::idem_runtime::Idempotency, #s>::NEW).idempotency(&__idem_state) {
+                    ::core::result::Result::Ok(__idem_idempotency) => __idem_idempotency,
                     ::core::result::Result::Err(__idem_response) => return *__idem_response,
                 }
             },
@@ -100,24 +100,24 @@ pub(super) fn handler_impl(handler: &Handler, declared: Option<&Type>) -> TokenS
             fn call(self, __idem_request: #p::Request, __idem_state: #state) -> Self::Future {
                 #[allow(unused_imports)]
                 use #p::{
-                    KnownEngine as _, KnownFallback as _, KnownHead as _, KnownLastParts as _,
+                    KnownIdempotency as _, KnownFallback as _, KnownHead as _, KnownLastParts as _,
                     KnownLastRequest as _,
                 };
                 #declared
                 ::std::boxed::Box::pin(async move {
-                    let __idem_engine = #engine;
+                    let __idem_idempotency = #idempotency;
                     let (mut __idem_parts, __idem_body) = __idem_request.into_parts();
-                    let __idem_pending =
-                        match #p::begin(&__idem_engine, &__IDEM_ENDPOINT, &mut __idem_parts) {
-                            ::core::result::Result::Ok(__idem_pending) => __idem_pending,
+                    let __idem_started =
+                        match #p::begin(&__idem_idempotency, &__IDEM_ENDPOINT, &mut __idem_parts) {
+                            ::core::result::Result::Ok(__idem_started) => __idem_started,
                             ::core::result::Result::Err(__idem_response) => return __idem_response,
                         };
                     #(#extract_head)*
-                    let (__idem_ready, __idem_request) = match __idem_pending
-                        .body(&__idem_engine, &__IDEM_ENDPOINT, __idem_parts, __idem_body)
+                    let (__idem_prepared, __idem_request) = match __idem_started
+                        .body(&__idem_idempotency, __idem_parts, __idem_body)
                         .await
                     {
-                        ::core::result::Result::Ok(__idem_ready) => __idem_ready,
+                        ::core::result::Result::Ok(__idem_prepared) => __idem_prepared,
                         ::core::result::Result::Err(__idem_response) => return __idem_response,
                     };
                     #extract_last
@@ -172,4 +172,32 @@ fn extractor(param: &Param, marker: &proc_macro2::Ident) -> (TokenStream, TokenS
         ),
     };
     (quote_spanned!(span=> __IdemS: #bound,), call)
+}
+
+/// `name::call(..)`: the function the attribute wraps, callable with its extractors' values, as
+/// a unit test calls a plain axum handler. It runs the body alone: no key, no store.
+pub(super) fn call_fn(handler: &Handler) -> TokenStream {
+    let Handler { vis, name, .. } = handler;
+    let sig = &handler.item.sig;
+    let output = &sig.output;
+    let args = handler.params.iter().map(|param| {
+        let (local, ty) = (param.local(), &param.ty);
+        quote!(#local: #ty)
+    });
+    let locals = handler.params.iter().map(Param::local);
+    let doc = format!(
+        " Calls the function `#[idempotent]` wraps, with its extractors' values: \
+         `{name}::call(..).await` in a unit test, as with a plain axum handler. Only the body \
+         runs: no idempotency key, no store."
+    );
+    quote! {
+        #[automatically_derived]
+        impl #name {
+            #[doc = #doc]
+            #[allow(dead_code)]
+            #vis async fn call(#(#args),*) #output {
+                #name(#(#locals),*).await
+            }
+        }
+    }
 }

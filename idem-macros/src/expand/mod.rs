@@ -85,6 +85,8 @@ fn expand(handler: &Handler, config: &validate::Config) -> TokenStream {
     let commits = config
         .two_commits
         .then(|| quote!(.with_commits(#p::Commits::Two)));
+    let stable_name = config.name.as_ref().map(|name| quote!(.with_name(#name)));
+    let call = handler::call_fn(handler);
     let arguments = checks::arguments_fn(handler, handler.known_state(config.state.as_ref()));
     let body = handler.body_fn();
     let handler_impl = handler::handler_impl(handler, config.state.as_ref());
@@ -101,11 +103,14 @@ fn expand(handler: &Handler, config: &validate::Config) -> TokenStream {
                     #p::InFlightMode::#in_flight,
                 )
                 .with_atomic(__idem_arguments)
-                #commits;
+                #commits
+                #stable_name;
                 #arguments
                 #p::inventory::submit! { #p::Registration(&__IDEM_ENDPOINT) }
 
                 #body
+
+                #call
 
                 #handler_impl
             };
@@ -176,9 +181,35 @@ mod tests {
             block.contains("# [tracing :: instrument] async fn create"),
             "{block}"
         );
-        assert!(!block.contains("doc ="), "{block}");
-        assert!(block.contains("__IdemS : :: idem_runtime :: __private :: EngineState"));
+        // The user's docs stay on the struct, once.
+        assert!(!block.contains("Docs."), "{block}");
+        assert!(block.contains("__IdemS : :: idem_runtime :: __private :: IdempotencyState"));
         assert!(block.contains("Handler < (__IdemM0 , __IdemM1 ,) , __IdemS > for create"));
+    }
+
+    #[test]
+    fn a_name_is_the_endpoints_identity_and_the_body_stays_callable() {
+        let (_, block) = expand_items(
+            r#"scope = "org", name = "charges.create""#,
+            "pub(crate) async fn create(s: State<App>, Json(b): Json<B>) -> StatusCode { s }",
+        );
+        assert!(
+            block.contains(". with_name (\"charges.create\")"),
+            "{block}"
+        );
+        assert!(
+            block.contains("impl create { # [doc = \" Calls the function `#[idempotent]` wraps"),
+            "{block}"
+        );
+        assert!(
+            block.contains(
+                "pub (crate) async fn call (__idem_arg0 : State < App > , __idem_arg1 : \
+                 Json < B >) -> StatusCode { create (__idem_arg0 , __idem_arg1) . await }"
+            ),
+            "{block}"
+        );
+        let (_, unnamed) = expand_items(r#"scope = "org""#, "async fn create() {}");
+        assert!(!unnamed.contains("with_name"), "{unnamed}");
     }
 
     #[test]
@@ -285,7 +316,7 @@ mod tests {
             "async fn f(s: State<Db>, u: User, b: Json<B>) {}",
         );
         assert!(block.contains("type __IdemState = AppState ;"), "{block}");
-        assert!(block.contains("Declared :: < __IdemState , () , () > :: NEW . engine ()"));
+        assert!(block.contains("Declared :: < __IdemState , () , () > :: NEW . idempotency ()"));
         assert!(
             block
                 .contains("Declared :: < __IdemState , State < Db > , Db > :: NEW . head_state ()"),
@@ -320,7 +351,7 @@ mod tests {
         assert!(block.contains("type __IdemState = App ;"), "{block}");
         assert!(block.contains("Inferred :: < __IdemState , User > :: NEW) . head ()"));
         assert!(block.contains("Inferred :: < __IdemState , Json < B > > :: NEW) . last ()"));
-        assert!(!block.contains(". engine ()"), "{block}");
+        assert!(!block.contains(". idempotency ()"), "{block}");
         // The router's state may be another type, of which `App` is a part: any state.
         assert!(
             block.contains("ExtractParts < User , __IdemM1 >"),

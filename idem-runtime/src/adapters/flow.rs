@@ -1,211 +1,237 @@
-//! One HTTP request through the engine, shared by the attribute and the layer.
+//! One HTTP request through the engine, shared by the attribute and the layer: the key from its
+//! header, the scope, the body and its fingerprint, then one call to the engine and its answer
+//! as a response.
 //!
-//! Generated handlers call, in order: [`begin`] (key validation, before any extractor),
-//! their `FromRequestParts` extractors, [`Pending::body`] (scope resolution, body buffering and
-//! fingerprinting), their body extractor, and [`Ready::run`] (claim, execute or replay, store).
-//! Extractor rejections return early from the generated code, so they are never stored. The
-//! layer calls the same steps around its inner service.
+//! Generated handlers call, in order: [`begin`] (key validation, before any extractor), their
+//! `FromRequestParts` extractors, [`Started::body`] (scope resolution, body buffering and
+//! fingerprinting), their body extractor, and [`Prepared::run`] (the engine runs the handler
+//! once, or answers for the run that did). Extractor rejections return early from the generated
+//! code, so they are never stored. The layer calls the same steps around its inner service.
 
 use std::future::Future;
 use std::panic::resume_unwind;
+use std::time::Duration;
 
-use axum::RequestExt;
 use axum::body::Body;
-use axum::extract::Request;
+use axum::extract::{MatchedPath, Request};
 use axum::response::Response;
 use bytes::Bytes;
 use http::request::Parts;
 use http::{Method, header};
-use http_body_util::BodyExt;
-use tracing::Instrument;
 
 use crate::core::fingerprint::Fingerprint;
 use crate::core::key::{IdempotencyKey, RecordKey, tenant_of};
-#[cfg(feature = "postgres")]
-use crate::engine::TxClaimed;
-use crate::engine::{self, Attempt, Claimed, Outcome, Owner, Settled, record};
-use crate::face::endpoint::{Endpoint, InFlightMode, KeyMode, Spec};
+use crate::engine::{Answer, Attempt, Commits, InFlightMode, Lending, OpName, RolledBack, Verdict};
+use crate::http::endpoint::{Endpoint, KeyMode};
 use crate::http::rejection::Rejection;
+use crate::http::release::{ClientErrors, releases};
 use crate::http::replay::{self, RawDigest};
-use crate::http::response::StoredResponse;
+use crate::http::request::read_body;
+use crate::http::response::{StoredResponse, capture};
+use crate::http::settings::HttpSettings;
 use crate::idempotency::Idempotency;
-use crate::store::Fence;
-
-use crate::face::offer::{PendingTx, TxOffer};
 
 /// Marks a request an outer [`IdempotencyLayer`](crate::IdempotencyLayer) already made
 /// idempotent, so an `#[idempotent]` handler under it does not claim a second record.
 #[derive(Clone, Copy)]
 pub(crate) struct Covered;
 
-/// Step 1: decide whether this request is idempotent, validate its key, and offer the store's
-/// transactions to a `Tx` extractor.
+/// An idempotent HTTP operation, as the flow runs one request of it: an `#[idempotent]`
+/// endpoint's settings, or a route's under the layer.
+#[derive(Debug, Clone)]
+pub(crate) struct HttpOperation {
+    /// The identity of its records, metrics and traces.
+    pub(crate) name: OpName,
+    pub(crate) scope: &'static str,
+    pub(crate) ttl: Duration,
+    pub(crate) key: KeyMode,
+    pub(crate) in_flight: InFlightMode,
+    /// Client-error statuses released like a 5xx instead of stored.
+    pub(crate) released: ClientErrors,
+    /// Whether the handler may take a `Tx`: the store's transactions are lent to it.
+    pub(crate) lends: bool,
+    /// How atomic mode commits, where the store can claim inside a transaction.
+    pub(crate) commits: Commits,
+    /// The largest body read to fingerprint a request.
+    pub(crate) max_request_bytes: usize,
+}
+
+impl HttpOperation {
+    /// A request to an `#[idempotent]` endpoint, under its identity (see
+    /// [`Endpoint::identity`]).
+    fn of_endpoint(endpoint: &Endpoint, settings: &HttpSettings, parts: &Parts) -> Self {
+        let route = parts
+            .extensions
+            .get::<MatchedPath>()
+            .map(MatchedPath::as_str);
+        Self {
+            name: endpoint.identity(&parts.method, route),
+            scope: endpoint.scope(),
+            ttl: endpoint.ttl(),
+            key: endpoint.key_mode(),
+            in_flight: endpoint.in_flight(),
+            // Extractor rejections return before the claim: every response the flow sees is
+            // the handler's own.
+            released: ClientErrors::NONE,
+            lends: endpoint.atomic().is_some(),
+            commits: endpoint.commits(),
+            max_request_bytes: settings.max_request_bytes,
+        }
+    }
+}
+
+/// Step 1 for an `#[idempotent]` endpoint: decide whether this request is idempotent, validate
+/// its key, and lend the store's transactions to a `Tx` extractor.
 #[doc(hidden)]
 // The error is the response to send back as it is; boxing it would only add an allocation.
 #[allow(clippy::result_large_err)]
 pub fn begin(
-    engine: &Idempotency,
+    idempotency: &Idempotency,
     endpoint: &'static Endpoint,
     parts: &mut Parts,
-) -> Result<Pending, Response> {
+) -> Result<Started, Response> {
     if parts.extensions.get::<Covered>().is_some() {
-        return Ok(Pending::passthrough());
+        return Ok(Started {
+            key: None,
+            lending: None,
+            operation: None,
+        });
     }
-    start(engine, &endpoint.spec(), parts)
+    let operation = HttpOperation::of_endpoint(endpoint, idempotency.http(), parts);
+    start(idempotency, operation, parts)
 }
 
+/// Step 1: validate the request's key, and lend the store's transactions to a `Tx` extractor.
 #[allow(clippy::result_large_err)]
 pub(crate) fn start(
-    engine: &Idempotency,
-    spec: &Spec,
+    idempotency: &Idempotency,
+    operation: HttpOperation,
     parts: &mut Parts,
-) -> Result<Pending, Response> {
-    // Only a handler that takes a `Tx` needs the store's transactions offered.
-    let tx = spec
-        .offers_tx
-        .then(|| TxOffer::new(&engine.engine().capabilities))
-        .flatten();
-    if let Some(offer) = &tx {
-        parts.extensions.insert(offer.clone());
+) -> Result<Started, Response> {
+    let engine = idempotency.engine();
+    let lending = operation.lends.then(|| engine.lending()).flatten();
+    if let Some(lending) = &lending {
+        parts.extensions.insert(lending.clone());
     }
-    if matches!(parts.method, Method::GET | Method::HEAD | Method::OPTIONS) {
-        return Ok(Pending { key: None, tx });
-    }
-    let header = engine.header_name();
-    match IdempotencyKey::from_headers(&parts.headers, header) {
-        Ok(Some(key)) => Ok(Pending { key: Some(key), tx }),
-        Ok(None) if spec.key == KeyMode::Required => {
-            record(&spec.name, Outcome::Invalid);
-            Err(engine.reject(Rejection::KeyMissing {
-                header: header.clone(),
-            }))
+    // Safe methods never touch the store.
+    let safe = matches!(parts.method, Method::GET | Method::HEAD | Method::OPTIONS);
+    let header = idempotency.header_name();
+    let key = match IdempotencyKey::from_headers(&parts.headers, header) {
+        _ if safe => None,
+        Ok(None) if operation.key == KeyMode::Required => {
+            engine.count_invalid(&operation.name);
+            let header = header.clone();
+            return Err(reject(idempotency, Rejection::KeyMissing { header }));
         }
-        Ok(None) => Ok(Pending { key: None, tx }),
+        Ok(key) => key,
         Err(reason) => {
-            record(&spec.name, Outcome::Invalid);
-            tracing::debug!(endpoint = &*spec.name, %reason, "invalid idempotency key");
-            Err(engine.reject(Rejection::KeyInvalid {
-                header: header.clone(),
-                reason,
-            }))
+            engine.count_invalid(&operation.name);
+            tracing::debug!(endpoint = &*operation.name, %reason, "invalid idempotency key");
+            let header = header.clone();
+            return Err(reject(
+                idempotency,
+                Rejection::KeyInvalid { header, reason },
+            ));
         }
-    }
+    };
+    Ok(Started {
+        key,
+        lending,
+        operation: Some(operation),
+    })
+}
+
+fn reject(idempotency: &Idempotency, rejection: Rejection) -> Response {
+    idempotency.http().reject(rejection)
 }
 
 /// A request whose key is valid (or that is not idempotent), before its body is read.
 #[doc(hidden)]
-pub struct Pending {
+pub struct Started {
     key: Option<IdempotencyKey>,
-    tx: Option<TxOffer>,
+    lending: Option<Lending>,
+    /// `None` when an outer layer made the request idempotent.
+    operation: Option<HttpOperation>,
 }
 
-impl std::fmt::Debug for Pending {
+impl std::fmt::Debug for Started {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Pending")
+        f.debug_struct("Started")
             .field("key", &self.key)
+            .field("operation", &self.operation)
             .finish_non_exhaustive()
     }
 }
 
-impl Pending {
-    /// Whether the request carries a key, i.e. its body will be read and fingerprinted.
-    pub(crate) fn has_key(&self) -> bool {
-        self.key.is_some()
-    }
-
-    fn passthrough() -> Self {
-        Self {
-            key: None,
-            tx: None,
-        }
-    }
-
+impl Started {
     /// Step 2: resolve the scope, buffer the body (honouring `DefaultBodyLimit`) and fingerprint
     /// the request. Returns the request to give the body extractor.
     pub async fn body(
         self,
-        engine: &Idempotency,
-        endpoint: &'static Endpoint,
+        idempotency: &Idempotency,
         parts: Parts,
         body: Body,
-    ) -> Result<(Ready, Request), Response> {
-        self.prepare(engine, &endpoint.spec(), parts, body).await
-    }
-
-    pub(crate) async fn prepare(
-        self,
-        engine: &Idempotency,
-        spec: &Spec,
-        parts: Parts,
-        body: Body,
-    ) -> Result<(Ready, Request), Response> {
-        let Some(key) = self.key else {
-            let ready = Ready {
-                prepared: None,
-                tx: self.tx,
+    ) -> Result<(Prepared, Request), Response> {
+        let (Some(key), Some(operation)) = (self.key, self.operation) else {
+            let prepared = Prepared {
+                attempt: None,
+                lending: self.lending,
             };
-            return Ok((ready, Request::from_parts(parts, body)));
+            return Ok((prepared, Request::from_parts(parts, body)));
         };
-        let scope_value = match engine.resolve_scope(spec.scope, &parts) {
-            Ok(Some(value)) => value,
-            Ok(None) => {
-                record(&spec.name, Outcome::Invalid);
-                let scope = spec.scope;
-                return Err(engine.reject(Rejection::ScopeUnresolved { scope }));
-            }
-            Err(()) => {
-                tracing::error!(
-                    endpoint = &*spec.name,
-                    scope = spec.scope,
-                    "no resolver for the endpoint's scope"
-                );
-                let scope = spec.scope;
-                return Err(engine.reject(Rejection::ScopeUnknown { scope }));
-            }
-        };
-        let limit = engine.http().max_request_bytes;
-        if declared_length(&parts.headers).is_some_and(|len| len > limit as u64) {
-            // Refused from the header: no `100 Continue`, not a byte of the body read.
-            record(&spec.name, Outcome::Invalid);
-            return Err(engine.reject(Rejection::PayloadTooLarge));
-        }
-        let (parts, body) = Request::from_parts(parts, body)
-            .with_limited_body()
-            .into_parts();
-        let body = http_body_util::Limited::new(body, limit);
-        let bytes = match body.collect().await {
-            Ok(collected) => collected.to_bytes(),
-            Err(error) if is_length_limit(&*error) => {
-                record(&spec.name, Outcome::Invalid);
-                return Err(engine.reject(Rejection::PayloadTooLarge));
-            }
+        let engine = idempotency.engine();
+        let settings = idempotency.http();
+        let scope_value = match settings.resolve_scope(operation.scope, &parts) {
+            Ok(value) => value,
             Err(error) => {
-                record(&spec.name, Outcome::Invalid);
-                tracing::debug!(error = &*error, "could not read request body");
-                return Err(engine.reject(Rejection::BodyUnreadable));
+                engine.count_invalid(&operation.name);
+                tracing::debug!(
+                    endpoint = &*operation.name,
+                    scope = operation.scope,
+                    ?error,
+                    "the request's scope was not resolved"
+                );
+                let rejection = HttpSettings::scope_rejection(operation.scope, error);
+                return Err(settings.reject(rejection));
+            }
+        };
+        let (parts, bytes) = match read_body(parts, body, operation.max_request_bytes).await {
+            Ok(read) => read,
+            Err(rejection) => {
+                engine.count_invalid(&operation.name);
+                return Err(settings.reject(rejection));
             }
         };
         let content_type = parts.headers.get(header::CONTENT_TYPE);
-        let record_key = RecordKey::derive(spec.scope, &scope_value, &spec.name, &key);
+        let record_key = RecordKey::derive(operation.scope, &scope_value, &operation.name, &key);
         let raw = engine
-            .engine()
-            .store
             .reads_in_process()
             .then(|| RawDigest::of_request(&parts.method, &parts.uri, content_type, &bytes));
-        if let Some(replay) = raw.and_then(|raw| replay_early(engine, spec, &record_key, raw)) {
+        if let Some(replay) =
+            raw.and_then(|raw| replay_early(idempotency, &operation, &record_key, raw))
+        {
             return Err(replay);
         }
         let fingerprint = Fingerprint::of_request(&parts.method, &parts.uri, content_type, &bytes);
-        let ready = Ready {
-            prepared: Some(Prepared {
-                record_key,
-                fingerprint,
-                tenant: tenant_of(spec.scope, &scope_value),
+        let attempt = Attempt {
+            key: record_key,
+            fingerprint,
+            tenant: tenant_of(operation.scope, &scope_value),
+            ttl: operation.ttl,
+            in_flight: operation.in_flight,
+            lending: self.lending.clone(),
+            commits: operation.commits,
+            operation: operation.name,
+        };
+        let prepared = Prepared {
+            attempt: Some(Keyed {
+                attempt,
+                released: operation.released,
                 raw,
             }),
-            tx: self.tx,
+            lending: self.lending,
         };
-        Ok((ready, Request::from_parts(parts, Body::from(bytes))))
+        Ok((prepared, Request::from_parts(parts, Body::from(bytes))))
     }
 }
 
@@ -214,13 +240,13 @@ impl Pending {
 /// `None` sends the request down the usual path, which also refuses a payload that does not
 /// decode.
 fn replay_early(
-    engine: &Idempotency,
-    spec: &Spec,
+    idempotency: &Idempotency,
+    operation: &HttpOperation,
     key: &RecordKey,
     raw: RawDigest,
 ) -> Option<Response> {
-    let core = engine.engine();
-    let stored = core.store.peek_completed(key, core.now())?;
+    let engine = idempotency.engine();
+    let stored = engine.peek_completed(key)?;
     let (Some(answered), payload) = replay::open(&stored) else {
         return None;
     };
@@ -228,361 +254,115 @@ fn replay_early(
         return None;
     }
     let response = StoredResponse::decode(payload).ok()?;
-    let _span = engine::span(&spec.name, key).entered();
-    record(&spec.name, Outcome::Replayed);
+    let _span = crate::engine::span(&operation.name, key).entered();
+    engine.count_replayed(&operation.name);
     Some(response.into_replay())
 }
 
-/// The request's `Content-Length`, when it declares one.
-fn declared_length(headers: &http::HeaderMap) -> Option<u64> {
-    headers
-        .get(header::CONTENT_LENGTH)?
-        .to_str()
-        .ok()?
-        .parse()
-        .ok()
-}
-
-fn is_length_limit(error: &(dyn std::error::Error + 'static)) -> bool {
-    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(error);
-    while let Some(e) = source {
-        if e.is::<http_body_util::LengthLimitError>() {
-            return true;
-        }
-        source = e.source();
-    }
-    false
-}
-
-/// A request whose extractors all succeeded: ready to claim and run.
+/// A request whose extractors all succeeded: ready for the engine.
 #[doc(hidden)]
-pub struct Ready {
-    prepared: Option<Prepared>,
-    tx: Option<TxOffer>,
+pub struct Prepared {
+    attempt: Option<Keyed>,
+    lending: Option<Lending>,
 }
 
-impl std::fmt::Debug for Ready {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Ready")
-            .field("prepared", &self.prepared)
-            .finish_non_exhaustive()
-    }
-}
-
-#[derive(Debug)]
-struct Prepared {
-    record_key: RecordKey,
-    fingerprint: Fingerprint,
-    tenant: u64,
+/// What an idempotent request hands the engine.
+struct Keyed {
+    attempt: Attempt,
+    released: ClientErrors,
     /// The raw request's digest, kept with the response on stores that read in process.
     raw: Option<RawDigest>,
 }
 
-impl Ready {
-    /// Step 3: claim the record, then run `handler`, replay, or refuse.
-    pub async fn run<F>(
-        self,
-        engine: &Idempotency,
-        endpoint: &'static Endpoint,
-        handler: F,
-    ) -> Response
-    where
-        F: Future<Output = Response> + Send,
-    {
-        self.execute(engine, &endpoint.spec(), handler).await
+impl std::fmt::Debug for Prepared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Prepared")
+            .field("keyed", &self.attempt.is_some())
+            .finish_non_exhaustive()
     }
+}
 
-    pub(crate) async fn execute<F>(self, engine: &Idempotency, spec: &Spec, handler: F) -> Response
+impl Prepared {
+    /// Step 3: the engine runs `handler` once for the request's record, or answers for the run
+    /// that did. Once the record is claimed, the handler runs to its end and its response is
+    /// stored even if the client hangs up.
+    pub async fn run<F>(self, idempotency: &Idempotency, handler: F) -> Response
     where
-        F: Future<Output = Response> + Send,
+        F: Future<Output = Response> + Send + 'static,
     {
-        let Some(prepared) = self.prepared else {
-            return run_without_key(engine, handler, self.tx).await;
+        let Some(Keyed {
+            attempt,
+            released,
+            raw,
+        }) = self.attempt
+        else {
+            return run_without_key(idempotency, handler, self.lending).await;
         };
-        let span = engine::span(&spec.name, &prepared.record_key);
-        claim_and_run(engine, spec, prepared, handler, self.tx)
-            .instrument(span)
-            .await
-    }
-}
-
-async fn claim_and_run<F>(
-    engine: &Idempotency,
-    spec: &Spec,
-    prepared: Prepared,
-    handler: F,
-    tx: Option<TxOffer>,
-) -> Response
-where
-    F: Future<Output = Response> + Send,
-{
-    let policy = &engine.engine().policy;
-    let attempt = Attempt {
-        key: prepared.record_key,
-        fingerprint: prepared.fingerprint,
-        operation: &spec.name,
-        tenant: prepared.tenant,
-        ttl: spec.ttl,
-        wait: spec.in_flight == InFlightMode::Wait,
-    };
-    let claimed = match claim_in_transaction(engine, spec, &attempt, tx.as_ref()).await {
-        Some(claimed) => claimed,
-        None => engine.engine().claim(&attempt).await,
-    };
-    match claimed {
-        Claimed::Owner(owner) => {
-            if let Some(offer) = &tx {
-                offer.bind(owner.key());
+        let owned = idempotency.clone();
+        let work = async move {
+            let response = handler.await;
+            if releases(response.status(), released) {
+                return Verdict::Release(response);
             }
-            run_owned(engine, spec, owner, handler, tx, prepared.raw).await
-        }
-        Claimed::Replay(payload) => match StoredResponse::decode(replay::open(&payload).1) {
-            Ok(stored) => {
-                record(&spec.name, Outcome::Replayed);
-                stored.into_replay()
+            let settings = owned.http();
+            let Some(captured) = capture(response, settings).await else {
+                return Verdict::Release(settings.reject(Rejection::ResponseFailed));
+            };
+            let encoded = captured.stored.encode();
+            let payload = match raw {
+                Some(raw) => replay::seal(&raw, &encoded),
+                None => encoded,
+            };
+            Verdict::Keep {
+                payload: Bytes::from(payload),
+                status: Some(captured.stored.status().as_u16()),
+                reply: captured.response,
             }
-            Err(error) => {
-                record(&spec.name, Outcome::StoreError);
-                tracing::error!(
-                    error = &error as &dyn std::error::Error,
-                    "stored response could not be decoded; refusing the request"
-                );
-                unavailable(engine)
-            }
-        },
-        Claimed::Reused => engine.reject(Rejection::KeyReused),
-        Claimed::InFlight => engine.reject(Rejection::InProgress {
-            retry_after: policy.retry_after,
-        }),
-        Claimed::Unavailable { retry_after, .. } => {
-            engine.reject(Rejection::StoreUnavailable { retry_after })
-        }
+        };
+        let decode = |payload: &[u8]| StoredResponse::decode(replay::open(payload).1);
+        let answer = idempotency.engine().run(attempt, work, decode).await;
+        respond(idempotency, answer)
     }
 }
 
-/// One-commit atomic mode ([`Commits::One`](crate::Commits::One)): on a PostgreSQL store, the
-/// claim begins the transaction that the handler's `Tx` then takes from the offer. `None` when
-/// the mode does not apply, or a committed record holds the key (the ordinary claim reads it).
-#[cfg(feature = "postgres")]
-async fn claim_in_transaction(
-    engine: &Idempotency,
-    spec: &Spec,
-    attempt: &Attempt<'_>,
-    offer: Option<&TxOffer>,
-) -> Option<Claimed> {
-    if !spec.one_commit {
-        return None;
-    }
-    let (offer, store) = (offer?, engine.engine().capabilities.one_commit.as_ref()?);
-    match engine.engine().claim_in_transaction(store, attempt).await {
-        TxClaimed::Owner(owner, claimed) => {
-            crate::face::tx::park(offer, claimed, store.clone());
-            Some(Claimed::Owner(owner))
+/// The engine's answer as a response.
+fn respond<E>(idempotency: &Idempotency, answer: Answer<Response, StoredResponse, E>) -> Response {
+    let retry_after = idempotency.engine().policy().retry_after;
+    let rejection = match answer {
+        Answer::Ran(response, _) => return response,
+        Answer::Replay(stored) => return stored.into_replay(),
+        Answer::Panicked(panic) => resume_unwind(panic),
+        Answer::RolledBack(RolledBack::LeaseLost) => Rejection::InProgress { retry_after },
+        Answer::RolledBack(RolledBack::Failed(_)) | Answer::Corrupt(_) => {
+            Rejection::StoreUnavailable { retry_after }
         }
-        TxClaimed::Stored => None,
-        TxClaimed::Settled(claimed) => Some(claimed),
-    }
-}
-
-#[cfg(not(feature = "postgres"))]
-async fn claim_in_transaction(
-    _: &Idempotency,
-    _: &Spec,
-    _: &Attempt<'_>,
-    _: Option<&TxOffer>,
-) -> Option<Claimed> {
-    None
-}
-
-fn unavailable(engine: &Idempotency) -> Response {
-    engine.reject(Rejection::StoreUnavailable {
-        retry_after: engine.engine().policy.retry_after,
-    })
-}
-
-/// The owner's path: run the handler under the lease, then store what it answered, or release
-/// the record when it failed (5xx, panic, broken body) so a retry runs again.
-async fn run_owned<F>(
-    engine: &Idempotency,
-    spec: &Spec,
-    owner: Owner,
-    handler: F,
-    tx: Option<TxOffer>,
-    raw: Option<RawDigest>,
-) -> Response
-where
-    F: Future<Output = Response> + Send,
-{
-    let outcome = owner.run(handler).await;
-    // A transaction the handler began is back in the offer once its `Tx` was dropped.
-    let pending = tx.as_ref().and_then(returned);
-    let response = match outcome {
-        Ok(response) => response,
-        Err(panic) => {
-            drop(pending); // rolls back
-            release(owner, spec).await;
-            resume_unwind(panic)
-        }
+        Answer::Reused => Rejection::KeyReused,
+        Answer::InFlight { retry_after } => Rejection::InProgress { retry_after },
+        Answer::Unavailable { retry_after, .. } => Rejection::StoreUnavailable { retry_after },
     };
-    if spec.releases(response.status()) {
-        drop(pending);
-        release(owner, spec).await;
-        return response;
-    }
-    let Some((parts, bytes, stored)) = capture(engine, response).await else {
-        drop(pending);
-        release(owner, spec).await;
-        return engine.reject(Rejection::ResponseFailed);
-    };
-    let payload = match raw {
-        Some(raw) => replay::seal(&raw, &stored.encode()),
-        None => stored.encode(),
-    };
-    let payload = Bytes::from(payload);
-    let status = Some(stored.status().as_u16());
-    if let Some(pending) = pending {
-        return complete_atomic(engine, spec, owner, pending, &payload, status)
-            .await
-            .unwrap_or_else(|| Response::from_parts(parts, Body::from(bytes)));
-    }
-    if !owner.leased() {
-        // The claim's transaction went with a `Tx` that outlived its handler: it can no longer
-        // commit with the response.
-        tracing::error!("the handler's `Tx` outlived it; its writes and the claim roll back");
-        release(owner, spec).await;
-        return unavailable(engine);
-    }
-    record(&spec.name, Outcome::Executed);
-    match owner.complete(payload, status, spec.ttl).await {
-        Settled::Done(Fence::Held) => {}
-        Settled::Done(Fence::Lost) => tracing::warn!(
-            "lease lost while the handler ran: another request took over; this response was not stored"
-        ),
-        Settled::Deferred(error) => tracing::warn!(
-            error = &error as &dyn std::error::Error,
-            "could not store the response yet: retrying in the background while holding the lease; duplicates get 409 until it lands"
-        ),
-    }
-    Response::from_parts(parts, Body::from(bytes))
-}
-
-fn returned(offer: &TxOffer) -> Option<Box<dyn PendingTx>> {
-    offer.returned()
-}
-
-/// Atomic mode: the completion rides in the handler's transaction. `None` when both committed
-/// (send the handler's response); otherwise the answer to send instead.
-async fn complete_atomic(
-    engine: &Idempotency,
-    spec: &Spec,
-    owner: Owner,
-    pending: Box<dyn PendingTx>,
-    payload: &[u8],
-    status: Option<u16>,
-) -> Option<Response> {
-    let (completed_at, expires_at) = owner.completion_times(spec.ttl);
-    let completion = crate::store::Completion {
-        payload,
-        status,
-        completed_at,
-        expires_at,
-    };
-    let (key, token) = (*owner.key(), owner.token());
-    match pending.complete_and_commit(&key, token, completion).await {
-        Ok(Fence::Held) => {
-            owner.disarm();
-            record(&spec.name, Outcome::Executed);
-            None
-        }
-        Ok(Fence::Lost) => {
-            // Another request took the record over: our writes were rolled back.
-            owner.disarm();
-            record(&spec.name, Outcome::InProgress);
-            tracing::warn!("lease lost while the handler ran; its transaction was rolled back");
-            Some(engine.reject(Rejection::InProgress {
-                retry_after: engine.engine().policy.retry_after,
-            }))
-        }
-        Err(error) => {
-            // Nothing of the attempt committed: free the key so a retry runs it.
-            tracing::error!(
-                error = &error as &dyn std::error::Error,
-                "could not commit the handler's writes with the response; rolled back"
-            );
-            release(owner, spec).await;
-            Some(unavailable(engine))
-        }
-    }
-}
-
-async fn release(owner: Owner, spec: &Spec) {
-    match owner.release().await {
-        Settled::Done(_) => record(&spec.name, Outcome::Released),
-        Settled::Deferred(error) => {
-            record(&spec.name, Outcome::ReleaseFailed);
-            tracing::warn!(
-                error = &error as &dyn std::error::Error,
-                "could not release the record yet: retrying in the background"
-            );
-        }
-    }
+    reject(idempotency, rejection)
 }
 
 /// No idempotency key: the handler runs as it would without idem. A transaction it began
 /// commits unless the response is a 5xx.
-async fn run_without_key<F>(engine: &Idempotency, handler: F, tx: Option<TxOffer>) -> Response
+async fn run_without_key<F>(
+    idempotency: &Idempotency,
+    handler: F,
+    lending: Option<Lending>,
+) -> Response
 where
-    F: Future<Output = Response> + Send,
+    F: Future<Output = Response>,
 {
     let response = handler.await;
-    if let Some(pending) = tx.as_ref().and_then(returned) {
+    if let Some(returned) = lending.as_ref().and_then(Lending::returned) {
         if response.status().is_server_error() {
-            return response; // `pending` rolls back when dropped
+            return response; // `returned` rolls back when dropped
         }
-        if let Err(error) = pending.commit().await {
+        if let Err(error) = returned.commit().await {
             tracing::error!(error = &error as &dyn std::error::Error, "commit failed");
-            return unavailable(engine);
+            let retry_after = idempotency.engine().policy().retry_after;
+            return reject(idempotency, Rejection::StoreUnavailable { retry_after });
         }
     }
     response
-}
-
-/// Buffers a handler's response and builds what to store: the response itself, or the
-/// too-large marker. `None` when the body stream failed.
-async fn capture(
-    engine: &Idempotency,
-    response: Response,
-) -> Option<(http::response::Parts, Bytes, StoredResponse)> {
-    let (parts, body) = response.into_parts();
-    let bytes = match body.collect().await {
-        Ok(collected) => collected.to_bytes(),
-        Err(error) => {
-            tracing::error!(
-                error = &error as &dyn std::error::Error,
-                "handler response body failed; releasing the record"
-            );
-            return None;
-        }
-    };
-    let limit = engine.http().max_response_bytes;
-    let stored = if bytes.len() <= limit {
-        StoredResponse::capture(parts.status, &parts.headers, bytes.clone())
-    } else {
-        tracing::warn!(
-            len = bytes.len(),
-            limit,
-            "response over the replay limit: retries get 409 idempotency_response_too_large"
-        );
-        let marker = engine.reject(Rejection::ResponseTooLarge {
-            original_status: parts.status.as_u16(),
-        });
-        let (marker, body) = marker.into_parts();
-        let body = body
-            .collect()
-            .await
-            .map(|c| c.to_bytes())
-            .unwrap_or_default();
-        StoredResponse::capture(marker.status, &marker.headers, body)
-    };
-    Some((parts, bytes, stored))
 }

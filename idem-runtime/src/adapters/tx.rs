@@ -1,25 +1,20 @@
 //! Atomic mode, as the HTTP faces offer it: the handler's database writes and the stored
 //! response commit together.
 //!
-//! The engine puts a `TxOffer` in the request's extensions when its store lends transactions
-//! (`Capabilities`); the [`Tx`] and [`AnyTx`] extractors take it. When the handler returns,
-//! the transaction it began is handed back through the offer, and the engine completes the
+//! The HTTP flow puts the engine's `Lending` in the request's extensions when its store lends
+//! transactions (`Capabilities`); the [`Tx`] and [`AnyTx`] extractors borrow a transaction from
+//! it. When the handler returns, the transaction is handed back, and the engine completes the
 //! record inside it before committing.
 
 use std::fmt;
-use std::sync::Arc;
 
 use axum::extract::FromRequestParts;
 use http::request::Parts;
-use sqlx::Transaction;
 
-use crate::core::error::StoreError;
-use crate::core::key::RecordKey;
-use crate::face::endpoint::AtomicNeed;
-use crate::face::offer::{PendingTx, TxOffer};
+use crate::engine::{LendError, Lending, Transaction};
+use crate::http::endpoint::AtomicNeed;
 use crate::http::rejection::Rejection;
-use crate::store::atomic::{AtomicDatabase, AtomicStore};
-use crate::store::{BoxFuture, Completion, Fence, LeaseToken};
+use crate::store::atomic::AtomicDatabase;
 
 /// A database transaction that commits together with the idempotency record.
 ///
@@ -48,8 +43,9 @@ use crate::store::{BoxFuture, Completion, Fence, LeaseToken};
 ///
 /// - A 2xx, 3xx or 4xx response is stored in the transaction, which then commits: the writes
 ///   and the stored response become visible together.
-/// - A 5xx response, an error, a panic or a dropped request rolls the transaction back and
-///   releases the key, so the retry runs against a database the failed attempt never touched.
+/// - A 5xx response, an error or a panic rolls the transaction back and releases the key, so
+///   the retry runs against a database the failed attempt never touched. A client that hangs up
+///   changes nothing: the handler runs to its end and its transaction commits as above.
 /// - If the process dies before the commit, none of the attempt's writes are left: on PostgreSQL
 ///   with one commit ([`Commits`](crate::Commits), the default) the claim was in the transaction
 ///   and the retry runs at once; otherwise only the claim is left, which a retry takes over once
@@ -74,84 +70,7 @@ use crate::store::{BoxFuture, Completion, Fence, LeaseToken};
 /// `#[idempotent]` handler is offered transactions only when one of its arguments is a `Tx` or
 /// an `AnyTx` (not one wrapped in another extractor). A `Tx` must not outlive its
 /// handler: writes made through it after the handler returned are rolled back.
-pub struct Tx<DB: AtomicDatabase> {
-    store: Arc<dyn AtomicStore<DB>>,
-    tx: Option<Lent<DB>>,
-    offer: TxOffer,
-}
-
-/// The transaction a [`Tx`] lends the handler.
-enum Lent<DB: AtomicDatabase> {
-    /// Begun at the handler's first [`Tx::conn`] (the claim committed before).
-    Begun(Transaction<'static, DB>),
-    /// Begun by the engine with the record's claim in it (one commit on PostgreSQL).
-    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
-    Claimed(Box<dyn ClaimedConn<DB>>),
-}
-
-impl<DB: AtomicDatabase> Lent<DB> {
-    fn conn(&mut self) -> &mut DB::Connection {
-        match self {
-            Self::Begun(tx) => tx,
-            Self::Claimed(claimed) => claimed.conn(),
-        }
-    }
-}
-
-/// A transaction the engine began with the record's claim in it.
-trait ClaimedConn<DB: AtomicDatabase>: Send {
-    fn conn(&mut self) -> &mut DB::Connection;
-
-    /// Completes the record and commits: `Fence::Held` when both happened.
-    fn complete_and_commit<'a>(
-        self: Box<Self>,
-        key: &'a RecordKey,
-        token: LeaseToken,
-        completion: Completion<'a>,
-    ) -> BoxFuture<'a, Result<Fence, StoreError>>;
-}
-
-#[cfg(feature = "postgres")]
-struct PgClaimed {
-    tx: crate::store::ClaimedTx,
-    store: Arc<crate::store::PostgresStore>,
-}
-
-#[cfg(feature = "postgres")]
-impl ClaimedConn<sqlx::Postgres> for PgClaimed {
-    fn conn(&mut self) -> &mut sqlx::PgConnection {
-        self.tx.conn()
-    }
-
-    fn complete_and_commit<'a>(
-        self: Box<Self>,
-        key: &'a RecordKey,
-        token: LeaseToken,
-        completion: Completion<'a>,
-    ) -> BoxFuture<'a, Result<Fence, StoreError>> {
-        Box::pin(async move {
-            let PgClaimed { tx, store } = *self;
-            tx.complete_and_commit(&store, key, token, completion).await
-        })
-    }
-}
-
-/// Parks the transaction holding a claim in `offer`, for the handler's [`Tx`] to take at its
-/// first [`Tx::conn`] and for the engine to commit when the handler returns.
-#[cfg(feature = "postgres")]
-pub(crate) fn park(
-    offer: &TxOffer,
-    tx: crate::store::ClaimedTx,
-    store: Arc<crate::store::PostgresStore>,
-) {
-    offer.hand_back(Box::new(Begun::<sqlx::Postgres> {
-        tx: Lent::Claimed(Box::new(PgClaimed {
-            tx,
-            store: store.clone(),
-        })),
-        store,
-    }));
-}
+pub struct Tx<DB: AtomicDatabase>(Transaction<DB>);
 
 impl<DB: AtomicDatabase> Tx<DB> {
     /// The transaction's connection, beginning the transaction on first use.
@@ -164,22 +83,7 @@ impl<DB: AtomicDatabase> Tx<DB> {
     /// # Ok(()) }
     /// ```
     pub async fn conn(&mut self) -> Result<&mut DB::Connection, sqlx::Error> {
-        if self.tx.is_none() {
-            let lent = match self.offer.returned() {
-                // The engine began the transaction with the claim in it.
-                Some(parked) => match parked.into_any().downcast::<Begun<DB>>() {
-                    Ok(begun) => begun.tx,
-                    Err(_) => {
-                        return Err(sqlx::Error::Configuration(
-                            "the idempotency engine began a transaction on another database".into(),
-                        ));
-                    }
-                },
-                None => Lent::Begun(self.store.pool().begin_with(DB::BEGIN).await?),
-            };
-            self.tx = Some(lent);
-        }
-        Ok(self.tx.as_mut().expect("begun above").conn())
+        self.0.conn().await
     }
 
     /// A key for a call to another service that is stable across every retry of this request,
@@ -190,33 +94,12 @@ impl<DB: AtomicDatabase> Tx<DB> {
     /// The key is a UUID (version 8) derived from the idempotency record, never from the
     /// client's key in clear. Without an idempotency key it is random.
     pub fn downstream_key(&self, purpose: &str) -> String {
-        self.offer.downstream_key(purpose)
+        self.0.downstream_key(purpose)
     }
-}
 
-impl<DB: AtomicDatabase> Tx<DB> {
-    /// The transaction of a programmatic operation in atomic mode, handed back through `offer`
-    /// when dropped; `None` when the store lends no transactions on `DB`.
-    pub(crate) fn offered(offer: &TxOffer) -> Option<Self> {
-        let store = offer.capabilities().atomic::<DB>().cloned()?;
-        offer.mark_taken();
-        Some(Self {
-            store,
-            tx: None,
-            offer: offer.clone(),
-        })
-    }
-}
-
-impl<DB: AtomicDatabase> Drop for Tx<DB> {
-    fn drop(&mut self) {
-        // Hand the transaction back to the engine, which commits or rolls it back.
-        if let Some(tx) = self.tx.take() {
-            self.offer.hand_back(Box::new(Begun {
-                tx,
-                store: self.store.clone(),
-            }));
-        }
+    /// The transaction lent by `lending`, for the programmatic API.
+    pub(crate) fn lent(lending: &Lending) -> Result<Self, LendError> {
+        lending.lend().map(Self)
     }
 }
 
@@ -224,25 +107,28 @@ impl<DB: AtomicDatabase> fmt::Debug for Tx<DB> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Tx")
             .field("database", &<DB as AtomicDatabase>::NAME)
-            .field("begun", &self.tx.is_some())
+            .field("begun", &self.0.begun())
             .finish_non_exhaustive()
     }
+}
+
+/// The lending of an idempotent request, put in its extensions by the engine's HTTP flow.
+fn lending(parts: &Parts) -> Result<&Lending, Rejection> {
+    parts
+        .extensions
+        .get::<Lending>()
+        .ok_or(Rejection::Misconfigured {
+            reason: "a `Tx` works only in an `#[idempotent]` handler or under `IdempotencyLayer`, \
+                     with a store that lends transactions",
+        })
 }
 
 impl<S: Send + Sync, DB: AtomicDatabase> FromRequestParts<S> for Tx<DB> {
     type Rejection = Rejection;
 
     async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Rejection> {
-        let offer = TxOffer::take(parts)?;
-        let store = offer.capabilities().atomic::<DB>().cloned().ok_or(
-            Rejection::Misconfigured {
-                reason: "the idempotency store offers no transactions on this handler's database",
-            },
-        )?;
-        Ok(Self {
-            store,
-            tx: None,
-            offer,
+        Self::lent(lending(parts)?).map_err(|error| Rejection::Misconfigured {
+            reason: error.reason(),
         })
     }
 }
@@ -303,14 +189,14 @@ impl<S: Send + Sync> FromRequestParts<S> for AnyTx {
     type Rejection = Rejection;
 
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Rejection> {
-        let Some(offer) = parts.extensions.get::<TxOffer>() else {
+        let Some(lending) = parts.extensions.get::<Lending>() else {
             return Ok(Self::None);
         };
-        if offer.capabilities().atomic::<sqlx::Postgres>().is_some() {
+        if lending.capabilities().atomic::<sqlx::Postgres>().is_some() {
             Tx::from_request_parts(parts, state)
                 .await
                 .map(Self::Postgres)
-        } else if offer.capabilities().atomic::<sqlx::Sqlite>().is_some() {
+        } else if lending.capabilities().atomic::<sqlx::Sqlite>().is_some() {
             Tx::from_request_parts(parts, state).await.map(Self::Sqlite)
         } else {
             Ok(Self::None)
@@ -338,54 +224,5 @@ impl AtomicParam for AnyTx {
     fn need() -> AtomicNeed {
         // Falls back to `AnyTx::None` on a store without transactions.
         AtomicNeed::new("any database", |_| true)
-    }
-}
-
-struct Begun<DB: AtomicDatabase> {
-    tx: Lent<DB>,
-    store: Arc<dyn AtomicStore<DB>>,
-}
-
-impl<DB: AtomicDatabase> PendingTx for Begun<DB> {
-    fn complete_and_commit<'a>(
-        self: Box<Self>,
-        key: &'a RecordKey,
-        token: LeaseToken,
-        completion: Completion<'a>,
-    ) -> BoxFuture<'a, Result<Fence, StoreError>> {
-        Box::pin(async move {
-            let Begun { tx, store } = *self;
-            let mut tx = match tx {
-                Lent::Begun(tx) => tx,
-                Lent::Claimed(claimed) => {
-                    return claimed.complete_and_commit(key, token, completion).await;
-                }
-            };
-            match store.complete_in(&mut tx, key, token, completion).await? {
-                // Another request took the record over: our writes must not commit beside its
-                // own. Dropping the transaction rolls it back.
-                Fence::Lost => Ok(Fence::Lost),
-                Fence::Held => {
-                    tx.commit().await.map_err(StoreError::unavailable)?;
-                    Ok(Fence::Held)
-                }
-            }
-        })
-    }
-
-    fn commit(self: Box<Self>) -> BoxFuture<'static, Result<(), StoreError>> {
-        Box::pin(async move {
-            match self.tx {
-                Lent::Begun(tx) => tx.commit().await.map_err(StoreError::unavailable),
-                // Never parked without a record: dropping it rolls back.
-                Lent::Claimed(_) => Err(StoreError::unavailable(std::io::Error::other(
-                    "a claim's transaction commits only with its record",
-                ))),
-            }
-        })
-    }
-
-    fn into_any(self: Box<Self>) -> Box<dyn std::any::Any + Send> {
-        self
     }
 }

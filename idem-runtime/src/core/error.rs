@@ -1,33 +1,9 @@
-//! Errors of the transport-neutral core: a refused key, a failed store.
+//! Errors of the transport-neutral core: a refused key (the rule shared with the client, in
+//! `idem-rules`), a failed store.
 
 use std::borrow::Cow;
 
-/// Why a client's idempotency key was refused.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[non_exhaustive]
-pub enum KeyError {
-    /// The header is present but empty.
-    #[error("the key is empty")]
-    Empty,
-    /// More than [`MAX_KEY_LEN`](crate::core::key::MAX_KEY_LEN) characters.
-    #[error("the key is {len} characters long; the limit is 255")]
-    TooLong {
-        /// Length of the key that was sent.
-        len: usize,
-    },
-    /// A character outside visible ASCII (`!` ..= `~`).
-    #[error("the key has a character outside visible ASCII at position {position}")]
-    InvalidCharacter {
-        /// Zero-based byte offset of the first offending character.
-        position: usize,
-    },
-    /// A quoted key with a bad escape or a missing closing quote.
-    #[error("the key is not a valid RFC 8941 string")]
-    Malformed,
-    /// The header field appears more than once.
-    #[error("the header was sent more than once")]
-    Duplicate,
-}
+pub use idem_rules::key::KeyError;
 
 /// An error from a [`Store`](crate::store::Store). The engine answers 503 and never runs the
 /// handler when a claim fails with one of these (fail closed).

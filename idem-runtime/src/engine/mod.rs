@@ -1,199 +1,125 @@
-//! The transport-neutral engine: claim a record, run the operation once under a lease, store its
-//! result or release it, replay it to every retry. The faces (the attribute, the layer, the
-//! programmatic API) are adapters above this; nothing here knows HTTP.
+//! The transport-neutral engine: it owns each operation from its claim to its stored result.
+//!
+//! An adapter (the attribute, the layer, the programmatic API) turns its transport into an
+//! [`Attempt`] and a piece of work, calls [`Engine::run`], and turns the [`Answer`] back. The
+//! engine claims the record, runs the work on a task of its own under a renewed lease, then
+//! stores its result (inside the operation's transaction in atomic mode) or releases the record,
+//! retrying a failed write in the background, and counts how the request ended. Nothing here
+//! knows HTTP.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 
 use crate::core::clock::{Clock, Timestamp};
 use crate::core::error::StoreError;
-use crate::core::fingerprint::Fingerprint;
 use crate::core::key::RecordKey;
-use crate::store::{Capabilities, Claim, ClaimRequest, DynStore, LeaseToken};
+use crate::store::{Capabilities, DynStore};
 
-#[cfg(feature = "postgres")]
-mod one_commit;
+mod attempt;
+mod claim;
+mod lending;
+mod lifecycle;
 mod outcome;
 mod owner;
+mod policy;
 mod timed;
 
-#[cfg(feature = "postgres")]
-pub(crate) use one_commit::TxClaimed;
-pub(crate) use outcome::{CancelGuard, OpName, Outcome, record};
-pub(crate) use owner::{Owner, Settled};
-pub(crate) use timed::Timed;
+pub(crate) use attempt::{Answer, Attempt, Kept, RolledBack, Verdict};
+pub(crate) use lending::Lending;
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+pub(crate) use lending::{LendError, Transaction};
+pub(crate) use outcome::{OpName, OutcomeLabel, span};
+pub(crate) use policy::Policy;
+pub use policy::{Commits, InFlightMode};
 
-/// A store, its capabilities, a clock and the policy every face follows.
+use timed::Timed;
+
+/// A store, its capabilities, a clock and the policy every adapter follows.
 pub(crate) struct Engine {
-    pub(crate) store: Arc<dyn DynStore>,
+    store: Arc<dyn DynStore>,
     /// The store's type name, for messages.
-    pub(crate) store_name: &'static str,
-    pub(crate) capabilities: Capabilities,
-    pub(crate) clock: Arc<dyn Clock>,
-    pub(crate) policy: Policy,
-}
-
-/// Timing rules shared by every face.
-#[derive(Debug, Clone)]
-pub(crate) struct Policy {
-    /// How long a claim lasts without renewal.
-    pub(crate) lease: Duration,
-    /// How long a waiting duplicate waits for the first request.
-    pub(crate) wait_timeout: Duration,
-    /// What callers are told to wait before retrying after a 409 or a store failure.
-    pub(crate) retry_after: Duration,
-    /// How long any one store call may take before the request fails closed.
-    pub(crate) store_timeout: Duration,
-}
-
-/// One attempt to run an operation once.
-#[derive(Debug)]
-pub(crate) struct Attempt<'a> {
-    pub(crate) key: RecordKey,
-    pub(crate) fingerprint: Fingerprint,
-    pub(crate) operation: &'a OpName,
-    /// The tenant (hash of scope and scope value) for stores that share a budget.
-    pub(crate) tenant: u64,
-    /// How long a completed result is replayed.
-    pub(crate) ttl: Duration,
-    /// Whether a duplicate of a running attempt waits (up to the policy's wait timeout) for its
-    /// result instead of being refused at once.
-    pub(crate) wait: bool,
-}
-
-/// How a claim settled.
-pub(crate) enum Claimed {
-    /// The caller owns the record: run the operation.
-    Owner(Owner),
-    /// A completed result to replay.
-    Replay(Bytes),
-    /// The key belongs to a different request (another fingerprint).
-    Reused,
-    /// The first request is still running.
-    InFlight,
-    /// The store failed (logged here): refuse (fail closed), asking the caller to come back
-    /// after `retry_after`.
-    Unavailable {
-        /// What failed.
-        error: StoreError,
-        /// The policy's `Retry-After`, or when a full store expects room.
-        retry_after: Duration,
-    },
+    store_name: &'static str,
+    capabilities: Arc<Capabilities>,
+    clock: Arc<dyn Clock>,
+    policy: Policy,
+    /// Permits for releases of claims the store failed that retry in the background.
+    unanswered: Arc<tokio::sync::Semaphore>,
 }
 
 impl Engine {
+    /// How many releases of claims the store failed retry in the background at once.
+    pub(crate) const UNANSWERED: usize = 32;
+
+    /// An engine on `store`, whose every call is bounded by the policy's deadlines.
+    pub(crate) fn new(
+        store: Arc<dyn DynStore>,
+        store_name: &'static str,
+        capabilities: Capabilities,
+        clock: Arc<dyn Clock>,
+        policy: Policy,
+    ) -> Arc<Self> {
+        let claim_deadline = policy.lease.max(policy.store_timeout);
+        Arc::new(Self {
+            store: Arc::new(Timed::new(store, policy.store_timeout, claim_deadline)),
+            store_name,
+            capabilities: Arc::new(capabilities),
+            clock,
+            policy,
+            unanswered: Arc::new(tokio::sync::Semaphore::new(Self::UNANSWERED)),
+        })
+    }
+
     pub(crate) fn now(&self) -> Timestamp {
         self.clock.now()
     }
 
-    /// Claims the record until the claim settles: acquires it, finds a result to replay, finds
-    /// it reused or running, or (wait mode) polls a running duplicate until its result appears.
-    /// Outcomes other than ownership and replay are counted here.
-    pub(crate) async fn claim(&self, attempt: &Attempt<'_>) -> Claimed {
-        let cancelled = CancelGuard::new(attempt.operation);
-        let claimed = self.claim_until_settled(attempt).await;
-        cancelled.disarm();
-        claimed
+    pub(crate) fn policy(&self) -> &Policy {
+        &self.policy
     }
 
-    async fn claim_until_settled(&self, attempt: &Attempt<'_>) -> Claimed {
-        let waiting_since = Instant::now();
-        let mut backoff = Duration::from_millis(10);
-        loop {
-            let request = self.claim_request(attempt);
-            let started = Instant::now();
-            let claim = self.store.claim(request).await;
-            tracing::debug!(store_ms = started.elapsed().as_secs_f64() * 1e3, "claim");
-            let settled = match claim {
-                Err(error) => (Outcome::StoreError, self.unavailable(error)),
-                Ok(Claim::Acquired { took_over }) => {
-                    if took_over {
-                        tracing::warn!("took over a record whose owner's lease lapsed");
-                    }
-                    return Claimed::Owner(self.owner(attempt, &request));
-                }
-                Ok(Claim::Completed { fingerprint, .. } | Claim::InFlight { fingerprint, .. })
-                    if fingerprint != attempt.fingerprint =>
-                {
-                    (Outcome::Reused, Claimed::Reused)
-                }
-                Ok(Claim::Completed { payload, .. }) => {
-                    (Outcome::Replayed, Claimed::Replay(payload))
-                }
-                Ok(Claim::InFlight { .. }) => {
-                    let waited = waiting_since.elapsed();
-                    if attempt.wait && waited < self.policy.wait_timeout {
-                        tokio::time::sleep(backoff.min(self.policy.wait_timeout - waited)).await;
-                        backoff = (backoff * 2).min(Duration::from_millis(250));
-                        continue;
-                    }
-                    (Outcome::InProgress, Claimed::InFlight)
-                }
-            };
-            // A replay is counted by the face, which alone knows whether its payload decodes.
-            if !matches!(settled.1, Claimed::Replay(_)) {
-                record(attempt.operation, settled.0);
-            }
-            return settled.1;
-        }
+    /// The store's type name.
+    pub(crate) fn store_name(&self) -> &'static str {
+        self.store_name
     }
 
-    /// A claim of `attempt`'s record as of now, under a fresh token.
-    fn claim_request<'a>(&self, attempt: &'a Attempt<'_>) -> ClaimRequest<'a> {
-        let now = self.now();
-        ClaimRequest {
-            key: &attempt.key,
-            fingerprint: &attempt.fingerprint,
-            token: LeaseToken::random(),
-            now,
-            lease_until: now.after(self.policy.lease),
-            expires_at: now.after(attempt.ttl),
-            operation: attempt.operation,
-            tenant: attempt.tenant,
-        }
+    pub(crate) fn capabilities(&self) -> &Arc<Capabilities> {
+        &self.capabilities
     }
 
-    /// The store failed a claim: logged, and refused (fail closed).
-    fn unavailable(&self, error: StoreError) -> Claimed {
-        tracing::error!(
-            error = &error as &dyn std::error::Error,
-            "idempotency store failed; refusing the request"
-        );
-        let retry_after = match error {
-            StoreError::Full {
-                retry_after: Some(after),
-                ..
-            } => after,
-            _ => self.policy.retry_after,
-        };
-        Claimed::Unavailable { error, retry_after }
+    /// What to lend an attempt in atomic mode, when the store lends transactions.
+    pub(crate) fn lending(&self) -> Option<Lending> {
+        Lending::new(&self.capabilities)
     }
 
-    fn owner(&self, attempt: &Attempt<'_>, request: &ClaimRequest<'_>) -> Owner {
-        Owner::new(
-            self.store.clone(),
-            self.clock.clone(),
-            self.policy.lease,
-            (attempt.key, request.token, request.expires_at),
-            attempt.operation.clone(),
-        )
+    /// Counts a request refused before it reached the engine (a bad key, scope or body).
+    pub(crate) fn count_invalid(&self, operation: &OpName) {
+        outcome::count(operation, OutcomeLabel::Invalid);
+    }
+
+    /// Whether [`peek_completed`](Self::peek_completed) reads in process, without a round trip.
+    pub(crate) fn reads_in_process(&self) -> bool {
+        self.store.reads_in_process()
+    }
+
+    /// The payload of `key`'s record if it is completed and live, read in process; `None`
+    /// otherwise. Counted as a replay by the caller that uses it.
+    pub(crate) fn peek_completed(&self, key: &RecordKey) -> Option<Bytes> {
+        self.store.peek_completed(key, self.now())
+    }
+
+    /// Counts a replay answered from [`peek_completed`](Self::peek_completed).
+    pub(crate) fn count_replayed(&self, operation: &OpName) {
+        outcome::count(operation, OutcomeLabel::Replayed);
+    }
+
+    /// Whether expired records stay until [`purge_expired`](Self::purge_expired) deletes them.
+    pub(crate) fn needs_sweeping(&self) -> bool {
+        self.store.needs_sweeping()
     }
 
     /// Deletes up to `limit` expired records now; returns how many.
     pub(crate) async fn purge_expired(&self, limit: u32) -> Result<u64, StoreError> {
         self.store.purge_expired(self.now(), limit).await
     }
-}
-
-/// Where a record's tracing span comes from: the operation and a prefix of the record key,
-/// never the client's key.
-pub(crate) fn span(operation: &OpName, key: &RecordKey) -> tracing::Span {
-    tracing::info_span!(
-        "idempotency",
-        endpoint = &**operation,
-        key = %key.short(),
-        outcome = tracing::field::Empty,
-    )
 }

@@ -1,10 +1,12 @@
-//! How each idempotent request ended, counted and traced.
+//! How each idempotent request ended, counted and traced: the one place outcomes are recorded.
 
 use std::borrow::Cow;
 
-/// The outcome label of `idempotency_requests_total`.
+use crate::core::key::RecordKey;
+
+/// The `outcome` label of `idempotency_requests_total`: how one request with a key ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Outcome {
+pub(crate) enum OutcomeLabel {
     /// The operation ran and its result was stored (or committed with it in atomic mode).
     Executed,
     /// A stored result was replayed; the operation did not run.
@@ -22,12 +24,12 @@ pub(crate) enum Outcome {
     /// The operation failed, and releasing its record failed too: the engine keeps trying in
     /// the background until the store answers (or the record expires).
     ReleaseFailed,
-    /// The request was dropped (the client went away, a timeout layer fired) after its claim
-    /// was made and before it was answered.
+    /// The caller went away (the client hung up, a timeout layer fired) before its claim
+    /// settled; a claim it made is released at once.
     Cancelled,
 }
 
-impl Outcome {
+impl OutcomeLabel {
     pub(crate) fn as_str(self) -> &'static str {
         match self {
             Self::Executed => "executed",
@@ -43,40 +45,12 @@ impl Outcome {
     }
 }
 
-/// An operation's name: `module::function` for the attribute, `POST /path` for the layer, the
-/// caller's name for the programmatic API.
+/// An operation's name, its identity in record keys: `charges.create` or `POST /v1/charges`
+/// for an HTTP operation, the caller's name for a programmatic one.
 pub(crate) type OpName = Cow<'static, str>;
 
-/// Counts [`Outcome::Cancelled`] for a request dropped while this guard is armed.
-pub(crate) struct CancelGuard<'a> {
-    operation: &'a OpName,
-    armed: bool,
-}
-
-impl<'a> CancelGuard<'a> {
-    pub(crate) fn new(operation: &'a OpName) -> Self {
-        Self {
-            operation,
-            armed: true,
-        }
-    }
-
-    /// The request settled: count nothing on drop.
-    pub(crate) fn disarm(mut self) {
-        self.armed = false;
-    }
-}
-
-impl Drop for CancelGuard<'_> {
-    fn drop(&mut self) {
-        if self.armed {
-            record(self.operation, Outcome::Cancelled);
-        }
-    }
-}
-
 /// Counts `outcome` for `operation` and records it on the current span.
-pub(crate) fn record(operation: &OpName, outcome: Outcome) {
+pub(crate) fn count(operation: &OpName, outcome: OutcomeLabel) {
     metrics::counter!(
         "idempotency_requests_total",
         "endpoint" => operation.clone(),
@@ -89,4 +63,15 @@ pub(crate) fn record(operation: &OpName, outcome: Outcome) {
         outcome = outcome.as_str(),
         "idempotent request"
     );
+}
+
+/// A record's tracing span: the operation and a prefix of the record key, never the client's
+/// key.
+pub(crate) fn span(operation: &OpName, key: &RecordKey) -> tracing::Span {
+    tracing::info_span!(
+        "idempotency",
+        endpoint = &**operation,
+        key = %key.short(),
+        outcome = tracing::field::Empty,
+    )
 }

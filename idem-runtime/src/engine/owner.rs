@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 
-use super::outcome::{OpName, Outcome, record};
+use super::outcome::{OpName, OutcomeLabel, count};
 use crate::core::clock::{Clock, Timestamp};
 use crate::core::error::StoreError;
 use crate::core::key::RecordKey;
@@ -23,10 +23,9 @@ use crate::store::{Completion, DynStore, Fence, LeaseToken};
 /// task keeps the lease alive and retries it, with backoff, until it lands or the record's TTL
 /// ends, so duplicates meanwhile see the record in flight (409) and never run the operation
 /// again. Only a dead process, or one cut from the store for longer than its lease, can be taken
-/// over. If the owner is dropped first (client gone, timeout layer), `Drop` finishes the job the
-/// same way: a record whose operation never finished is released so a retry runs again; one
-/// whose result was already captured is completed, so the effect that happened is replayed
-/// rather than repeated.
+/// over. The engine runs an owner on a task of its own, so it is dropped early only when the
+/// runtime shuts down: `Drop` then finishes the job the same way if it still can (a record
+/// whose operation never finished is released, one whose result was captured is completed).
 pub(crate) struct Owner {
     store: Arc<dyn DynStore>,
     clock: Arc<dyn Clock>,
@@ -54,20 +53,20 @@ pub(crate) enum Settled {
 
 enum State {
     Running,
-    Completing(Pending),
+    Completing(Completing),
     Releasing,
     Done,
 }
 
 /// A completion to write: what [`Completion`] borrows, owned.
-struct Pending {
+struct Completing {
     payload: Bytes,
     status: Option<u16>,
     completed_at: Timestamp,
     expires_at: Timestamp,
 }
 
-impl Pending {
+impl Completing {
     fn completion(&self) -> Completion<'_> {
         Completion {
             payload: &self.payload,
@@ -101,7 +100,7 @@ impl Owner {
 
     /// The owner of a record claimed inside the operation's transaction: no lease to renew, and
     /// nothing for a release to do but let the transaction roll back.
-    #[cfg(feature = "postgres")]
+    #[cfg(any(feature = "sqlite", feature = "postgres"))]
     pub(crate) fn in_transaction(mut self) -> Self {
         self.leased = false;
         self
@@ -170,7 +169,7 @@ impl Owner {
         ttl: Duration,
     ) -> Settled {
         let (completed_at, expires_at) = self.completion_times(ttl);
-        self.state = State::Completing(Pending {
+        self.state = State::Completing(Completing {
             payload,
             status,
             completed_at,
@@ -189,6 +188,27 @@ impl Owner {
         }
         self.state = State::Releasing;
         self.settle().await
+    }
+
+    /// Releases a claim whose store call failed, which may or may not have landed: tries, and
+    /// when `retry`, tries again with backoff while the store keeps failing, until `until` (the
+    /// claim's lease end, after which a retry takes the record over anyway). Never renews.
+    pub(crate) async fn release_until(
+        mut self,
+        until: Timestamp,
+        retry: bool,
+    ) -> Result<Fence, StoreError> {
+        self.state = State::Done;
+        let mut backoff = Retry::FIRST;
+        loop {
+            match self.store.release(&self.key, self.token).await {
+                Ok(fence) => return Ok(fence),
+                Err(error) if !retry || self.clock.now() >= until => return Err(error),
+                Err(_) => {}
+            }
+            tokio::time::sleep(backoff).await;
+            backoff = (backoff * 2).min(Retry::MAX);
+        }
     }
 
     /// Tries the pending write once; on a store error hands it to a background task.
@@ -225,7 +245,7 @@ impl Drop for Owner {
             return;
         }
         if matches!(state, State::Running) {
-            record(&self.operation, Outcome::Cancelled);
+            count(&self.operation, OutcomeLabel::Cancelled);
         }
         if !self.leased {
             return; // the transaction's rollback releases the record
@@ -260,7 +280,7 @@ struct Retry {
     key: RecordKey,
     token: LeaseToken,
     until: Timestamp,
-    pending: Option<Pending>,
+    pending: Option<Completing>,
 }
 
 impl Retry {

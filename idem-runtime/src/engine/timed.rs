@@ -1,4 +1,9 @@
 //! Every store call under a deadline: a stalled store fails closed instead of hanging requests.
+//!
+//! A claim gets a deadline of its own, no shorter than its lease. Its caller stops waiting for
+//! it sooner (the engine's `store_timeout`), but the claim runs on, on the attempt's task, so
+//! that a claim landing late is answered and released instead of holding the key for a lease
+//! nobody renews. Past its lease, a claim that lands is born lapsed, and a retry takes it over.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -9,25 +14,31 @@ use crate::core::error::StoreError;
 use crate::core::key::RecordKey;
 use crate::store::{BoxFuture, Claim, ClaimRequest, Completion, DynStore, Fence, LeaseToken};
 
-/// A store whose every call fails with [`StoreError::Timeout`] past `timeout`.
+/// A store whose every call fails with [`StoreError::Timeout`] past its deadline: `claim` for
+/// claims, `timeout` for the rest.
 pub(crate) struct Timed {
     inner: Arc<dyn DynStore>,
     timeout: Duration,
+    claim: Duration,
 }
 
 impl Timed {
-    pub(crate) fn new(inner: Arc<dyn DynStore>, timeout: Duration) -> Self {
-        Self { inner, timeout }
+    pub(crate) fn new(inner: Arc<dyn DynStore>, timeout: Duration, claim: Duration) -> Self {
+        Self {
+            inner,
+            timeout,
+            claim,
+        }
     }
+}
 
-    async fn bounded<T>(
-        &self,
-        call: impl Future<Output = Result<T, StoreError>>,
-    ) -> Result<T, StoreError> {
-        tokio::time::timeout(self.timeout, call)
-            .await
-            .unwrap_or(Err(StoreError::Timeout(self.timeout)))
-    }
+async fn bounded<T>(
+    deadline: Duration,
+    call: impl Future<Output = Result<T, StoreError>>,
+) -> Result<T, StoreError> {
+    tokio::time::timeout(deadline, call)
+        .await
+        .unwrap_or(Err(StoreError::Timeout(deadline)))
 }
 
 impl DynStore for Timed {
@@ -42,7 +53,7 @@ impl DynStore for Timed {
         self.inner.peek_completed(key, now)
     }
     fn claim<'a>(&'a self, request: ClaimRequest<'a>) -> BoxFuture<'a, Result<Claim, StoreError>> {
-        Box::pin(self.bounded(self.inner.claim(request)))
+        Box::pin(bounded(self.claim, self.inner.claim(request)))
     }
     fn complete<'a>(
         &'a self,
@@ -50,14 +61,17 @@ impl DynStore for Timed {
         token: LeaseToken,
         completion: Completion<'a>,
     ) -> BoxFuture<'a, Result<Fence, StoreError>> {
-        Box::pin(self.bounded(self.inner.complete(key, token, completion)))
+        Box::pin(bounded(
+            self.timeout,
+            self.inner.complete(key, token, completion),
+        ))
     }
     fn release<'a>(
         &'a self,
         key: &'a RecordKey,
         token: LeaseToken,
     ) -> BoxFuture<'a, Result<Fence, StoreError>> {
-        Box::pin(self.bounded(self.inner.release(key, token)))
+        Box::pin(bounded(self.timeout, self.inner.release(key, token)))
     }
     fn renew<'a>(
         &'a self,
@@ -65,9 +79,12 @@ impl DynStore for Timed {
         token: LeaseToken,
         lease_until: Timestamp,
     ) -> BoxFuture<'a, Result<Fence, StoreError>> {
-        Box::pin(self.bounded(self.inner.renew(key, token, lease_until)))
+        Box::pin(bounded(
+            self.timeout,
+            self.inner.renew(key, token, lease_until),
+        ))
     }
     fn purge_expired(&self, now: Timestamp, limit: u32) -> BoxFuture<'_, Result<u64, StoreError>> {
-        Box::pin(self.bounded(self.inner.purge_expired(now, limit)))
+        Box::pin(bounded(self.timeout, self.inner.purge_expired(now, limit)))
     }
 }

@@ -1,12 +1,13 @@
-//! The compile-time registry of `#[idempotent]` endpoints, and what an HTTP operation is.
+//! The compile-time registry of `#[idempotent]` endpoints, and an HTTP operation's identity.
 
 use std::borrow::Cow;
 use std::fmt;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use http::StatusCode;
+use http::Method;
 
-use crate::engine::OpName;
+use crate::engine::{Commits, InFlightMode, OpName};
 use crate::store::Capabilities;
 
 /// What to do with a request that carries no idempotency key.
@@ -19,67 +20,25 @@ pub enum KeyMode {
     Required,
 }
 
-/// What to do with a duplicate that arrives while the first request is still running.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum InFlightMode {
-    /// Answer `409 idempotency_key_in_progress` with `Retry-After` (`in_flight = "reject"`, the
-    /// default).
-    Reject,
-    /// Wait, up to the engine's wait timeout, for the first request's response and replay it
-    /// (`in_flight = "wait"`); answer 409 if it is still running then.
-    Wait,
-}
-
-/// How a handler in atomic mode (one taking a `Tx` or `AnyTx`) commits on PostgreSQL. Other
-/// stores and handlers without a transaction ignore it.
-///
-/// | | `commits = "one"` (default) | `commits = "two"` |
-/// |---|---|---|
-/// | commits per fresh request | 1 | 2 |
-/// | round trips of idem's own | 2 (claim with `BEGIN`, completion with `COMMIT`) | 4 (claim, `BEGIN`, completion, `COMMIT`) |
-/// | the transaction and its pooled connection are held | from the claim to the response: the handler's whole run | from the first `Tx::conn` to the response |
-/// | a duplicate while the first runs | waits on the first's transaction: 409 after 50 ms (`in_flight = "reject"`), or the replay once it commits (`"wait"`, up to the wait timeout). Of its duplicates, one per process waits in the database, holding a pooled connection; the others wait in the process, holding none | sees the committed claim: 409, or polls for the replay |
-/// | the process dies mid-handler | the transaction aborts with the connection: nothing is left, the retry runs at once | the claim stays until its lease lapses, then a retry takes it over |
-/// | an operator's query for records in flight | shows none of this endpoint's (they are uncommitted) | shows them |
-///
-/// One commit saves two round trips and a commit per fresh request, so it answers sooner where
-/// those cost more than CPU: a database across a network, or one whose commits wait for a disk.
-/// Where the database shares the application's CPU on one machine and commits are cheap, it is
-/// not faster in throughput (BENCHMARKS.md in the repository measures both, with the CPU each
-/// costs). Choose two when the handler calls slow services before its first query (a payment
-/// processor, say): with one commit a pooled connection and an open transaction are held for
-/// that whole call, so a burst of slow requests with different keys can exhaust the pool
-/// (duplicates of one key add at most one connection per process). Set PostgreSQL's `idle_in_transaction_session_timeout` above the slowest
-/// handler: a one-commit claim whose client vanished without closing its connection (a network
-/// partition, not a crash) holds the key until the server ends that session.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-#[non_exhaustive]
-pub enum Commits {
-    /// The claim is made inside the handler's transaction, which commits it completed, with the
-    /// handler's writes (`commits = "one"`, the default).
-    #[default]
-    One,
-    /// The claim commits on its own before the handler runs; the handler's transaction then
-    /// commits its writes with the completion (`commits = "two"`).
-    Two,
-}
-
 /// One `#[idempotent]` handler, as declared in its attribute. Created by the macro; listed by
 /// [`Idempotency::endpoints`](crate::Idempotency::endpoints).
 pub struct Endpoint {
-    name: &'static str,
+    handler: &'static str,
+    name: Option<&'static str>,
     scope: &'static str,
     ttl: Duration,
     key: KeyMode,
     in_flight: InFlightMode,
     commits: Commits,
     atomic: fn() -> Option<AtomicNeed>,
+    /// Whether the missing-route warning was logged (see [`Endpoint::identity`]).
+    warned: AtomicBool,
 }
 
 impl fmt::Debug for Endpoint {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Endpoint")
+            .field("handler", &self.handler)
             .field("name", &self.name)
             .field("scope", &self.scope)
             .field("ttl", &self.ttl)
@@ -130,21 +89,30 @@ fn plain() -> Option<AtomicNeed> {
 impl Endpoint {
     #[doc(hidden)]
     pub const fn new(
-        name: &'static str,
+        handler: &'static str,
         scope: &'static str,
         ttl_secs: u64,
         key: KeyMode,
         in_flight: InFlightMode,
     ) -> Self {
         Self {
-            name,
+            handler,
+            name: None,
             scope,
             ttl: Duration::from_secs(ttl_secs),
             key,
             in_flight,
             commits: Commits::One,
             atomic: plain,
+            warned: AtomicBool::new(false),
         }
+    }
+
+    /// Sets the operation's stable name (`name = "..."`).
+    #[doc(hidden)]
+    pub const fn with_name(mut self, name: &'static str) -> Self {
+        self.name = Some(name);
+        self
     }
 
     /// Sets how atomic mode commits on PostgreSQL (`commits = "..."`).
@@ -166,26 +134,40 @@ impl Endpoint {
         (self.atomic)()
     }
 
-    /// The operation as the HTTP flow runs it.
-    pub(crate) fn spec(&self) -> Spec {
-        let atomic = self.atomic().is_some();
-        Spec {
-            name: Cow::Borrowed(self.name),
-            scope: self.scope,
-            ttl: self.ttl,
-            key: self.key,
-            in_flight: self.in_flight,
-            // Extractor rejections return before the claim: every response the flow sees is
-            // the handler's own.
-            released: ClientErrors::NONE,
-            offers_tx: atomic,
-            one_commit: atomic && self.commits == Commits::One,
-        }
+    /// Where the handler is written: module path and function name, e.g.
+    /// `payments::routes::create_charge`. Not its identity (see [`Endpoint::name`]).
+    pub const fn handler(&self) -> &'static str {
+        self.handler
     }
 
-    /// The endpoint's identity: module path and function name, e.g. `payments::create_charge`.
-    pub const fn name(&self) -> &'static str {
+    /// The stable name given with `name = "..."`, if any: the operation's identity in its
+    /// records' keys, its metrics and traces. Without one, the identity is the route as routed
+    /// (see [`Endpoint::identity`]).
+    pub const fn name(&self) -> Option<&'static str> {
         self.name
+    }
+
+    /// The identity of a request to this endpoint: its `name`, or else the method and the
+    /// route's pattern as routed (`POST /v1/charges`, with the prefixes of `nest`), so renaming
+    /// or moving the function changes nothing. A request no route matched (the handler called
+    /// as a service of its own) falls back to the handler's Rust path, with a warning logged
+    /// once: that identity changes when the function is renamed or moved.
+    pub(crate) fn identity(&self, method: &Method, route: Option<&str>) -> OpName {
+        if let Some(name) = self.name {
+            return Cow::Borrowed(name);
+        }
+        if let Some(route) = route {
+            return route_identity(method, route);
+        }
+        if !self.warned.swap(true, Ordering::Relaxed) {
+            tracing::warn!(
+                handler = self.handler,
+                "an `#[idempotent]` handler ran outside a router's route and has no `name`: its \
+                 records are keyed by its Rust path, which changes when the function is renamed \
+                 or moved; give it `name = \"...\"`"
+            );
+        }
+        Cow::Borrowed(self.handler)
     }
 
     /// The scope whose value isolates records (`"global"`, `"org"`, ...).
@@ -214,6 +196,13 @@ impl Endpoint {
     }
 }
 
+/// The identity of requests of `method` on the route whose pattern is `route`, unless a name
+/// says otherwise: `POST /v1/charges`. The same for the attribute and the layer, so a route
+/// moved from one to the other keeps its records.
+pub(crate) fn route_identity(method: &Method, route: &str) -> OpName {
+    Cow::Owned(format!("{method} {route}"))
+}
+
 /// An entry in the link-time registry, submitted by the macro.
 #[doc(hidden)]
 #[derive(Debug)]
@@ -224,77 +213,4 @@ inventory::collect!(Registration);
 /// Every `#[idempotent]` endpoint linked into this binary.
 pub(crate) fn registered() -> impl Iterator<Item = &'static Endpoint> {
     inventory::iter::<Registration>.into_iter().map(|r| r.0)
-}
-
-/// The scope every endpoint may name without a resolver: one key space for all callers.
-pub const GLOBAL_SCOPE: &str = "global";
-
-/// An idempotent HTTP operation as the flow runs it: an `#[idempotent]` endpoint, or a route
-/// under the layer.
-#[derive(Debug, Clone)]
-pub(crate) struct Spec {
-    pub(crate) name: OpName,
-    pub(crate) scope: &'static str,
-    pub(crate) ttl: Duration,
-    pub(crate) key: KeyMode,
-    pub(crate) in_flight: InFlightMode,
-    /// Client-error statuses released like a 5xx instead of stored.
-    pub(crate) released: ClientErrors,
-    /// Whether the handler may take a `Tx`: the store's transactions are offered to it.
-    pub(crate) offers_tx: bool,
-    /// Whether the handler takes a `Tx` and its claim rides in that transaction when the store
-    /// is PostgreSQL ([`Commits::One`]).
-    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
-    pub(crate) one_commit: bool,
-}
-
-impl Spec {
-    /// Whether a response with `status` releases the record (and rolls back a transaction)
-    /// instead of being stored.
-    pub(crate) fn releases(&self, status: StatusCode) -> bool {
-        status.is_server_error() || self.released.contains(status)
-    }
-}
-
-/// A set of 4xx statuses: one bit per status from 400 to 499.
-#[derive(Clone, Copy, Default, PartialEq, Eq)]
-pub(crate) struct ClientErrors(u128);
-
-impl fmt::Debug for ClientErrors {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_set()
-            .entries(self.iter().map(|s| s.as_u16()))
-            .finish()
-    }
-}
-
-impl ClientErrors {
-    /// The empty set.
-    pub(crate) const NONE: Self = Self(0);
-
-    /// Adds `status`; `false` (and nothing added) when it is not a 4xx.
-    pub(crate) fn insert(&mut self, status: StatusCode) -> bool {
-        let Some(bit) = Self::bit(status) else {
-            return false;
-        };
-        self.0 |= bit;
-        true
-    }
-
-    pub(crate) fn contains(self, status: StatusCode) -> bool {
-        Self::bit(status).is_some_and(|bit| self.0 & bit != 0)
-    }
-
-    /// The statuses in the set, in order.
-    fn iter(self) -> impl Iterator<Item = StatusCode> {
-        (400..500u16)
-            .filter_map(|code| StatusCode::from_u16(code).ok())
-            .filter(move |status| self.contains(*status))
-    }
-
-    fn bit(status: StatusCode) -> Option<u128> {
-        status
-            .is_client_error()
-            .then(|| 1u128 << (status.as_u16() - 400))
-    }
 }

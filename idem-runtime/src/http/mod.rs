@@ -1,8 +1,12 @@
-//! The HTTP vocabulary the attribute and the layer share: reading the key and fingerprinting a
-//! request, capturing and replaying a response, and the engine's own answers (problem+json).
-//! Below the faces, above the transport-neutral engine.
+//! The HTTP vocabulary the attribute and the layer share: the key header and a request's
+//! fingerprint, body limits, capturing and replaying a response, which responses are stored,
+//! the engine's own answers (problem+json), the `#[idempotent]` registry and the settings.
+//! Below the adapters, above the transport-neutral engine.
 
+pub(crate) mod endpoint;
 pub(crate) mod rejection;
+pub(crate) mod release;
 pub(crate) mod replay;
 pub(crate) mod request;
 pub(crate) mod response;
+pub(crate) mod settings;

@@ -16,9 +16,8 @@
 use http::{HeaderValue, Method, Uri};
 use sha2::{Digest, Sha256};
 
-/// Opens an envelope: the byte after [`StoredResponse`](super::response::StoredResponse)'s
-/// own magic, so neither is mistaken for the other.
-const ENVELOPE: u8 = 0x1e;
+/// Opens an envelope: a tag of its own, so it is mistaken for no stored encoding.
+const ENVELOPE: u8 = crate::core::format::RAW_REQUEST_ENVELOPE;
 
 /// SHA-256 of a request's raw method, path and query, `Content-Type` and body.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

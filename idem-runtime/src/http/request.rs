@@ -1,10 +1,64 @@
-//! What the HTTP faces read from a request: the key from its header, and the fingerprint.
+//! What the HTTP adapters read from a request: the key from its header, the body within its
+//! limit, and the fingerprint.
 
-use http::{HeaderMap, HeaderName, HeaderValue, Method, Uri};
+use axum::RequestExt;
+use axum::body::Body;
+use axum::extract::Request;
+use bytes::Bytes;
+use http::request::Parts;
+use http::{HeaderMap, HeaderName, HeaderValue, Method, Uri, header};
+use http_body_util::BodyExt;
 
+use super::rejection::Rejection;
 use crate::core::error::KeyError;
 use crate::core::fingerprint::{Encoding, Fingerprint, Hasher};
 use crate::core::key::IdempotencyKey;
+
+/// Reads a request's body whole, up to `limit` bytes and axum's `DefaultBodyLimit`, whichever
+/// is smaller. A body that `Content-Length` declares larger is refused before any of it is read
+/// (no `100 Continue`); one that grows past the limit while read is refused then.
+pub(crate) async fn read_body(
+    parts: Parts,
+    body: Body,
+    limit: usize,
+) -> Result<(Parts, Bytes), Rejection> {
+    if declared_length(&parts.headers).is_some_and(|len| len > limit as u64) {
+        return Err(Rejection::PayloadTooLarge);
+    }
+    let (parts, body) = Request::from_parts(parts, body)
+        .with_limited_body()
+        .into_parts();
+    match http_body_util::Limited::new(body, limit).collect().await {
+        Ok(collected) => Ok((parts, collected.to_bytes())),
+        Err(error) if is_length_limit(&*error) => Err(Rejection::PayloadTooLarge),
+        Err(error) => {
+            tracing::debug!(error = &*error, "could not read request body");
+            Err(Rejection::BodyUnreadable)
+        }
+    }
+}
+
+/// The body length the client declared, when it declared one that parses.
+fn declared_length(headers: &HeaderMap) -> Option<u64> {
+    headers
+        .get(header::CONTENT_LENGTH)?
+        .to_str()
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
+}
+
+fn is_length_limit(error: &(dyn std::error::Error + 'static)) -> bool {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(error);
+    while let Some(e) = source {
+        if e.is::<http_body_util::LengthLimitError>() {
+            return true;
+        }
+        source = e.source();
+    }
+    false
+}
 
 impl IdempotencyKey {
     /// Reads the key from `headers`: `Ok(None)` when the header is absent, an error when it is

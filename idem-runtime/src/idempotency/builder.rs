@@ -1,235 +1,41 @@
-//! The engine handle users hold: the transport-neutral engine plus the settings of the HTTP
-//! faces (key header, scopes, limits), configured once with [`Builder`].
+//! Configuring an [`Idempotency`]: the store, the policy, the HTTP settings, the start-up checks.
 
-use std::collections::HashMap;
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
+use axum::response::Response;
 use http::HeaderName;
 use http::request::Parts;
 
+use super::checks::Checks;
+use super::error::BuildError;
+use super::{Idempotency, Inner};
 use crate::core::clock::{Clock, SystemClock};
-use crate::core::error::StoreError;
-use crate::engine::{Engine, Policy, Timed};
-use crate::face::endpoint::{self, Endpoint, GLOBAL_SCOPE};
+use crate::engine::{Engine, Policy};
 use crate::http::rejection::Rejection;
+use crate::http::settings::{GLOBAL_SCOPE, HttpSettings};
 use crate::store::{Capabilities, DynStore, Store};
-use axum::response::{IntoResponse, Response};
-
-type Resolver = Arc<dyn Fn(&Parts) -> Option<String> + Send + Sync>;
-type Renderer = Arc<dyn Fn(&Rejection) -> Response + Send + Sync>;
-
-/// The idempotency engine: a store plus the policy every `#[idempotent]` handler follows.
-///
-/// Cheap to clone (one `Arc`). Handlers get it from the router's state, so the state must provide
-/// it: either the state *is* an `Idempotency`, or `Idempotency: FromRef<YourState>` (derive
-/// `FromRef` on your state struct, or implement it). A router without one does not compile.
-///
-/// ```standalone_crate
-/// use axum::{Router, routing::post, extract::FromRef};
-/// use idem_runtime::{Idempotency, idempotent, store::MemoryStore};
-///
-/// #[derive(Clone, FromRef)]
-/// struct AppState {
-///     idempotency: Idempotency,
-/// }
-///
-/// #[idempotent(scope = "user")]
-/// async fn create_order() -> &'static str {
-///     "created"
-/// }
-///
-/// # fn main() -> Result<(), idem_runtime::BuildError> {
-/// let idempotency = Idempotency::builder()
-///     .store(MemoryStore::new())
-///     // Whose keys these are: here, the user id an auth layer put in the request extensions.
-///     .scope("user", |parts| parts.extensions.get::<UserId>().map(|u| u.0.clone()))
-///     .build()?;
-///
-/// let app: Router = Router::new()
-///     .route("/orders", post(create_order))
-///     .with_state(AppState { idempotency });
-/// # Ok(()) }
-/// # #[derive(Clone)] struct UserId(String);
-/// ```
-#[derive(Clone)]
-pub struct Idempotency {
-    inner: Arc<Inner>,
-}
-
-struct Inner {
-    engine: Engine,
-    scopes: HashMap<String, Resolver>,
-    http: HttpPolicy,
-    render: Option<Renderer>,
-}
-
-/// What the HTTP faces add to the engine's policy.
-#[derive(Debug, Clone)]
-pub(crate) struct HttpPolicy {
-    pub(crate) header: HeaderName,
-    pub(crate) max_response_bytes: usize,
-    pub(crate) max_request_bytes: usize,
-}
-
-impl Idempotency {
-    /// Starts configuring an engine.
-    pub fn builder() -> Builder {
-        Builder::default()
-    }
-
-    /// Every `#[idempotent]` endpoint linked into this binary (registered at compile time).
-    pub fn endpoints(&self) -> impl Iterator<Item = &'static Endpoint> {
-        endpoint::registered()
-    }
-
-    /// The header the engine reads keys from.
-    pub fn header_name(&self) -> &HeaderName {
-        &self.inner.http.header
-    }
-
-    /// Deletes up to `limit` expired records now; returns how many. The sweeper calls this.
-    pub async fn purge_expired(&self, limit: u32) -> Result<u64, StoreError> {
-        self.inner.engine.purge_expired(limit).await
-    }
-
-    /// Spawns a task on the current Tokio runtime that purges expired records every `period`,
-    /// in batches of at most `batch` records so no purge holds a store lock for long. Abort the
-    /// returned handle to stop it.
-    ///
-    /// Stores whose backend expires records itself (Redis) need no sweeping: the task then
-    /// logs that once and ends.
-    ///
-    /// # Panics
-    /// When called outside a Tokio runtime.
-    pub fn spawn_sweeper(&self, period: Duration, batch: u32) -> tokio::task::JoinHandle<()> {
-        let engine = self.clone();
-        tokio::spawn(async move {
-            if !engine.inner.engine.store.needs_sweeping() {
-                tracing::info!(
-                    store = engine.inner.engine.store_name,
-                    "the idempotency store expires records itself; no sweeper needed"
-                );
-                return;
-            }
-            let mut tick = tokio::time::interval(period);
-            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            loop {
-                tick.tick().await;
-                loop {
-                    match engine.purge_expired(batch).await {
-                        Ok(n) if n >= u64::from(batch) => tokio::task::yield_now().await,
-                        Ok(n) => {
-                            tracing::debug!(purged = n, "idempotency sweep");
-                            break;
-                        }
-                        Err(error) => {
-                            tracing::warn!(
-                                error = &error as &dyn std::error::Error,
-                                "idempotency sweep failed"
-                            );
-                            break;
-                        }
-                    }
-                }
-            }
-        })
-    }
-
-    pub(crate) fn engine(&self) -> &Engine {
-        &self.inner.engine
-    }
-
-    pub(crate) fn http(&self) -> &HttpPolicy {
-        &self.inner.http
-    }
-
-    /// The engine's own answer: problem+json, or the application's format
-    /// ([`Builder::render_rejections`]) with the rejection's status and `Retry-After` kept.
-    pub fn reject(&self, rejection: Rejection) -> Response {
-        let Some(render) = &self.inner.render else {
-            return rejection.into_response();
-        };
-        let mut response = render(&rejection);
-        *response.status_mut() = rejection.status();
-        if let Some(value) = rejection.retry_after_header() {
-            response
-                .headers_mut()
-                .insert(http::header::RETRY_AFTER, value);
-        }
-        response
-    }
-
-    /// Whether requests can be scoped by `scope`: `"global"`, or a scope with a resolver.
-    pub(crate) fn has_scope(&self, scope: &str) -> bool {
-        scope == GLOBAL_SCOPE || self.inner.scopes.contains_key(scope)
-    }
-
-    /// The principal for `scope`: `Ok(None)` when the request has none, `Err(())` when the
-    /// scope has no resolver at all (only possible for endpoints the start-up checks skipped).
-    pub(crate) fn resolve_scope(&self, scope: &str, parts: &Parts) -> Result<Option<String>, ()> {
-        if scope == GLOBAL_SCOPE {
-            return Ok(Some(String::new()));
-        }
-        let resolve = self.inner.scopes.get(scope).ok_or(())?;
-        Ok(resolve(parts))
-    }
-}
-
-impl fmt::Debug for Idempotency {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let mut scopes: Vec<_> = self.inner.scopes.keys().collect();
-        scopes.sort();
-        f.debug_struct("Idempotency")
-            .field("store", &self.inner.engine.store_name)
-            .field("capabilities", &self.inner.engine.capabilities)
-            .field("scopes", &scopes)
-            .field("policy", &self.inner.engine.policy)
-            .field("http", &self.inner.http)
-            .finish_non_exhaustive()
-    }
-}
 
 /// Configures an [`Idempotency`] engine. Every setting but the store has a production default.
 #[must_use]
 pub struct Builder {
     store: Option<(Arc<dyn DynStore>, &'static str, Capabilities)>,
-    render: Option<Renderer>,
-    scopes: HashMap<String, Resolver>,
     reserved_scope: bool,
     checks: Checks,
     policy: Policy,
-    http: HttpPolicy,
+    http: HttpSettings,
     clock: Arc<dyn Clock>,
-}
-
-/// Which `#[idempotent]` endpoints [`Builder::build`] checks.
-enum Checks {
-    All,
-    Under(Vec<String>),
-    None,
 }
 
 impl Default for Builder {
     fn default() -> Self {
         Self {
             store: None,
-            render: None,
-            scopes: HashMap::new(),
             reserved_scope: false,
             checks: Checks::All,
-            policy: Policy {
-                lease: Duration::from_secs(30),
-                wait_timeout: Duration::from_secs(10),
-                retry_after: Duration::from_secs(1),
-                store_timeout: Duration::from_secs(5),
-            },
-            http: HttpPolicy {
-                header: HeaderName::from_static("idempotency-key"),
-                max_response_bytes: 2 * 1024 * 1024,
-                max_request_bytes: 2 * 1024 * 1024,
-            },
+            policy: Policy::DEFAULT,
+            http: HttpSettings::default(),
             clock: Arc::new(SystemClock),
         }
     }
@@ -259,7 +65,7 @@ impl Builder {
         if name == GLOBAL_SCOPE {
             self.reserved_scope = true;
         }
-        self.scopes.insert(name, Arc::new(resolve));
+        self.http.scopes.insert(name, Arc::new(resolve));
         self
     }
 
@@ -337,7 +143,7 @@ impl Builder {
     where
         F: Fn(&Rejection) -> Response + Send + Sync + 'static,
     {
-        self.render = Some(Arc::new(render));
+        self.http.render = Some(Arc::new(render));
         self
     }
 
@@ -359,10 +165,7 @@ impl Builder {
     /// the handlers of its own modules: each engine checks its own endpoints only.
     pub fn endpoints_under(mut self, module: impl Into<String>) -> Self {
         let module = module.into();
-        match &mut self.checks {
-            Checks::Under(modules) => modules.push(module),
-            checks => *checks = Checks::Under(vec![module]),
-        }
+        self.checks.add_module(module);
         self
     }
 
@@ -383,47 +186,15 @@ impl Builder {
             return Err(BuildError::ReservedScope);
         }
         let (store, store_name, capabilities) = self.store.ok_or(BuildError::MissingStore)?;
-        let checked = endpoint::registered().filter(|ep| match &self.checks {
-            Checks::All => true,
-            Checks::Under(modules) => modules.iter().any(|m| in_module(ep.name(), m)),
-            Checks::None => false,
-        });
-        for ep in checked {
-            if ep.scope() != GLOBAL_SCOPE && !self.scopes.contains_key(ep.scope()) {
-                return Err(BuildError::UnresolvedScope {
-                    endpoint: ep.name(),
-                    scope: ep.scope(),
-                });
-            }
-            if let Some(need) = ep.atomic().filter(|need| !need.is_met(&capabilities)) {
-                return Err(BuildError::AtomicUnsupported {
-                    endpoint: ep.name(),
-                    database: need.database(),
-                    store: store_name,
-                });
-            }
-        }
+        self.checks.run(&self.http, &capabilities, store_name)?;
+        let engine = Engine::new(store, store_name, capabilities, self.clock, self.policy);
         Ok(Idempotency {
             inner: Arc::new(Inner {
-                engine: Engine {
-                    store: Arc::new(Timed::new(store, self.policy.store_timeout)),
-                    store_name,
-                    capabilities,
-                    clock: self.clock,
-                    policy: self.policy,
-                },
-                scopes: self.scopes,
+                engine,
                 http: self.http,
-                render: self.render,
             }),
         })
     }
-}
-
-/// Whether `path` (`a::b::f`) is `module` or inside it.
-fn in_module(path: &str, module: &str) -> bool {
-    path.strip_prefix(module)
-        .is_some_and(|rest| rest.is_empty() || rest.starts_with("::"))
 }
 
 impl fmt::Debug for Builder {
@@ -432,58 +203,5 @@ impl fmt::Debug for Builder {
             .field("policy", &self.policy)
             .field("http", &self.http)
             .finish_non_exhaustive()
-    }
-}
-
-/// A misconfigured [`Idempotency`] engine, reported by [`Builder::build`] at start-up rather
-/// than by the first request.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[non_exhaustive]
-pub enum BuildError {
-    /// No store was given to the builder.
-    #[error("no idempotency store configured: call `.store(..)` on the builder")]
-    MissingStore,
-    /// An annotated endpoint names a scope that has no resolver.
-    #[error(
-        "endpoint `{endpoint}` uses scope \"{scope}\", which has no resolver: \
-         call `.scope(\"{scope}\", |parts| ..)` on the builder"
-    )]
-    UnresolvedScope {
-        /// The endpoint (module path and function name).
-        endpoint: &'static str,
-        /// The scope it names.
-        scope: &'static str,
-    },
-    /// An endpoint runs in atomic mode, but the store lends no transactions on its database.
-    #[error(
-        "endpoint `{endpoint}` runs in atomic mode on {database}, but the idempotency store \
-         `{store}` offers no {database} transactions, so the handler's writes could not commit \
-         with its stored response: build the engine with a store that does (`SqliteStore` for \
-         SQLite, `PostgresStore` for PostgreSQL), on the database holding the endpoint's tables, \
-         or take no `Tx` in the handler"
-    )]
-    AtomicUnsupported {
-        /// The endpoint (module path and function name).
-        endpoint: &'static str,
-        /// The database of its transaction (`"SQLite"`, `"PostgreSQL"`).
-        database: &'static str,
-        /// The store's type.
-        store: &'static str,
-    },
-    /// `"global"` is built in and cannot be given a resolver.
-    #[error("scope \"global\" is built in and takes no resolver")]
-    ReservedScope,
-}
-
-#[cfg(test)]
-mod tests {
-    use super::in_module;
-
-    #[test]
-    fn module_prefixes_match_whole_segments() {
-        assert!(in_module("app::admin::create", "app::admin"));
-        assert!(in_module("app::admin", "app::admin"));
-        assert!(!in_module("app::administrator::create", "app::admin"));
-        assert!(!in_module("other::admin::create", "app::admin"));
     }
 }

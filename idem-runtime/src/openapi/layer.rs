@@ -4,8 +4,8 @@
 use http::Method;
 
 use super::{IdempotencyDoc, title_case};
-use crate::KeyMode;
-use crate::face::layer::IdempotencyLayer;
+use crate::adapters::layer::IdempotencyLayer;
+use crate::http::endpoint::KeyMode;
 
 /// A layer and the path under which its routes are served.
 #[derive(Debug)]
@@ -93,7 +93,7 @@ impl IdempotencyDoc {
             "IdempotencyDoc::nested_layer: the prefix `{prefix}` must be a path starting with \
              `/`, as given to `Router::nest`, such as \"/api\""
         );
-        let header = title_case(layer.engine().header_name().as_str());
+        let header = title_case(layer.idempotency().header_name().as_str());
         assert!(
             header == self.header,
             "IdempotencyDoc: the layer's engine reads keys from `{header}`, this document \

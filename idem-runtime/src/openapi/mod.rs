@@ -121,7 +121,8 @@ use utoipa::openapi::path::{Operation, ParameterIn, PathItem};
 use utoipa::openapi::schema::{Components, Schema};
 use utoipa::openapi::{Content, OpenApi, Ref, RefOr, Response};
 
-use crate::{Idempotency, KeyMode};
+use crate::http::endpoint::KeyMode;
+use crate::idempotency::Idempotency;
 
 mod layer;
 #[cfg(test)]
@@ -210,11 +211,12 @@ impl fmt::Debug for IdempotencyDoc {
 }
 
 impl IdempotencyDoc {
-    /// Documents `engine`'s header and every `#[idempotent]` endpoint linked into this binary.
-    pub fn new(engine: &Idempotency) -> Self {
-        let mut doc = Self::for_header(engine.header_name());
-        for endpoint in engine.endpoints() {
-            doc.handler(endpoint.name(), endpoint.key_mode());
+    /// Documents `idempotency`'s header and every `#[idempotent]` endpoint linked into this
+    /// binary.
+    pub fn new(idempotency: &Idempotency) -> Self {
+        let mut doc = Self::for_header(idempotency.header_name());
+        for endpoint in idempotency.endpoints() {
+            doc.handler(endpoint.handler(), endpoint.key_mode());
         }
         doc
     }

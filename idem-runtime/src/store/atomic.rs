@@ -1,24 +1,29 @@
-//! The atomic-mode capability: a store whose records live in a SQL database lends the engine
-//! transactions on that database, and completes records inside them.
+//! Atomic mode's capabilities: a store whose records live in a SQL database lends the engine
+//! transactions on that database and completes records inside them ([`AtomicStore`]); a store
+//! may also claim a record inside the transaction it then lends ([`ClaimInTransaction`], one
+//! commit per request).
 //!
 //! A handler in atomic mode takes a [`Tx`](crate::Tx); its writes and the record's completion
-//! commit in one transaction. The SQLite and PostgreSQL stores implement [`AtomicStore`]; so can
-//! a store of your own on one of these databases, by implementing the trait and offering itself
-//! in [`Store::offer_capabilities`](super::Store::offer_capabilities):
+//! commit in one transaction. The SQLite and PostgreSQL stores implement [`AtomicStore`], and
+//! PostgreSQL [`ClaimInTransaction`]; so can a store of your own on one of these databases, by
+//! implementing the traits and offering itself in
+//! [`Store::offer_capabilities`](super::Store::offer_capabilities):
 //!
 //! ```ignore
 //! impl Store for MyPgStore {
 //!     // ...
 //!     fn offer_capabilities(self: &Arc<Self>, capabilities: &mut Capabilities) {
 //!         capabilities.offer_atomic::<sqlx::Postgres>(self.clone());
+//!         capabilities.offer_claim_in_transaction::<sqlx::Postgres>(self.clone());
 //!     }
 //! }
 //! ```
 
+use std::time::Duration;
+
 use sqlx::Pool;
 
-use super::capabilities::Capabilities;
-use super::{BoxFuture, Completion, Fence, LeaseToken};
+use super::{BoxFuture, ClaimRequest, Completion, Fence, LeaseToken};
 use crate::core::error::StoreError;
 use crate::core::key::RecordKey;
 
@@ -42,6 +47,50 @@ pub trait AtomicStore<DB: AtomicDatabase>: Send + Sync + 'static {
     ) -> BoxFuture<'a, Result<Fence, StoreError>>;
 }
 
+/// A store that can claim a record inside a transaction that stays open while the operation
+/// runs, then carries its writes and its completion to one commit
+/// ([`Commits::One`](crate::Commits::One)).
+///
+/// Nobody else sees such a claim until it commits: a duplicate waits on the open transaction,
+/// and a crash leaves nothing behind (the transaction aborts with its connection).
+pub trait ClaimInTransaction<DB: AtomicDatabase>: AtomicStore<DB> {
+    /// Begins a transaction and claims the record in it, waiting up to `lock_wait` for another
+    /// transaction that holds an uncommitted claim of the same key.
+    fn claim_in_transaction<'a>(
+        &'a self,
+        request: ClaimRequest<'a>,
+        lock_wait: Duration,
+    ) -> BoxFuture<'a, Result<TransactionClaim<DB>, StoreError>>;
+}
+
+/// How [`ClaimInTransaction::claim_in_transaction`] ended.
+#[non_exhaustive]
+pub enum TransactionClaim<DB: AtomicDatabase> {
+    /// The record is the caller's, inside the open transaction.
+    Acquired(Box<dyn ClaimedTransaction<DB>>),
+    /// Another transaction holds an uncommitted claim of the key and did not finish within the
+    /// lock wait: the first request is still running.
+    InFlight,
+    /// A committed record holds the key (a result to replay, an expired record not swept yet, a
+    /// claim made outside a transaction): the engine claims it the ordinary way, which reads it.
+    Stored,
+}
+
+/// An open transaction holding a record's claim. Dropping it rolls back, claim included.
+pub trait ClaimedTransaction<DB: AtomicDatabase>: Send {
+    /// The transaction's connection, for the operation's statements.
+    fn conn(&mut self) -> &mut DB::Connection;
+
+    /// Completes the record and commits. Anything but `Ok(Fence::Held)` leaves nothing of the
+    /// attempt committed.
+    fn complete_and_commit<'a>(
+        self: Box<Self>,
+        key: &'a RecordKey,
+        token: LeaseToken,
+        completion: Completion<'a>,
+    ) -> BoxFuture<'a, Result<Fence, StoreError>>;
+}
+
 mod sealed {
     pub trait Sealed {}
 }
@@ -58,12 +107,52 @@ pub trait AtomicDatabase: sqlx::Database + sealed::Sealed {
     /// How a transaction begins. SQLite takes its single write lock up front (`BEGIN
     /// IMMEDIATE`), so a handler that reads then writes cannot fail with `SQLITE_BUSY` halfway.
     const BEGIN: &'static str;
+    /// This database's value in a [`PerDatabase`].
     #[doc(hidden)]
-    fn slot(capabilities: &Capabilities) -> &Option<std::sync::Arc<dyn AtomicStore<Self>>>;
+    fn of<F: Family>(values: &PerDatabase<F>) -> &F::Of<Self>;
+    /// This database's value in a [`PerDatabase`], to change it.
     #[doc(hidden)]
-    fn slot_mut(
-        capabilities: &mut Capabilities,
-    ) -> &mut Option<std::sync::Arc<dyn AtomicStore<Self>>>;
+    fn of_mut<F: Family>(values: &mut PerDatabase<F>) -> &mut F::Of<Self>;
+}
+
+/// A type for each database: what a [`PerDatabase`] holds.
+#[doc(hidden)]
+pub trait Family {
+    /// The value for `DB`.
+    type Of<DB: AtomicDatabase>: Default;
+}
+
+/// One value per database atomic mode supports, each typed by its database: the typed slots of
+/// the store's capabilities and of the transactions handed to an operation.
+#[doc(hidden)]
+pub struct PerDatabase<F: Family> {
+    #[cfg(feature = "sqlite")]
+    sqlite: F::Of<sqlx::Sqlite>,
+    #[cfg(feature = "postgres")]
+    postgres: F::Of<sqlx::Postgres>,
+}
+
+impl<F: Family> Default for PerDatabase<F> {
+    fn default() -> Self {
+        Self {
+            #[cfg(feature = "sqlite")]
+            sqlite: Default::default(),
+            #[cfg(feature = "postgres")]
+            postgres: Default::default(),
+        }
+    }
+}
+
+impl<F: Family> PerDatabase<F> {
+    /// `DB`'s value.
+    pub(crate) fn get<DB: AtomicDatabase>(&self) -> &F::Of<DB> {
+        DB::of(self)
+    }
+
+    /// `DB`'s value, to change it.
+    pub(crate) fn get_mut<DB: AtomicDatabase>(&mut self) -> &mut F::Of<DB> {
+        DB::of_mut(self)
+    }
 }
 
 #[cfg(feature = "sqlite")]
@@ -73,13 +162,11 @@ impl sealed::Sealed for sqlx::Sqlite {}
 impl AtomicDatabase for sqlx::Sqlite {
     const NAME: &'static str = "SQLite";
     const BEGIN: &'static str = "BEGIN IMMEDIATE";
-    fn slot(capabilities: &Capabilities) -> &Option<std::sync::Arc<dyn AtomicStore<Self>>> {
-        &capabilities.sqlite
+    fn of<F: Family>(values: &PerDatabase<F>) -> &F::Of<Self> {
+        &values.sqlite
     }
-    fn slot_mut(
-        capabilities: &mut Capabilities,
-    ) -> &mut Option<std::sync::Arc<dyn AtomicStore<Self>>> {
-        &mut capabilities.sqlite
+    fn of_mut<F: Family>(values: &mut PerDatabase<F>) -> &mut F::Of<Self> {
+        &mut values.sqlite
     }
 }
 
@@ -90,12 +177,10 @@ impl sealed::Sealed for sqlx::Postgres {}
 impl AtomicDatabase for sqlx::Postgres {
     const NAME: &'static str = "PostgreSQL";
     const BEGIN: &'static str = "BEGIN";
-    fn slot(capabilities: &Capabilities) -> &Option<std::sync::Arc<dyn AtomicStore<Self>>> {
-        &capabilities.postgres
+    fn of<F: Family>(values: &PerDatabase<F>) -> &F::Of<Self> {
+        &values.postgres
     }
-    fn slot_mut(
-        capabilities: &mut Capabilities,
-    ) -> &mut Option<std::sync::Arc<dyn AtomicStore<Self>>> {
-        &mut capabilities.postgres
+    fn of_mut<F: Family>(values: &mut PerDatabase<F>) -> &mut F::Of<Self> {
+        &mut values.postgres
     }
 }

@@ -47,8 +47,6 @@ pub use memory::MemoryStore;
 #[cfg_attr(docsrs, doc(cfg(feature = "object-store")))]
 pub use object::BucketStore;
 #[cfg(feature = "postgres")]
-pub(crate) use postgres::{ClaimedTx, TxClaim};
-#[cfg(feature = "postgres")]
 #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
 pub use postgres::{PostgresStore, PostgresStoreBuilder};
 #[cfg(feature = "redis")]

@@ -1,5 +1,5 @@
-//! Rules about time and concurrency: in-flight duplicates, waiting, panics, cancellation,
-//! leases, expiry, limits and store failure.
+//! Rules about time and concurrency: in-flight duplicates, waiting, panics, clients that hang
+//! up, leases, expiry, limits and store failure.
 
 use std::time::Duration;
 
@@ -109,7 +109,10 @@ pub(crate) async fn panics_release_the_key(setup: Setup) {
     assert_eq!(h.calls(), 2);
 }
 
-pub(crate) async fn dropped_requests_release_the_key(setup: Setup) {
+/// A client that hangs up (the request future dropped, as hyper drops it) does not stop a
+/// handler that may already have acted: it runs to its end, its response is stored, and the
+/// retry waits for it (409 meanwhile) and then replays it. The handler runs once.
+pub(crate) async fn a_dropped_request_runs_to_its_end_and_its_retry_replays(setup: Setup) {
     let h = harness(setup).await;
     let router = h.router.clone();
     let first =
@@ -117,7 +120,12 @@ pub(crate) async fn dropped_requests_release_the_key(setup: Setup) {
     h.app.gate.entered().await;
     first.abort();
     assert!(first.await.unwrap_err().is_cancelled());
-    // The release runs on a spawned task; poll (bounded) until the key is free again.
+
+    // The handler still holds the record: the retry is told to wait, not run again.
+    let during = h.send(post_json("/gated", Some("k"), "{}")).await;
+    assert_eq!(during.status, StatusCode::CONFLICT, "{during:?}");
+    assert_eq!(during.code(), "idempotency_key_in_progress");
+
     h.app.gate.open();
     let retry = tokio::time::timeout(Duration::from_secs(10), async {
         loop {
@@ -125,15 +133,18 @@ pub(crate) async fn dropped_requests_release_the_key(setup: Setup) {
             if reply.status != StatusCode::CONFLICT {
                 break reply;
             }
-            h.app.gate.open();
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
     })
     .await
-    .expect("the dropped request's record should be released");
-    assert_eq!(retry.status, StatusCode::CREATED);
-    assert!(!retry.replayed());
-    assert_eq!(h.calls(), 2);
+    .expect("the dropped request's handler finishes and stores its response");
+    assert_eq!(retry.status, StatusCode::CREATED, "{retry:?}");
+    assert!(
+        retry.replayed(),
+        "the stored response of the run the client left"
+    );
+    assert_eq!(retry.json()["call"], 1);
+    assert_eq!(h.calls(), 1, "the handler ran once");
 }
 
 pub(crate) async fn lapsed_lease_is_taken_over_and_the_old_owner_is_fenced(setup: Setup) {

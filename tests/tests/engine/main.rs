@@ -67,7 +67,7 @@ cases!(
     wait_mode_replays_the_first_response,
     wait_mode_gives_up_with_409,
     panics_release_the_key,
-    dropped_requests_release_the_key,
+    a_dropped_request_runs_to_its_end_and_its_retry_replays,
     lapsed_lease_is_taken_over_and_the_old_owner_is_fenced,
     completed_records_expire_after_their_ttl,
     oversized_responses_are_sent_but_never_rerun,

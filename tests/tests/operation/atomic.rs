@@ -31,7 +31,7 @@ macro_rules! atomic_suite {
                 let insert = format!("INSERT INTO {table} (order_id) VALUES ($1)");
                 idempotency
                     .operation("shipping::ship")
-                    .run_atomic(key, order, |mut tx: Tx<$db>, order| async move {
+                    .run_atomic(key, order, move |mut tx: Tx<$db>, order| async move {
                         let conn = tx.conn().await.expect("begin");
                         sqlx::query(sqlx::AssertSqlSafe(insert))
                             .bind(order)
@@ -114,11 +114,12 @@ macro_rules! atomic_suite {
             async fn a_closed_store_fails_closed() {
                 let (store, idem, table) = harness().await;
                 store.pool().close().await;
-                let jobs_ran = std::sync::atomic::AtomicBool::new(false);
+                let jobs_ran = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+                let ran = jobs_ran.clone();
                 let refused = idem
                     .operation("jobs::submit")
-                    .run("k", &TRANSCODE, |_| async {
-                        jobs_ran.store(true, std::sync::atomic::Ordering::SeqCst);
+                    .run("k", &TRANSCODE, |_| async move {
+                        ran.store(true, std::sync::atomic::Ordering::SeqCst);
                         Ok::<_, Refused>(JobId(1))
                     })
                     .await;
@@ -126,7 +127,10 @@ macro_rules! atomic_suite {
                     matches!(refused, Err(OperationError::Unavailable(_))),
                     "{refused:?}"
                 );
-                assert!(!jobs_ran.into_inner(), "the closure did not run");
+                assert!(
+                    !jobs_ran.load(std::sync::atomic::Ordering::SeqCst),
+                    "the closure did not run"
+                );
                 let atomic = ship(&idem, &table, "k2", 7, Then::Succeed).await;
                 assert!(
                     matches!(atomic, Err(OperationError::Unavailable(_))),

@@ -75,7 +75,7 @@ impl Jobs {
     }
 
     /// Submits `job` under `key` in `scope`: a new job id per run of the closure.
-    pub(crate) async fn submit<I: Serialize>(
+    pub(crate) async fn submit<I: Serialize + Send + 'static>(
         &self,
         scope: &str,
         key: &str,
@@ -138,7 +138,7 @@ pub(crate) async fn a_different_input_is_a_conflict<S: TestStore>(store: S) {
         kind: "transcode",
         video: 8,
     };
-    let conflict = jobs.submit("", "k", &other).await;
+    let conflict = jobs.submit("", "k", other).await;
     assert!(
         matches!(conflict, Err(OperationError::Conflict)),
         "{conflict:?}"
@@ -160,7 +160,7 @@ pub(crate) async fn input_field_order_does_not_matter<S: TestStore>(store: S) {
         serde_json::to_string(&TRANSCODE).unwrap(),
         "the two serialise differently"
     );
-    assert_eq!(replayed(jobs.submit("", "k", &reordered).await), first);
+    assert_eq!(replayed(jobs.submit("", "k", reordered).await), first);
     assert_eq!(jobs.runs(), 1);
 }
 

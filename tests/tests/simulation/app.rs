@@ -7,8 +7,8 @@
 //! and, as the real atomic face does, the request answers with the handler's response only once
 //! that completion landed (409 when it was fenced out, 503 when its fate is unknown).
 
-use std::cell::Cell;
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::extract::{FromRef, Request, State};
@@ -148,51 +148,69 @@ async fn execute(node: &Node, atomic: bool, headers: &HeaderMap, charge: Charge)
         "amount": charge.amount,
         "exec": exec,
     });
-    (StatusCode::CREATED, Json(body)).into_response()
+    let mut response = (StatusCode::CREATED, Json(body)).into_response();
+    let exec = exec.parse().expect("an execution id is a header value");
+    response.headers_mut().insert(EXEC_HEADER, exec);
+    response
 }
 
-/// How the completion made inside a request went, as far as that request knows.
+/// Names the execution a response comes from, for the atomic model's answer rule.
+const EXEC_HEADER: &str = "x-exec";
+
+/// How the completion of an execution's response went, as far as its request knows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Noted {
-    NotAttempted,
     Unknown,
     Held,
     Lost,
 }
 
-tokio::task_local! {
-    static COMPLETION: Cell<Noted>;
+/// The completions noted so far, by execution id (unique across hosts: `app1#2`). The engine
+/// completes a record on a task of its own, so the note cannot ride in the request's task.
+static COMPLETIONS: Mutex<Option<HashMap<String, Noted>>> = Mutex::new(None);
+
+fn note(exec: &str, noted: Noted) {
+    let mut notes = COMPLETIONS.lock().unwrap_or_else(|e| e.into_inner());
+    notes.get_or_insert_default().insert(exec.to_owned(), noted);
 }
 
-/// Called by `SimStore::complete` before (`None`) and after (`Some`) its call.
-pub(crate) fn note_completion(result: &Result<Fence, StoreError>) {
+/// Called by `SimStore::complete` after its call, with the execution the payload carries.
+pub(crate) fn note_completion(exec: &str, result: &Result<Fence, StoreError>) {
     let noted = match result {
         Ok(Fence::Held) => Noted::Held,
         Ok(Fence::Lost) => Noted::Lost,
         Err(_) => Noted::Unknown,
     };
-    let _ = COMPLETION.try_with(|c| c.set(noted));
+    note(exec, noted);
 }
 
 /// Marks a completion as begun, so one cut short by the store timeout counts as unknown.
-pub(crate) fn note_completion_started() {
-    let _ = COMPLETION.try_with(|c| c.set(Noted::Unknown));
+pub(crate) fn note_completion_started(exec: &str) {
+    note(exec, Noted::Unknown);
 }
 
-/// The atomic model's answer rule, outside the idempotent handler.
+/// The atomic model's answer rule, outside the idempotent handler: a response this request's
+/// execution produced is sent only once its completion landed.
 async fn atomic_answer(request: Request, next: Next) -> Response {
-    COMPLETION
-        .scope(Cell::new(Noted::NotAttempted), async move {
-            let response = next.run(request).await;
-            match COMPLETION.with(Cell::get) {
-                Noted::NotAttempted | Noted::Held => response,
-                Noted::Lost => (StatusCode::CONFLICT, "fenced out: rolled back").into_response(),
-                Noted::Unknown => {
-                    (StatusCode::SERVICE_UNAVAILABLE, "commit unknown").into_response()
-                }
-            }
-        })
-        .await
+    let response = next.run(request).await;
+    if response.headers().contains_key("idempotent-replayed") {
+        return response;
+    }
+    let Some(exec) = response.headers().get(EXEC_HEADER) else {
+        return response; // no execution (a rejection), or one that failed: nothing committed
+    };
+    let exec = exec.to_str().unwrap_or_default();
+    let noted = COMPLETIONS
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .get_or_insert_default()
+        .get(exec)
+        .copied();
+    match noted {
+        None | Some(Noted::Held) => response,
+        Some(Noted::Lost) => (StatusCode::CONFLICT, "fenced out: rolled back").into_response(),
+        Some(Noted::Unknown) => (StatusCode::SERVICE_UNAVAILABLE, "commit unknown").into_response(),
+    }
 }
 
 /// The app host's software; `bounce` runs it again from scratch.

@@ -5,8 +5,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use idem_runtime::store::MemoryStore;
-use idem_runtime::{Idempotency, IdempotencyKey, RecordKey};
+use idem_runtime::{IdempotencyKey, RecordKey};
 
 use super::app;
 use super::client::{self, Job};
@@ -318,27 +317,16 @@ fn inject(sim: &mut turmoil::Sim<'_>, trace: &Trace, fault: &Fault, start: bool)
     }
 }
 
-/// Every record key a run can touch, named by its operation.
+/// Every record key a run can touch, named by its operation: each endpoint's identity is its
+/// route as routed.
 pub(crate) fn labels() -> BTreeMap<RecordKey, Op> {
-    let engine = Idempotency::builder()
-        .store(MemoryStore::new())
-        .scope("org", |_| None)
-        .build()
-        .expect("an engine to list the endpoints");
-    let endpoint = |suffix: &str| {
-        engine
-            .endpoints()
-            .find(|e| e.name().ends_with(suffix))
-            .map(|e| e.name())
-            .expect("the simulation's endpoints are registered")
-    };
     let mut labels = BTreeMap::new();
     for atomic in [false, true] {
-        let name = endpoint(if atomic {
-            "::atomic_charge"
+        let name = if atomic {
+            "POST /atomic"
         } else {
-            "::plain_charge"
-        });
+            "POST /plain"
+        };
         for org in ORGS {
             for key in KEYS {
                 let client_key = IdempotencyKey::parse(key.as_bytes()).expect("valid key");

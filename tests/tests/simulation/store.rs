@@ -399,7 +399,8 @@ impl Store for SimStore {
         token: LeaseToken,
         completion: Completion<'_>,
     ) -> Result<Fence, StoreError> {
-        super::app::note_completion_started();
+        let exec = exec_of(completion.payload).unwrap_or_default();
+        super::app::note_completion_started(&exec);
         let fence = self
             .fenced(Request::Complete {
                 key: *key.as_bytes(),
@@ -410,9 +411,9 @@ impl Store for SimStore {
                 expires_at: completion.expires_at.as_millis(),
             })
             .await;
-        // Tell the request that is completing (if this call runs inside one) how it went: the
-        // atomic model answers only once its completion, which carries the effect, has landed.
-        super::app::note_completion(&fence);
+        // Tell the request whose execution this is how it went: the atomic model answers only
+        // once its completion, which carries the effect, has landed.
+        super::app::note_completion(&exec, &fence);
         fence
     }
 

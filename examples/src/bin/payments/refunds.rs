@@ -37,7 +37,7 @@ use crate::processor::Processor;
         (status = 415, description = "`unsupported_media_type`", body = Problem, content_type = PROBLEM),
     ),
 )]
-#[idempotent(scope = "org", in_flight = "wait")]
+#[idempotent(scope = "org", name = "refunds.create", in_flight = "wait")]
 pub(crate) async fn create_refund(
     State(db): State<Db>,
     State(processor): State<Processor>,
@@ -70,7 +70,7 @@ pub(crate) async fn create_refund(
         (status = 415, description = "`unsupported_media_type`", body = Problem, content_type = PROBLEM),
     ),
 )]
-#[idempotent(scope = "org", in_flight = "wait")]
+#[idempotent(scope = "org", name = "charge_refunds.create", in_flight = "wait")]
 pub(crate) async fn create_charge_refund(
     State(db): State<Db>,
     State(processor): State<Processor>,

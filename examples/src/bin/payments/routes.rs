@@ -101,7 +101,7 @@ pub(crate) fn router(state: AppState) -> Router {
             headers(("Retry-After" = u32))),
     ),
 )]
-#[idempotent(scope = "org", ttl = "24h", commits = "two")]
+#[idempotent(scope = "org", name = "charges.create", ttl = "24h", commits = "two")]
 async fn create_charge(
     State(db): State<Db>,
     State(processor): State<Processor>,
@@ -276,7 +276,7 @@ async fn retrieve_charge(
         (status = 415, description = "`unsupported_media_type`", body = Problem, content_type = PROBLEM),
     ),
 )]
-#[idempotent(scope = "org", key = "required")]
+#[idempotent(scope = "org", name = "payouts.create", key = "required")]
 async fn create_payout(
     State(db): State<Db>,
     State(processor): State<Processor>,

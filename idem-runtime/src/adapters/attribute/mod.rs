@@ -7,7 +7,7 @@
 //! - where the handler is written, per argument and without the router state: a body extractor
 //!   before the last argument, and a second transaction ([`Probe`], [`Pair`]);
 //! - where it is routed, once the router state `S` is known: the engine, and each argument's
-//!   extractor ([`EngineState`], [`ExtractParts`], [`StateParts`], [`ExtractLast`],
+//!   extractor ([`IdempotencyState`], [`ExtractParts`], [`StateParts`], [`ExtractLast`],
 //!   [`StateLast`]). These bound only `S`, never an extractor type directly: a bound whose self
 //!   type is still being inferred neither steers inference of `S` nor rejects the impl before `S`
 //!   is known, so a mistake is reported by these traits' messages, with rustc's "required by this
@@ -20,10 +20,9 @@
 
 use std::marker::PhantomData;
 
-pub use crate::face::endpoint::{
-    AtomicNeed, Commits, Endpoint, InFlightMode, KeyMode, Registration,
-};
-pub use crate::face::flow::{Pending, Ready, begin};
+pub use crate::adapters::flow::{Prepared, Started, begin};
+pub use crate::engine::{Commits, InFlightMode};
+pub use crate::http::endpoint::{AtomicNeed, Endpoint, KeyMode, Registration};
 pub use axum::body::Body;
 pub use axum::extract::{FromRef, FromRequest, FromRequestParts, Request};
 pub use axum::handler::Handler;
@@ -32,13 +31,14 @@ pub use idem_macros::__idempotent_items as items;
 pub use inventory;
 
 use crate::http::rejection::Rejection;
+use crate::idempotency::Idempotency;
 
 mod state;
 
 pub use state::{
     Declared, DeclaredLast, DeclaredParts, DeclaredState, DeclaredStateLast, DeclaredStateParts,
-    Inferred, InferredChecks, InferredLast, InferredParts, InferredSkip, Known, KnownEngine,
-    KnownFallback, KnownHead, KnownLastParts, KnownLastRequest,
+    Inferred, InferredChecks, InferredLast, InferredParts, InferredSkip, Known, KnownFallback,
+    KnownHead, KnownIdempotency, KnownLastParts, KnownLastRequest,
 };
 
 /// The future type of every generated handler.
@@ -103,7 +103,7 @@ pub trait ProbeAtomic {
 }
 
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
-impl<T: crate::face::tx::AtomicParam> ProbeAtomic for &Probe<T> {
+impl<T: crate::adapters::tx::AtomicParam> ProbeAtomic for &Probe<T> {
     fn atomic_need(&self) -> Option<AtomicNeed> {
         Some(T::need())
     }
@@ -175,8 +175,8 @@ pub trait ProbeTwoTransactions<A: ?Sized, B: ?Sized> {
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 impl<A, B> ProbeTwoTransactions<A, B> for &Pair<A, B>
 where
-    A: crate::face::tx::AtomicParam,
-    B: crate::face::tx::AtomicParam,
+    A: crate::adapters::tx::AtomicParam,
+    B: crate::adapters::tx::AtomicParam,
 {
     fn at_most_one_transaction(&self)
     where
@@ -206,24 +206,24 @@ pub trait SecondTransaction<A: ?Sized> {}
 // ---------------------------------------------------------------------------------------------
 // Checks where the handler is routed, on the router state `S`.
 
-/// `S: EngineState`: the router state provides the engine.
+/// `S: IdempotencyState`: the router state provides the `Idempotency` handle.
 #[diagnostic::on_unimplemented(
     message = "the router state `{Self}` does not provide the `Idempotency` engine that `#[idempotent]` handlers need",
     label = "this `#[idempotent]` handler needs `Idempotency: FromRef<{Self}>`",
     note = "pass the engine as the state with `.with_state(idempotency)`, or add an `Idempotency` field to your state struct and `#[derive(FromRef)]` on it"
 )]
-pub trait EngineState {
-    /// The engine.
-    fn engine(&self) -> crate::Idempotency;
+pub trait IdempotencyState {
+    /// The handle.
+    fn idempotency(&self) -> Idempotency;
 }
 
 #[diagnostic::do_not_recommend]
-impl<S> EngineState for S
+impl<S> IdempotencyState for S
 where
-    crate::Idempotency: FromRef<S>,
+    Idempotency: FromRef<S>,
 {
-    fn engine(&self) -> crate::Idempotency {
-        crate::Idempotency::from_ref(self)
+    fn idempotency(&self) -> Idempotency {
+        Idempotency::from_ref(self)
     }
 }
 

@@ -14,9 +14,9 @@ use std::marker::PhantomData;
 use axum::extract::{FromRef, FromRequest, FromRequestParts, Request};
 use axum::response::{IntoResponse, Response};
 
-use super::{EngineState, ExtractLast, ExtractParts};
-use crate::Idempotency;
+use super::{ExtractLast, ExtractParts, IdempotencyState};
 use crate::http::rejection::Rejection;
+use crate::idempotency::Idempotency;
 
 /// The checks of argument `T` (written `State<X>`, or `X` is `()`) for the router state `S`
 /// given with `state = S`.
@@ -31,10 +31,11 @@ impl<S, T: ?Sized, X: ?Sized> Declared<S, T, X> {
 }
 
 impl<S, T, X: ?Sized> Declared<S, T, X> {
-    /// Fails to compile unless `S` provides the engine: the check of `state = S` itself.
-    pub fn engine(&self)
+    /// Fails to compile unless `S` provides the `Idempotency` handle: the check of
+    /// `state = S` itself.
+    pub fn idempotency(&self)
     where
-        S: EngineState,
+        S: IdempotencyState,
     {
     }
 
@@ -223,17 +224,17 @@ impl<T, S> Known<T, S> {
     pub const NEW: Self = Self(PhantomData, PhantomData);
 }
 
-/// The engine of state `S`: `(&&Known::<Idempotency, S>::NEW).engine(&state)`.
-pub trait KnownEngine<S> {
-    /// The engine.
-    fn engine(&self, state: &S) -> Result<Idempotency, Box<Response>>;
+/// The handle of state `S`: `(&&Known::<Idempotency, S>::NEW).idempotency(&state)`.
+pub trait KnownIdempotency<S> {
+    /// The handle.
+    fn idempotency(&self, state: &S) -> Result<Idempotency, Box<Response>>;
 }
 
-impl<S> KnownEngine<S> for &Known<Idempotency, S>
+impl<S> KnownIdempotency<S> for &Known<Idempotency, S>
 where
     Idempotency: FromRef<S>,
 {
-    fn engine(&self, state: &S) -> Result<Idempotency, Box<Response>> {
+    fn idempotency(&self, state: &S) -> Result<Idempotency, Box<Response>> {
         Ok(Idempotency::from_ref(state))
     }
 }
@@ -312,7 +313,7 @@ where
 /// What a build that [`Declared`]'s checks failed would run: a misconfiguration answer.
 pub trait KnownFallback<T, S> {
     /// Never an engine.
-    fn engine(&self, _: &S) -> Result<Idempotency, Box<Response>> {
+    fn idempotency(&self, _: &S) -> Result<Idempotency, Box<Response>> {
         Err(Box::new(misconfigured()))
     }
 

@@ -1,30 +1,25 @@
 //! The tower layer: every mutating route of a router made idempotent at once, via the HTTP flow.
 
-use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
-use std::convert::Infallible;
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 use std::time::Duration;
 
-use axum::body::Body;
-use axum::extract::{MatchedPath, Request};
-use axum::response::{IntoResponse, Response};
-use http::{HeaderMap, Method, StatusCode, header};
-use http_body_util::Limited;
-use tower::{Layer, Service};
+use http::{Method, StatusCode};
+use tower::Layer;
 
-use crate::engine::{Outcome, record};
-use crate::face::endpoint::{ClientErrors, GLOBAL_SCOPE, InFlightMode, KeyMode, Spec};
-use crate::face::flow::{self, Covered};
-use crate::http::rejection::Rejection;
+use crate::core::rules::checked_ttl;
+use crate::engine::InFlightMode;
+use crate::http::endpoint::KeyMode;
+use crate::http::release::ClientErrors;
+use crate::http::settings::GLOBAL_SCOPE;
 use crate::idempotency::Idempotency;
 
-/// The shortest and longest TTL, as for the attribute.
-const MIN_TTL: Duration = Duration::from_secs(1);
-const MAX_TTL: Duration = Duration::from_secs(30 * 24 * 60 * 60);
+mod route;
+mod service;
+
+pub use route::RouteSettings;
+use route::{Config, Settings, check_path, client_errors};
+pub use service::IdempotencyService;
 
 /// Makes every `POST`, `PUT` and `PATCH` route of an axum router idempotent, with one scope and
 /// TTL for all of them and overrides per route: the same flow, answers, metrics and atomic mode
@@ -117,27 +112,8 @@ const MAX_TTL: Duration = Duration::from_secs(30 * 24 * 60 * 60);
 #[derive(Debug, Clone)]
 #[must_use]
 pub struct IdempotencyLayer {
-    engine: Idempotency,
+    idempotency: Idempotency,
     config: Arc<Config>,
-}
-
-#[derive(Debug, Clone)]
-struct Config {
-    defaults: Settings,
-    methods: Vec<Method>,
-    routes: HashMap<String, RouteSettings>,
-    skipped: HashSet<String>,
-    max_request_bytes: usize,
-}
-
-/// What the flow needs for one route, resolved.
-#[derive(Debug, Clone, Copy)]
-struct Settings {
-    scope: &'static str,
-    ttl: Duration,
-    key: KeyMode,
-    in_flight: InFlightMode,
-    rejections: ClientErrors,
 }
 
 impl Idempotency {
@@ -149,10 +125,11 @@ impl Idempotency {
 }
 
 impl IdempotencyLayer {
-    /// A layer on `engine` with the defaults: methods `POST`, `PUT` and `PATCH`, scope
+    /// A layer on `idempotency` with the defaults: methods `POST`, `PUT` and `PATCH`, scope
     /// `"global"`, TTL 24 h, key optional, in-flight duplicates rejected with 409, bodies up to
-    /// 2 MiB, rejections 400, 401, 403, 405, 413, 415 and 422.
-    pub fn new(engine: Idempotency) -> Self {
+    /// the engine's [`max_request_bytes`](crate::Builder::max_request_bytes), rejections 400,
+    /// 401, 403, 405, 413, 415 and 422.
+    pub fn new(idempotency: Idempotency) -> Self {
         let mut rejections = ClientErrors::NONE;
         for status in [
             StatusCode::BAD_REQUEST,
@@ -166,11 +143,12 @@ impl IdempotencyLayer {
             rejections.insert(status);
         }
         Self {
-            engine,
+            idempotency,
             config: Arc::new(Config {
                 defaults: Settings {
+                    name: None,
                     scope: GLOBAL_SCOPE,
-                    ttl: Duration::from_secs(24 * 60 * 60),
+                    ttl: idem_rules::ttl::DEFAULT_TTL,
                     key: KeyMode::Optional,
                     in_flight: InFlightMode::Reject,
                     rejections,
@@ -178,7 +156,7 @@ impl IdempotencyLayer {
                 methods: vec![Method::POST, Method::PUT, Method::PATCH],
                 routes: HashMap::new(),
                 skipped: HashSet::new(),
-                max_request_bytes: 2 * 1024 * 1024,
+                max_request_bytes: None,
             }),
         }
     }
@@ -195,7 +173,7 @@ impl IdempotencyLayer {
     /// When the engine has no resolver for `scope`.
     #[track_caller]
     pub fn scope(mut self, scope: &'static str) -> Self {
-        check_scope(&self.engine, scope);
+        self.check_scope("IdempotencyLayer::scope", scope);
         self.config().defaults.scope = scope;
         self
     }
@@ -206,7 +184,7 @@ impl IdempotencyLayer {
     /// When `ttl` is not within 1 s ..= 30 days, the attribute's range.
     #[track_caller]
     pub fn ttl(mut self, ttl: Duration) -> Self {
-        self.config().defaults.ttl = checked_ttl(ttl);
+        self.config().defaults.ttl = checked_ttl("IdempotencyLayer::ttl", ttl);
         self
     }
 
@@ -285,7 +263,7 @@ impl IdempotencyLayer {
         let current = self.config.routes.get(path).cloned().unwrap_or_default();
         let route = configure(current);
         if let Some(scope) = route.scope {
-            check_scope(&self.engine, scope);
+            self.check_scope("IdempotencyLayer::route", scope);
         }
         self.config().routes.insert(path.to_owned(), route);
         self
@@ -304,21 +282,31 @@ impl IdempotencyLayer {
         self
     }
 
-    /// The largest request body the layer reads to fingerprint a request (default 2 MiB);
-    /// a larger one is answered `413 payload_too_large` and runs nothing. A request whose
+    /// The largest request body the layer reads to fingerprint a request (default: the
+    /// engine's [`max_request_bytes`](crate::Builder::max_request_bytes), 2 MiB unless set); a
+    /// larger one is answered `413 payload_too_large` and runs nothing. A request whose
     /// `Content-Length` is larger is refused before any of its body is read.
     pub fn max_request_bytes(mut self, limit: usize) -> Self {
-        self.config().max_request_bytes = limit;
+        self.config().max_request_bytes = Some(limit);
         self
+    }
+
+    /// Panics unless the engine can resolve `scope`, as [`Builder::build`](crate::Builder::build)
+    /// fails for an `#[idempotent]` handler's scope, with the same message.
+    #[track_caller]
+    fn check_scope(&self, setter: &str, scope: &'static str) {
+        if let Err(error) = self.idempotency.http().check_scope(scope) {
+            panic!("{setter}: {error}");
+        }
     }
 }
 
 /// What the OpenAPI document needs to know of a layer (feature `utoipa`).
 #[cfg(feature = "utoipa")]
 impl IdempotencyLayer {
-    /// The engine the layer runs on.
-    pub(crate) fn engine(&self) -> &Idempotency {
-        &self.engine
+    /// The handle the layer runs on.
+    pub(crate) fn idempotency(&self) -> &Idempotency {
+        &self.idempotency
     }
 
     /// The key mode of `method` on the route documented as `template` (OpenAPI's path
@@ -342,258 +330,10 @@ impl<S> Layer<S> for IdempotencyLayer {
     fn layer(&self, inner: S) -> Self::Service {
         IdempotencyService {
             inner,
-            engine: self.engine.clone(),
+            idempotency: self.idempotency.clone(),
             config: self.config.clone(),
         }
     }
-}
-
-/// Overrides for one route under an [`IdempotencyLayer`], built in the closure given to
-/// [`IdempotencyLayer::route`]. Each setting left alone follows the layer's.
-#[derive(Debug, Clone, Default)]
-#[must_use]
-pub struct RouteSettings {
-    scope: Option<&'static str>,
-    ttl: Option<Duration>,
-    key: Option<KeyMode>,
-    in_flight: Option<InFlightMode>,
-    rejections: Option<ClientErrors>,
-}
-
-impl RouteSettings {
-    /// The route's scope, as [`IdempotencyLayer::scope`]; checked when the closure returns.
-    pub fn scope(mut self, scope: &'static str) -> Self {
-        self.scope = Some(scope);
-        self
-    }
-
-    /// The route's TTL, as [`IdempotencyLayer::ttl`].
-    ///
-    /// # Panics
-    /// When `ttl` is not within 1 s ..= 30 days.
-    #[track_caller]
-    pub fn ttl(mut self, ttl: Duration) -> Self {
-        self.ttl = Some(checked_ttl(ttl));
-        self
-    }
-
-    /// The route's key mode, as [`IdempotencyLayer::key`].
-    pub fn key(mut self, key: KeyMode) -> Self {
-        self.key = Some(key);
-        self
-    }
-
-    /// The route's in-flight mode, as [`IdempotencyLayer::in_flight`].
-    pub fn in_flight(mut self, in_flight: InFlightMode) -> Self {
-        self.in_flight = Some(in_flight);
-        self
-    }
-
-    /// The route's rejection statuses, as [`IdempotencyLayer::rejections`].
-    ///
-    /// # Panics
-    /// When a status is not a 4xx.
-    #[track_caller]
-    pub fn rejections(mut self, statuses: impl IntoIterator<Item = StatusCode>) -> Self {
-        self.rejections = Some(client_errors(statuses));
-        self
-    }
-
-    fn over(&self, defaults: Settings) -> Settings {
-        Settings {
-            scope: self.scope.unwrap_or(defaults.scope),
-            ttl: self.ttl.unwrap_or(defaults.ttl),
-            key: self.key.unwrap_or(defaults.key),
-            in_flight: self.in_flight.unwrap_or(defaults.in_flight),
-            rejections: self.rejections.unwrap_or(defaults.rejections),
-        }
-    }
-}
-
-#[track_caller]
-fn check_scope(engine: &Idempotency, scope: &'static str) {
-    assert!(
-        engine.has_scope(scope),
-        "IdempotencyLayer: scope \"{scope}\" has no resolver on the engine: call \
-         `.scope(\"{scope}\", |parts| ..)` on `Idempotency::builder()`, or use \"global\""
-    );
-}
-
-#[track_caller]
-fn checked_ttl(ttl: Duration) -> Duration {
-    assert!(
-        (MIN_TTL..=MAX_TTL).contains(&ttl),
-        "IdempotencyLayer: a ttl of {ttl:?} is out of range: it must be within 1 s ..= 30 days"
-    );
-    ttl
-}
-
-#[track_caller]
-fn client_errors(statuses: impl IntoIterator<Item = StatusCode>) -> ClientErrors {
-    let mut set = ClientErrors::NONE;
-    for status in statuses {
-        assert!(
-            set.insert(status),
-            "IdempotencyLayer: rejection status {status} is not a client error (4xx): 2xx and \
-             3xx are always stored, 5xx always released"
-        );
-    }
-    set
-}
-
-#[track_caller]
-fn check_path(method: &str, path: &str) {
-    assert!(
-        path.starts_with('/'),
-        "IdempotencyLayer::{method}: the path `{path}` must be a route pattern starting with `/`, \
-         such as \"/api/stories\""
-    );
-}
-
-impl Config {
-    /// The settings of requests of `method` on the route whose pattern is `path`, or `None`
-    /// when the layer leaves them alone.
-    fn settings(&self, method: &Method, path: &str) -> Option<Settings> {
-        if !self.methods.contains(method) || self.skipped.contains(path) {
-            return None;
-        }
-        let route = self.routes.get(path);
-        Some(route.map_or(self.defaults, |route| route.over(self.defaults)))
-    }
-
-    /// The operation a request runs as, or `None` when the layer leaves it alone.
-    fn spec(&self, request: &Request) -> Option<Spec> {
-        let method = request.method();
-        if !self.methods.contains(method) || request.extensions().get::<Covered>().is_some() {
-            return None;
-        }
-        let Some(path) = request.extensions().get::<MatchedPath>() else {
-            tracing::debug!(
-                %method,
-                path = request.uri().path(),
-                "no route matched: the idempotency layer leaves the request alone"
-            );
-            return None;
-        };
-        let path = path.as_str();
-        let settings = self.settings(method, path)?;
-        Some(Spec {
-            name: Cow::Owned(format!("{method} {path}")),
-            scope: settings.scope,
-            ttl: settings.ttl,
-            key: settings.key,
-            in_flight: settings.in_flight,
-            released: settings.rejections,
-            // Whether the handler takes a `Tx` is unknown until it runs: always offer one, and
-            // claim before it (two commits).
-            offers_tx: true,
-            one_commit: false,
-        })
-    }
-}
-
-/// The service [`IdempotencyLayer`] wraps around each route.
-#[derive(Debug, Clone)]
-pub struct IdempotencyService<S> {
-    inner: S,
-    engine: Idempotency,
-    config: Arc<Config>,
-}
-
-impl<S> IdempotencyService<S> {
-    /// The wrapped service.
-    pub fn get_ref(&self) -> &S {
-        &self.inner
-    }
-
-    /// The wrapped service, unwrapped.
-    pub fn into_inner(self) -> S {
-        self.inner
-    }
-}
-
-type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
-
-impl<S> Service<Request> for IdempotencyService<S>
-where
-    S: Service<Request, Error = Infallible> + Clone + Send + 'static,
-    S::Response: IntoResponse,
-    S::Future: Send + 'static,
-{
-    type Response = Response;
-    type Error = Infallible;
-    type Future = BoxFuture<Result<Response, Infallible>>;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
-        self.inner.poll_ready(cx)
-    }
-
-    fn call(&mut self, request: Request) -> Self::Future {
-        let Some(spec) = self.config.spec(&request) else {
-            let response = self.inner.call(request);
-            return Box::pin(async move {
-                let Ok(response) = response.await;
-                Ok(response.into_response())
-            });
-        };
-        // The inner service is ready; a clone takes its place for the next call.
-        let clone = self.inner.clone();
-        let inner = std::mem::replace(&mut self.inner, clone);
-        let engine = self.engine.clone();
-        let limit = self.config.max_request_bytes;
-        Box::pin(async move { Ok(run(&engine, &spec, limit, inner, request).await) })
-    }
-}
-
-/// One covered request through the HTTP flow, the inner service as its handler.
-async fn run<S>(
-    engine: &Idempotency,
-    spec: &Spec,
-    limit: usize,
-    mut inner: S,
-    request: Request,
-) -> Response
-where
-    S: Service<Request, Error = Infallible> + Send,
-    S::Response: IntoResponse,
-    S::Future: Send,
-{
-    let (mut parts, body) = request.into_parts();
-    // An `#[idempotent]` handler (or another layer) inside runs as a plain one.
-    parts.extensions.insert(Covered);
-    let pending = match flow::start(engine, spec, &mut parts) {
-        Ok(pending) => pending,
-        Err(response) => return response,
-    };
-    let body = if pending.has_key() {
-        if declared_length(&parts.headers).is_some_and(|len| len > limit as u64) {
-            record(&spec.name, Outcome::Invalid);
-            return Rejection::PayloadTooLarge.into_response();
-        }
-        Body::new(Limited::new(body, limit))
-    } else {
-        body
-    };
-    let (ready, request) = match pending.prepare(engine, spec, parts, body).await {
-        Ok(prepared) => prepared,
-        Err(response) => return response,
-    };
-    let handler = async move {
-        let Ok(response) = inner.call(request).await;
-        response.into_response()
-    };
-    ready.execute(engine, spec, handler).await
-}
-
-/// The body length the client declared, when it declared one that parses.
-fn declared_length(headers: &HeaderMap) -> Option<u64> {
-    headers
-        .get(header::CONTENT_LENGTH)?
-        .to_str()
-        .ok()?
-        .trim()
-        .parse()
-        .ok()
 }
 
 #[cfg(test)]

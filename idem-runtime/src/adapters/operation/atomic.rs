@@ -7,9 +7,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use super::{Operation, OperationError, OperationKey, Outcome};
-use crate::engine::{Outcome as Counted, record};
-use crate::face::offer::TxOffer;
-use crate::face::tx::Tx;
+use crate::adapters::tx::Tx;
 use crate::store::atomic::AtomicDatabase;
 
 impl Operation<'_> {
@@ -60,27 +58,25 @@ impl Operation<'_> {
     where
         DB: AtomicDatabase,
         K: OperationKey,
-        I: Serialize,
-        T: Serialize + DeserializeOwned,
-        F: FnOnce(Tx<DB>, I) -> Fut,
-        Fut: Future<Output = Result<T, E>>,
+        I: Serialize + Send + 'static,
+        T: Serialize + DeserializeOwned + Send + 'static,
+        E: Send + 'static,
+        F: FnOnce(Tx<DB>, I) -> Fut + Send + 'static,
+        Fut: Future<Output = Result<T, E>> + Send,
     {
         let engine = self.idempotency.engine();
-        let offered = TxOffer::new(&engine.capabilities)
-            .and_then(|offer| Tx::<DB>::offered(&offer).map(|tx| (offer, tx)));
-        let Some((offer, tx)) = offered else {
-            record(&self.name, Counted::Invalid);
+        let lent = engine
+            .lending()
+            .and_then(|lending| Tx::<DB>::lent(&lending).ok().map(|tx| (lending, tx)));
+        let Some((lending, tx)) = lent else {
+            engine.count_invalid(&self.name);
             return Err(OperationError::AtomicUnsupported {
-                store: engine.store_name,
+                store: engine.store_name(),
                 database: <DB as AtomicDatabase>::NAME,
             });
         };
-        let prepared = self.prepare(key, &input)?;
-        self.execute(
-            prepared,
-            async move { operation(tx, input).await },
-            Some(offer),
-        )
-        .await
+        let attempt = self.attempt(key, &input, Some(lending))?;
+        self.execute(attempt, async move { operation(tx, input).await })
+            .await
     }
 }

@@ -1,49 +1,34 @@
 //! The programmatic API: run a closure once per (scope, key), for work that is not an HTTP
 //! handler (a job submission, a message consumer, a scheduled task).
 //!
-//! The input is fingerprinted as canonical JSON, the output stored as the record's payload in
-//! this face's own encoding ([`FORMAT_TAG`], a version byte, then JSON) and decoded on replay.
-//! Claims, leases, takeover, fencing and expiry are the engine's, exactly as for the HTTP faces.
+//! The input is fingerprinted as canonical JSON, the output stored as JSON under this adapter's
+//! format tag and decoded on replay. Claims, leases, takeover, fencing, expiry and the closure's
+//! run to its end are the engine's, exactly as for the HTTP adapters.
 
 use std::borrow::Cow;
 use std::future::Future;
 use std::panic::resume_unwind;
 use std::time::Duration;
 
-use bytes::Bytes;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
-use tracing::Instrument;
 
-use crate::core::error::{KeyError, StoreError};
+use crate::core::error::KeyError;
 use crate::core::fingerprint::Fingerprint;
 use crate::core::key::{IdempotencyKey, RecordKey, tenant_of};
-use crate::engine::{self, Attempt, Claimed, OpName, Outcome as Counted, Owner, Settled, record};
+use crate::engine::{
+    Answer, Attempt, Commits, InFlightMode, Kept, Lending, OpName, RolledBack, Verdict,
+};
+use crate::idempotency::Idempotency;
 
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 mod atomic;
+mod error;
+mod payload;
 
-use crate::face::offer::{PendingTx, TxOffer as Offer};
+pub use error::{OperationError, PayloadError};
 
-fn bind(offer: Option<&Offer>, owner: &Owner) {
-    if let Some(offer) = offer {
-        offer.bind(owner.key());
-    }
-}
-
-fn returned(offer: &Offer) -> Option<Box<dyn PendingTx>> {
-    offer.returned()
-}
-
-use crate::idempotency::Idempotency;
-use crate::store::Fence;
-
-/// First byte of every payload this face stores: distinct from the HTTP face's (`0x1d`), so a
-/// record written by one face is never mistaken for the other's.
-pub(crate) const FORMAT_TAG: u8 = 0x1e;
-/// Second byte: the version of the encoding after the tag.
-pub(crate) const FORMAT_VERSION: u8 = 1;
-/// The scope part of every record key of this face: HTTP records use their endpoint's scope.
+/// The scope part of every record key of this adapter: HTTP records use their endpoint's scope.
 const RECORD_SCOPE: &str = "operation";
 
 impl Idempotency {
@@ -65,13 +50,13 @@ impl Idempotency {
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// let idempotency = Idempotency::builder().store(MemoryStore::new()).build()?;
-    /// let next_id = std::sync::atomic::AtomicU64::new(1);
+    /// static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
     /// let submit = |job: &'static NewJob| {
     ///     idempotency
     ///         .operation("jobs::submit")
     ///         .scope("tenant-42")
-    ///         .run("upload-7f3a", job, |job| async {
-    ///             let id = next_id.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    ///         .run("upload-7f3a", job, |job| async move {
+    ///             let id = NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
     ///             println!("queued {} for video {}", job.kind, job.video);
     ///             Ok::<_, std::io::Error>(JobId(id))
     ///         })
@@ -89,14 +74,14 @@ impl Idempotency {
             idempotency: self,
             name: name.into(),
             scope: String::new(),
-            ttl: Operation::DEFAULT_TTL,
+            ttl: idem_rules::ttl::DEFAULT_TTL,
             wait: false,
         }
     }
 }
 
-/// An idempotent operation being set up; [`run`](Operation::run) (or
-/// `run_atomic`) executes it. Made by [`Idempotency::operation`].
+/// An idempotent operation being set up; [`run`](Operation::run) (or `run_atomic`) executes
+/// it. Made by [`Idempotency::operation`].
 ///
 /// Like an `#[idempotent]` handler, an operation run with a key:
 /// - runs the closure when the record is absent or expired, or was abandoned by an owner whose
@@ -108,6 +93,10 @@ impl Idempotency {
 ///   [`wait`](Operation::wait)), and fails closed when the store fails
 ///   ([`OperationError::Unavailable`]: the closure did not run);
 /// - releases the record when the closure returns an error or panics, so a retry runs it again.
+///
+/// Once claimed, the closure runs on a task of its own to its end, and its output is stored,
+/// even if the caller stops waiting (drops the future, times out): a retry then gets the stored
+/// output, or waits for it, and never runs the closure a second time.
 #[derive(Debug)]
 #[must_use = "an operation does nothing until `run` is awaited"]
 pub struct Operation<'a> {
@@ -118,9 +107,9 @@ pub struct Operation<'a> {
     wait: bool,
 }
 
-impl<'a> Operation<'a> {
+impl Operation<'_> {
     /// How long a completed output is replayed unless [`ttl`](Operation::ttl) says otherwise.
-    pub const DEFAULT_TTL: Duration = Duration::from_secs(24 * 3600);
+    pub const DEFAULT_TTL: Duration = idem_rules::ttl::DEFAULT_TTL;
 
     /// Whose keys these are (a tenant, a user, a queue): records of different scope values never
     /// meet. Default: one global scope.
@@ -129,9 +118,13 @@ impl<'a> Operation<'a> {
         self
     }
 
-    /// How long a completed output is replayed (default 24 hours, at least one second).
+    /// How long a completed output is replayed (default 24 hours).
+    ///
+    /// # Panics
+    /// When `ttl` is not within 1 s ..= 30 days, the range of the attribute and the layer.
+    #[track_caller]
     pub fn ttl(mut self, ttl: Duration) -> Self {
-        self.ttl = ttl.max(Duration::from_secs(1));
+        self.ttl = crate::core::rules::checked_ttl("Operation::ttl", ttl);
         self
     }
 
@@ -150,6 +143,9 @@ impl<'a> Operation<'a> {
     /// canonicalised (key order and whitespace do not matter), then handed to `operation`. The
     /// output is stored as JSON and deserialised on replay, so `T` must read back what it wrote.
     /// The key is an [`IdempotencyKey`] or a string (1..=255 visible ASCII characters).
+    ///
+    /// The closure runs on a task of its own, so it and what it returns are `Send` and
+    /// `'static`, as with `tokio::spawn`.
     pub async fn run<K, I, T, E, F, Fut>(
         self,
         key: K,
@@ -158,221 +154,102 @@ impl<'a> Operation<'a> {
     ) -> Result<Outcome<T>, OperationError<E>>
     where
         K: OperationKey,
-        I: Serialize,
-        T: Serialize + DeserializeOwned,
-        F: FnOnce(I) -> Fut,
-        Fut: Future<Output = Result<T, E>>,
+        I: Serialize + Send + 'static,
+        T: Serialize + DeserializeOwned + Send + 'static,
+        E: Send + 'static,
+        F: FnOnce(I) -> Fut + Send + 'static,
+        Fut: Future<Output = Result<T, E>> + Send,
     {
-        let prepared = self.prepare(key, &input)?;
-        self.execute(prepared, async move { operation(input).await }, None)
+        let attempt = self.attempt(key, &input, None)?;
+        self.execute(attempt, async move { operation(input).await })
             .await
     }
 
-    /// Claims the record, then runs `operation` (lazy: it does nothing until polled) and stores
-    /// its output, in the transaction handed back through `offer` when there is one.
-    pub(super) async fn execute<T, E, Fut>(
-        &self,
-        prepared: Prepared,
-        operation: Fut,
-        offer: Option<Offer>,
-    ) -> Result<Outcome<T>, OperationError<E>>
-    where
-        T: Serialize + DeserializeOwned,
-        Fut: Future<Output = Result<T, E>>,
-    {
-        let span = engine::span(&self.name, &prepared.key);
-        async {
-            let engine = self.idempotency.engine();
-            let attempt = Attempt {
-                key: prepared.key,
-                fingerprint: prepared.fingerprint,
-                operation: &self.name,
-                tenant: tenant_of(RECORD_SCOPE, &self.scope),
-                ttl: self.ttl,
-                wait: self.wait,
-            };
-            let owner = match engine.claim(&attempt).await {
-                Claimed::Owner(owner) => owner,
-                other => return self.settle(other),
-            };
-            bind(offer.as_ref(), &owner);
-            let outcome = owner.run(operation).await;
-            // A transaction the operation began is back in the offer once its `Tx` was dropped;
-            // dropping it rolls it back.
-            let pending = offer.as_ref().and_then(returned);
-            let output = match outcome {
-                Ok(Ok(output)) => output,
-                Ok(Err(error)) => {
-                    drop(pending);
-                    self.release(owner).await;
-                    return Err(OperationError::Failed(error));
-                }
-                Err(panic) => {
-                    drop(pending);
-                    self.release(owner).await;
-                    resume_unwind(panic)
-                }
-            };
-            let payload = match encode(&output) {
-                Ok(payload) => payload,
-                Err(error) => {
-                    drop(pending);
-                    self.release(owner).await;
-                    return Err(OperationError::Output(error));
-                }
-            };
-            if let Some(pending) = pending {
-                return self
-                    .commit(owner, pending, &payload)
-                    .await
-                    .map(|()| Outcome::Fresh(output));
-            }
-            match owner.complete(payload, None, self.ttl).await {
-                Settled::Done(Fence::Held) => {
-                    record(&self.name, Counted::Executed);
-                    Ok(Outcome::Fresh(output))
-                }
-                Settled::Done(Fence::Lost) => Err(self.lease_lost()),
-                Settled::Deferred(error) => {
-                    // The operation ran: its output is the caller's. The completion keeps
-                    // being retried in the background, holding the lease, so no retry runs it
-                    // again meanwhile.
-                    record(&self.name, Counted::Executed);
-                    tracing::warn!(
-                        error = &error as &dyn std::error::Error,
-                        "could not store the output yet: retrying in the background"
-                    );
-                    Ok(Outcome::Fresh(output))
-                }
-            }
-        }
-        .instrument(span)
-        .await
-    }
-
-    /// Validates the key and fingerprints the input: nothing is claimed yet.
-    pub(super) fn prepare<K: OperationKey, I: Serialize, E>(
+    /// The attempt for `key` and `input`: the key validated and the input fingerprinted, nothing
+    /// claimed yet.
+    fn attempt<K: OperationKey, I: Serialize, E>(
         &self,
         key: K,
         input: &I,
-    ) -> Result<Prepared, OperationError<E>> {
+        lending: Option<Lending>,
+    ) -> Result<Attempt, OperationError<E>> {
+        let engine = self.idempotency.engine();
         let key = key.to_key().map_err(|error| {
-            record(&self.name, Counted::Invalid);
+            engine.count_invalid(&self.name);
             OperationError::InvalidKey(error)
         })?;
         let json = serde_json::to_vec(input).map_err(|error| {
-            record(&self.name, Counted::Invalid);
+            engine.count_invalid(&self.name);
             OperationError::Input(error)
         })?;
-        Ok(Prepared {
+        Ok(Attempt {
             key: RecordKey::derive(RECORD_SCOPE, &self.scope, &self.name, &key),
             fingerprint: Fingerprint::of_json(&json),
+            operation: self.name.clone(),
+            tenant: tenant_of(RECORD_SCOPE, &self.scope),
+            ttl: self.ttl,
+            in_flight: if self.wait {
+                InFlightMode::Wait
+            } else {
+                InFlightMode::Reject
+            },
+            lending,
+            // The claim commits on its own first: the closure may never begin its transaction.
+            commits: Commits::Two,
         })
     }
 
-    /// Every claim that does not make the caller the owner.
-    fn settle<T: DeserializeOwned, E>(
+    /// The engine runs `operation` once for the attempt's record, or answers for the run that
+    /// did.
+    async fn execute<T, E, Fut>(
         &self,
-        claimed: Claimed,
-    ) -> Result<Outcome<T>, OperationError<E>> {
-        match claimed {
-            Claimed::Owner(_) => unreachable!("the owner runs the operation"),
-            Claimed::Replay(payload) => match decode(&payload) {
-                Ok(output) => {
-                    record(&self.name, Counted::Replayed);
-                    Ok(Outcome::Replayed(output))
-                }
-                Err(error) => {
-                    record(&self.name, Counted::StoreError);
-                    tracing::error!(
-                        error = &error as &dyn std::error::Error,
-                        "stored output could not be decoded"
-                    );
-                    Err(OperationError::Corrupt(error))
-                }
-            },
-            Claimed::Reused => Err(OperationError::Conflict),
-            Claimed::InFlight => Err(OperationError::InFlight {
-                retry_after: self.idempotency.engine().policy.retry_after,
-            }),
-            Claimed::Unavailable { error, .. } => Err(OperationError::Unavailable(error)),
-        }
-    }
-
-    /// Releases the record so a retry runs the operation again.
-    pub(super) async fn release(&self, owner: Owner) {
-        match owner.release().await {
-            Settled::Done(_) => record(&self.name, Counted::Released),
-            Settled::Deferred(error) => {
-                record(&self.name, Counted::ReleaseFailed);
-                tracing::warn!(
-                    error = &error as &dyn std::error::Error,
-                    "could not release the record yet: retrying in the background"
-                );
+        attempt: Attempt,
+        operation: Fut,
+    ) -> Result<Outcome<T>, OperationError<E>>
+    where
+        T: Serialize + DeserializeOwned + Send + 'static,
+        E: Send + 'static,
+        Fut: Future<Output = Result<T, E>> + Send + 'static,
+    {
+        let work = async move {
+            match operation.await {
+                Ok(output) => match payload::encode(&output) {
+                    Ok(payload) => Verdict::Keep {
+                        payload,
+                        status: None,
+                        reply: Ok(output),
+                    },
+                    Err(error) => Verdict::Release(Err(OperationError::Output(error))),
+                },
+                Err(error) => Verdict::Release(Err(OperationError::Failed(error))),
             }
-        }
-    }
-
-    /// Completes the record inside the operation's transaction and commits both.
-    pub(super) async fn commit<E>(
-        &self,
-        owner: Owner,
-        pending: Box<dyn PendingTx>,
-        payload: &[u8],
-    ) -> Result<(), OperationError<E>> {
-        let (completed_at, expires_at) = owner.completion_times(self.ttl);
-        let completion = crate::store::Completion {
-            payload,
-            status: None,
-            completed_at,
-            expires_at,
         };
-        let (key, token) = (*owner.key(), owner.token());
-        match pending.complete_and_commit(&key, token, completion).await {
-            Ok(Fence::Held) => {
-                owner.disarm();
-                record(&self.name, Counted::Executed);
-                Ok(())
+        let answer = self
+            .idempotency
+            .engine()
+            .run(attempt, work, payload::decode::<T>)
+            .await;
+        match answer {
+            Answer::Ran(Ok(output), Kept::LeaseLost) => {
+                drop(output);
+                Err(OperationError::LeaseLost)
             }
-            Ok(Fence::Lost) => {
-                // Another run took the record over: our writes were rolled back.
-                owner.disarm();
-                Err(self.lease_lost())
-            }
-            Err(error) => {
-                // Nothing of the attempt committed: free the key so a retry runs it.
-                self.release(owner).await;
-                Err(self.not_stored(error))
-            }
+            Answer::Ran(Ok(output), _) => Ok(Outcome::Fresh(output)),
+            Answer::Ran(Err(error), _) => Err(error),
+            Answer::RolledBack(RolledBack::LeaseLost) => Err(OperationError::LeaseLost),
+            Answer::RolledBack(RolledBack::Failed(error)) => Err(OperationError::NotStored(error)),
+            Answer::Panicked(panic) => resume_unwind(panic),
+            Answer::Replay(output) => Ok(Outcome::Replayed(output)),
+            Answer::Corrupt(error) => Err(OperationError::Corrupt(error)),
+            Answer::Reused => Err(OperationError::Conflict),
+            Answer::InFlight { retry_after } => Err(OperationError::InFlight { retry_after }),
+            Answer::Unavailable { error, .. } => Err(OperationError::Unavailable(error)),
         }
     }
-
-    pub(super) fn lease_lost<E>(&self) -> OperationError<E> {
-        record(&self.name, Counted::Executed);
-        tracing::warn!(
-            "lease lost while the operation ran: another run took over; this output was not stored"
-        );
-        OperationError::LeaseLost
-    }
-
-    pub(super) fn not_stored<E>(&self, error: StoreError) -> OperationError<E> {
-        record(&self.name, Counted::StoreError);
-        tracing::error!(
-            error = &error as &dyn std::error::Error,
-            "could not store the output; the record frees when its lease lapses"
-        );
-        OperationError::NotStored(error)
-    }
-}
-
-/// A key and fingerprint, before the claim.
-pub(super) struct Prepared {
-    key: RecordKey,
-    fingerprint: Fingerprint,
 }
 
 /// What an operation's key can be given as: an [`IdempotencyKey`], or a string validated with
-/// [`IdempotencyKey::parse`] (a bad one is [`OperationError::InvalidKey`]).
+/// [`IdempotencyKey::new`] (a bad one is [`OperationError::InvalidKey`]).
 pub trait OperationKey {
     /// The validated key.
     fn to_key(&self) -> Result<Cow<'_, IdempotencyKey>, KeyError>;
@@ -386,7 +263,7 @@ impl OperationKey for IdempotencyKey {
 
 impl OperationKey for str {
     fn to_key(&self) -> Result<Cow<'_, IdempotencyKey>, KeyError> {
-        IdempotencyKey::parse(self.as_bytes()).map(Cow::Owned)
+        IdempotencyKey::new(self).map(Cow::Owned)
     }
 }
 
@@ -430,130 +307,5 @@ impl<T> Outcome<T> {
     /// Whether the output was replayed (the closure did not run in this call).
     pub fn is_replayed(&self) -> bool {
         matches!(self, Self::Replayed(_))
-    }
-}
-
-/// Why an idempotent operation did not produce an output.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum OperationError<E> {
-    /// The key is not 1..=255 visible ASCII characters. Nothing was claimed.
-    #[error("invalid idempotency key: {0}")]
-    InvalidKey(#[source] KeyError),
-    /// The input could not be serialised to JSON. Nothing was claimed.
-    #[error("the operation's input could not be serialised")]
-    Input(#[source] serde_json::Error),
-    /// The key was used with a different input: the closure did not run.
-    #[error("the idempotency key was used with a different input")]
-    Conflict,
-    /// A run with this key is in progress (and, in wait mode, did not finish in time).
-    #[error("an operation with this idempotency key is in progress; retry after {retry_after:?}")]
-    InFlight {
-        /// How long to wait before retrying (the engine's
-        /// [`retry_after`](crate::Builder::retry_after)).
-        retry_after: Duration,
-    },
-    /// The store failed before the operation could be claimed: the closure did not run (fail
-    /// closed). Retry later with the same key.
-    #[error("idempotency store unavailable; the operation did not run")]
-    Unavailable(#[source] StoreError),
-    /// The closure returned an error. The record was released, so a retry with the same key runs
-    /// the operation again (in atomic mode its writes were rolled back).
-    #[error("the operation failed")]
-    Failed(#[source] E),
-    /// The closure's output could not be serialised; the record was released.
-    #[error("the operation's output could not be serialised")]
-    Output(#[source] serde_json::Error),
-    /// The stored output does not decode as the output type (written by another version of the
-    /// program, or not by this face): nothing ran, and the record is left as it is.
-    #[error("the stored output could not be decoded")]
-    Corrupt(#[source] PayloadError),
-    /// The closure ran but its lease was taken over by another run (it outlived its lease
-    /// without renewing it) before its output was stored: this output was not stored. In atomic
-    /// mode its writes were rolled back; otherwise its effects happened, and the other run
-    /// repeats them.
-    #[error("the operation's lease was taken over before its output was stored")]
-    LeaseLost,
-    /// The closure ran but its output could not be stored: the record frees when its lease
-    /// lapses, and a retry after that runs the operation again. In atomic mode its writes were
-    /// rolled back and the record released.
-    #[error("the operation's output could not be stored")]
-    NotStored(#[source] StoreError),
-    /// `run_atomic` on a store that lends no transactions on the
-    /// database asked for. Nothing was claimed.
-    #[error(
-        "atomic mode on {database} needs a store that lends {database} transactions; \
-         the idempotency store is `{store}`"
-    )]
-    AtomicUnsupported {
-        /// The store's type.
-        store: &'static str,
-        /// The database asked for (`"SQLite"`, `"PostgreSQL"`).
-        database: &'static str,
-    },
-}
-
-/// Why a stored payload is not an output of this face.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum PayloadError {
-    /// The payload does not start with this face's format tag (another face wrote it).
-    #[error("the payload is not an operation output")]
-    Format,
-    /// The payload's encoding version is newer than this program knows.
-    #[error("the payload's encoding version {0} is not supported")]
-    Version(u8),
-    /// The JSON does not deserialise as the output type.
-    #[error("the stored output does not deserialise as the output type")]
-    Json(#[source] serde_json::Error),
-}
-
-fn encode<T: Serialize>(output: &T) -> Result<Bytes, serde_json::Error> {
-    let mut payload = vec![FORMAT_TAG, FORMAT_VERSION];
-    serde_json::to_writer(&mut payload, output)?;
-    Ok(Bytes::from(payload))
-}
-
-fn decode<T: DeserializeOwned>(payload: &[u8]) -> Result<T, PayloadError> {
-    match payload {
-        [FORMAT_TAG, FORMAT_VERSION, json @ ..] => {
-            serde_json::from_slice(json).map_err(PayloadError::Json)
-        }
-        [FORMAT_TAG, version, ..] => Err(PayloadError::Version(*version)),
-        _ => Err(PayloadError::Format),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn outputs_round_trip_under_their_own_tag_and_version() {
-        let payload = encode(&vec!["job", "7"]).unwrap();
-        assert_eq!(&payload[..2], &[FORMAT_TAG, FORMAT_VERSION]);
-        assert_ne!(FORMAT_TAG, 0x1d, "not the HTTP face's tag");
-        assert_eq!(decode::<Vec<String>>(&payload).unwrap(), ["job", "7"]);
-    }
-
-    #[test]
-    fn foreign_or_future_payloads_are_errors_not_panics() {
-        assert!(matches!(
-            decode::<u64>(b"\x1d\x01{}"),
-            Err(PayloadError::Format)
-        ));
-        assert!(matches!(decode::<u64>(b""), Err(PayloadError::Format)));
-        assert!(matches!(
-            decode::<u64>(&[FORMAT_TAG]),
-            Err(PayloadError::Format)
-        ));
-        assert!(matches!(
-            decode::<u64>(&[FORMAT_TAG, 2, b'1']),
-            Err(PayloadError::Version(2))
-        ));
-        assert!(matches!(
-            decode::<u64>(&[FORMAT_TAG, 1, b'x']),
-            Err(PayloadError::Json(_))
-        ));
     }
 }

@@ -20,7 +20,6 @@ mod one_commit;
 mod schema;
 
 use gate::KeyGates;
-pub(crate) use one_commit::{ClaimedTx, TxClaim};
 use schema::{Names, migrate};
 
 /// Records in a PostgreSQL table, by default `idem.idempotency_records`, on sqlx.
@@ -412,8 +411,7 @@ impl Store for PostgresStore {
     }
 
     fn offer_capabilities(self: &Arc<Self>, capabilities: &mut Capabilities) {
-        capabilities.offer_atomic::<sqlx::Postgres>(self.clone());
-        capabilities.one_commit = Some(self.clone());
+        capabilities.offer_claim_in_transaction::<sqlx::Postgres, _>(self.clone());
     }
 }
 

@@ -14,51 +14,50 @@
 //! values are written into the text, and only values that cannot carry SQL: integers, and bytes
 //! as hex digits (digests, the payload, the operation name as UTF-8).
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use sqlx::pool::PoolConnection;
 use sqlx::{AssertSqlSafe, Executor, PgConnection, Postgres, SqlSafeStr};
 use sqlx_core::transaction::TransactionManager;
 
-use super::PostgresStore;
+use super::{PostgresStore, Statements};
 use crate::core::error::StoreError;
 use crate::core::key::{RecordKey, hex};
-use crate::store::{ClaimRequest, Completion, Fence, LeaseToken};
+use crate::store::atomic::{ClaimInTransaction, ClaimedTransaction, TransactionClaim};
+use crate::store::{BoxFuture, ClaimRequest, Completion, Fence, LeaseToken};
 
 type Manager = <Postgres as sqlx::Database>::TransactionManager;
-
-/// How a claim inside a transaction ended.
-pub(crate) enum TxClaim {
-    /// The record is ours, in the open transaction.
-    Acquired(ClaimedTx),
-    /// Another transaction holds an uncommitted claim of the key and did not finish within the
-    /// lock wait: the first request is still running.
-    InFlight,
-    /// A committed record holds the key (a response to replay, a record whose TTL ended but is
-    /// not swept yet, a claim made outside a transaction): claim it the ordinary way, which reads
-    /// it.
-    Stored,
-}
 
 /// A pooled connection in the transaction that holds a claimed record. Dropping it rolls the
 /// transaction back (the `ROLLBACK` goes out with the pool's check when the connection returns),
 /// and the claim vanishes with the writes.
-pub(crate) struct ClaimedTx {
+struct OpenClaim {
     conn: PoolConnection<Postgres>,
+    sql: Arc<Statements>,
 }
 
-impl ClaimedTx {
-    /// The transaction's connection, for the handler's statements.
-    pub(crate) fn conn(&mut self) -> &mut PgConnection {
+impl ClaimedTransaction<Postgres> for OpenClaim {
+    fn conn(&mut self) -> &mut PgConnection {
         &mut self.conn
     }
 
     /// Completes the record and commits, in one round trip. `Fence::Lost` (and nothing
     /// committed) when the record is no longer the owner's in-flight claim, which only the
     /// handler's own statements could have changed.
-    pub(crate) async fn complete_and_commit(
-        mut self,
-        store: &PostgresStore,
+    fn complete_and_commit<'a>(
+        self: Box<Self>,
+        key: &'a RecordKey,
+        token: LeaseToken,
+        completion: Completion<'a>,
+    ) -> BoxFuture<'a, Result<Fence, StoreError>> {
+        Box::pin(self.complete_and_commit_owned(key, token, completion))
+    }
+}
+
+impl OpenClaim {
+    async fn complete_and_commit_owned(
+        mut self: Box<Self>,
         key: &RecordKey,
         token: LeaseToken,
         completion: Completion<'_>,
@@ -76,7 +75,7 @@ impl ClaimedTx {
              WHERE key = decode('{key}', 'hex') AND token = {token} AND state = 'in_flight' \
              RETURNING 1) \
              SELECT 1 / count(*)::int FROM done; COMMIT; BEGIN",
-            records = store.sql.records,
+            records = self.sql.records,
             payload = hex(completion.payload),
             expires_at = completion.expires_at.as_millis(),
             completed_at = completion.completed_at.as_millis(),
@@ -97,25 +96,35 @@ impl ClaimedTx {
     }
 }
 
-impl Drop for ClaimedTx {
+impl Drop for OpenClaim {
     fn drop(&mut self) {
         Manager::start_rollback(&mut self.conn);
     }
 }
 
+impl ClaimInTransaction<Postgres> for PostgresStore {
+    /// Of the claims of one key, one at a time goes to the database; the others wait their turn
+    /// in the process, within the same `lock_wait`, holding no connection.
+    fn claim_in_transaction<'a>(
+        &'a self,
+        request: ClaimRequest<'a>,
+        lock_wait: Duration,
+    ) -> BoxFuture<'a, Result<TransactionClaim<Postgres>, StoreError>> {
+        Box::pin(self.claim_in_open_transaction(request, lock_wait))
+    }
+}
+
 impl PostgresStore {
     /// Begins a transaction on a pooled connection and claims the record in it, waiting up to
-    /// `lock_wait` for a transaction that holds an uncommitted claim of the same key. Of the
-    /// claims of one key, one at a time goes to the database; the others wait their turn in the
-    /// process, within the same `lock_wait`, holding no connection.
-    pub(crate) async fn claim_in_transaction(
+    /// `lock_wait` for a transaction that holds an uncommitted claim of the same key.
+    async fn claim_in_open_transaction(
         &self,
         request: ClaimRequest<'_>,
         lock_wait: Duration,
-    ) -> Result<TxClaim, StoreError> {
+    ) -> Result<TransactionClaim<Postgres>, StoreError> {
         let started = Instant::now();
         let Some(_passage) = self.gates.pass(request.key, lock_wait).await else {
-            return Ok(TxClaim::InFlight);
+            return Ok(TransactionClaim::InFlight);
         };
         let lock_wait = lock_wait.saturating_sub(started.elapsed());
         let mut conn = self.pool.acquire().await.map_err(StoreError::unavailable)?;
@@ -142,7 +151,13 @@ impl PostgresStore {
             now = request.now.as_millis(),
         );
         let error = match Manager::begin(&mut conn, Some(AssertSqlSafe(sql).into_sql_str())).await {
-            Ok(()) => return Ok(TxClaim::Acquired(ClaimedTx { conn })),
+            Ok(()) => {
+                let sql = self.sql.clone();
+                return Ok(TransactionClaim::Acquired(Box::new(OpenClaim {
+                    conn,
+                    sql,
+                })));
+            }
             Err(error) => error,
         };
         let code = sqlstate(&error);
@@ -158,10 +173,10 @@ impl PostgresStore {
             .map_err(StoreError::unavailable)?;
         match code.as_deref() {
             // unique_violation: a committed record.
-            Some("23505") => Ok(TxClaim::Stored),
+            Some("23505") => Ok(TransactionClaim::Stored),
             // lock_not_available, or query_canceled when the session's `statement_timeout` ended
             // the wait first: the claim's transaction is still open.
-            Some("55P03" | "57014") => Ok(TxClaim::InFlight),
+            Some("55P03" | "57014") => Ok(TransactionClaim::InFlight),
             _ => Err(StoreError::unavailable(error)),
         }
     }

@@ -43,7 +43,7 @@ async fn r#async() {}
 fn main() {
     // `scope = "unregistered"` is compiled out, so the engine builds.
     let idempotency = Idempotency::builder().store(MemoryStore::new()).build().unwrap();
-    let names: Vec<_> = idempotency.endpoints().map(|e| e.name()).collect();
+    let names: Vec<_> = idempotency.endpoints().map(|e| e.handler()).collect();
     assert_eq!(names.len(), 7, "{names:?}");
     assert!(names.iter().any(|n| n.ends_with("::api::public")), "{names:?}");
     let _app: Router = Router::new()

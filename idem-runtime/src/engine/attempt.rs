@@ -1,0 +1,101 @@
+//! What an adapter gives the engine for one request, and what it gets back: the engine's API.
+
+use std::any::Any;
+use std::time::Duration;
+
+use bytes::Bytes;
+
+use super::Lending;
+use super::outcome::OpName;
+use super::policy::{Commits, InFlightMode};
+use crate::core::error::StoreError;
+use crate::core::fingerprint::Fingerprint;
+use crate::core::key::RecordKey;
+
+/// One request to run an operation once, as an adapter describes it.
+pub(crate) struct Attempt {
+    /// Which record.
+    pub(crate) key: RecordKey,
+    /// What makes a retry "the same request".
+    pub(crate) fingerprint: Fingerprint,
+    /// The operation's identity, for metrics, traces and operators.
+    pub(crate) operation: OpName,
+    /// The tenant (hash of scope and scope value) for stores that share a budget.
+    pub(crate) tenant: u64,
+    /// How long a completed result is replayed.
+    pub(crate) ttl: Duration,
+    /// Whether a duplicate of a running attempt waits for its result or is refused at once.
+    pub(crate) in_flight: InFlightMode,
+    /// Atomic mode: the transactions lent to the work, whose writes commit with the result.
+    pub(crate) lending: Option<Lending>,
+    /// Whether the claim rides in the lent transaction where the store can claim inside one.
+    pub(crate) commits: Commits,
+}
+
+/// What the work decided about its result.
+pub(crate) enum Verdict<R> {
+    /// A result to keep: stored (in the lent transaction, if the work wrote in one) and
+    /// replayed to every retry; `reply` goes back to the caller.
+    Keep {
+        /// The result as the adapter encodes it, opaque to the engine.
+        payload: Bytes,
+        /// A status kept beside it for operators (HTTP); `None` elsewhere.
+        status: Option<u16>,
+        /// What the caller gets.
+        reply: R,
+    },
+    /// A failure a retry may fix: the record is released and the lent transaction rolled back.
+    Release(R),
+}
+
+/// How an attempt ended, for the adapter to turn into its transport's answer.
+pub(crate) enum Answer<R, P, E> {
+    /// The work ran in this attempt.
+    Ran(R, Kept),
+    /// The work ran in atomic mode, but nothing of it committed.
+    RolledBack(RolledBack),
+    /// The work panicked; the record was released. The adapter resumes the panic.
+    Panicked(Box<dyn Any + Send>),
+    /// A stored result, decoded.
+    Replay(P),
+    /// A stored result that does not decode: nothing ran, the record is left as it is.
+    Corrupt(E),
+    /// The key belongs to a different request.
+    Reused,
+    /// The first request is still running (in wait mode: still, after the wait timeout).
+    InFlight {
+        /// When to retry.
+        retry_after: Duration,
+    },
+    /// The store failed or stalled: the work did not run (fail closed).
+    Unavailable {
+        /// What failed.
+        error: StoreError,
+        /// When to retry.
+        retry_after: Duration,
+    },
+}
+
+/// What became of the result of work that ran.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Kept {
+    /// Stored: retries replay it.
+    Stored,
+    /// The store failed; the engine retries in the background, holding the lease, so
+    /// duplicates get "in flight" until it lands.
+    Retrying,
+    /// Another attempt took the record over (this one outlived its lease): not stored; the
+    /// work's effects happened, and the other attempt repeats them.
+    LeaseLost,
+    /// The work asked for a release: nothing stored, a retry runs again.
+    Released,
+}
+
+/// Why nothing of atomic-mode work committed.
+#[derive(Debug)]
+pub(crate) enum RolledBack {
+    /// Another attempt took the record over; this one's writes rolled back.
+    LeaseLost,
+    /// The commit failed, or the transaction outlived its work: the record was released.
+    Failed(StoreError),
+}

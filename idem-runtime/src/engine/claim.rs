@@ -1,0 +1,205 @@
+//! Claiming a record until the claim settles: ownership, a result to replay, a key reused or
+//! still running (waited on in wait mode), or a store that failed.
+
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+
+use super::attempt::Attempt;
+use super::owner::Owner;
+use super::policy::{Commits, InFlightMode};
+use super::{Engine, Lending};
+use crate::core::error::StoreError;
+use crate::store::{Claim, ClaimRequest, LeaseToken};
+
+/// How long a duplicate in reject mode waits on the first request's uncommitted claim (one
+/// commit) before it is refused: long enough to get the replay when the first is committing,
+/// short enough to answer 409 at once otherwise.
+pub(crate) const REJECT_WAIT: Duration = Duration::from_millis(50);
+
+/// How a claim settled.
+pub(super) enum Claimed {
+    /// The attempt owns the record: run the operation.
+    Owner(Owner),
+    /// Settled without ownership.
+    Settled(Settled),
+}
+
+/// A claim that settled without making the attempt the owner.
+pub(crate) enum Settled {
+    /// A completed result to replay.
+    Replay(Bytes),
+    /// The key belongs to a different request (another fingerprint).
+    Reused,
+    /// The first request is still running.
+    InFlight,
+    /// The store failed (logged): refuse, asking the caller to come back after `retry_after`.
+    Unavailable {
+        /// What failed.
+        error: StoreError,
+        /// The policy's `Retry-After`, or when a full store expects room.
+        retry_after: Duration,
+    },
+}
+
+impl Engine {
+    /// Claims the attempt's record until the claim settles: acquires it, finds a result to
+    /// replay, finds it reused or running, or (wait mode) polls a running duplicate until its
+    /// result appears or `caller_gone` says nobody waits for it any more.
+    pub(super) async fn claim(&self, attempt: &Attempt, caller_gone: impl Fn() -> bool) -> Claimed {
+        if let (Commits::One, Some(lending)) = (attempt.commits, &attempt.lending)
+            && let Some(claimed) = self.claim_in_transaction(attempt, lending).await
+        {
+            return claimed;
+        }
+        let waiting_since = Instant::now();
+        let mut backoff = Duration::from_millis(10);
+        loop {
+            let request = self.claim_request(attempt);
+            let started = Instant::now();
+            let claim = self.store.claim(request).await;
+            tracing::debug!(store_ms = started.elapsed().as_secs_f64() * 1e3, "claim");
+            return match claim {
+                Err(error) => {
+                    self.release_unanswered(attempt, &request);
+                    Claimed::Settled(self.unavailable(error))
+                }
+                Ok(Claim::Acquired { took_over }) => {
+                    if took_over {
+                        tracing::warn!("took over a record whose owner's lease lapsed");
+                    }
+                    Claimed::Owner(self.owner(attempt, &request))
+                }
+                Ok(Claim::Completed { fingerprint, .. } | Claim::InFlight { fingerprint, .. })
+                    if fingerprint != attempt.fingerprint =>
+                {
+                    Claimed::Settled(Settled::Reused)
+                }
+                Ok(Claim::Completed { payload, .. }) => Claimed::Settled(Settled::Replay(payload)),
+                Ok(Claim::InFlight { .. }) => {
+                    let waited = waiting_since.elapsed();
+                    let wait = attempt.in_flight == InFlightMode::Wait;
+                    if wait && waited < self.policy.wait_timeout && !caller_gone() {
+                        tokio::time::sleep(backoff.min(self.policy.wait_timeout - waited)).await;
+                        backoff = (backoff * 2).min(Duration::from_millis(250));
+                        continue;
+                    }
+                    Claimed::Settled(Settled::InFlight)
+                }
+            };
+        }
+    }
+
+    /// A claim the store failed may still have landed (its reply lost, the connection cut
+    /// after the command went out): release it by its own token, in the background, until the
+    /// store answers or the claim's lease would have lapsed anyway. Fenced, so a claim that
+    /// never landed loses nothing. At most `Engine::UNANSWERED` such releases retry at once;
+    /// beyond them (a flood during an outage), one attempt each.
+    fn release_unanswered(&self, attempt: &Attempt, request: &ClaimRequest<'_>) {
+        let retrying = self.unanswered.clone().try_acquire_owned().ok();
+        let owner = self.owner(attempt, request);
+        let until = request.lease_until;
+        tokio::spawn(async move {
+            let _retrying = retrying.as_ref();
+            if let Err(error) = owner.release_until(until, retrying.is_some()).await {
+                tracing::debug!(
+                    error = &error as &dyn std::error::Error,
+                    "could not release a claim the store failed; it lapses with its lease"
+                );
+            }
+        });
+    }
+
+    /// One-commit atomic mode: the claim begins the transaction the operation then writes in,
+    /// on whichever database the store claims inside transactions. `None` when the store
+    /// cannot, or a committed record holds the key (the ordinary claim reads it).
+    async fn claim_in_transaction(&self, attempt: &Attempt, lending: &Lending) -> Option<Claimed> {
+        #[cfg(feature = "postgres")]
+        if let Some(store) = self.capabilities.claim_in_transaction::<sqlx::Postgres>() {
+            return self.claim_in(&**store, attempt, lending).await;
+        }
+        #[cfg(feature = "sqlite")]
+        if let Some(store) = self.capabilities.claim_in_transaction::<sqlx::Sqlite>() {
+            return self.claim_in(&**store, attempt, lending).await;
+        }
+        let _ = (attempt, lending);
+        None
+    }
+
+    /// A duplicate of a running attempt waits on that attempt's transaction: up to the wait
+    /// timeout in wait mode, [`REJECT_WAIT`] otherwise.
+    #[cfg(any(feature = "sqlite", feature = "postgres"))]
+    async fn claim_in<DB: crate::store::atomic::AtomicDatabase>(
+        &self,
+        store: &dyn crate::store::atomic::ClaimInTransaction<DB>,
+        attempt: &Attempt,
+        lending: &Lending,
+    ) -> Option<Claimed> {
+        use crate::store::atomic::TransactionClaim;
+
+        let request = self.claim_request(attempt);
+        let deadline = self.lock_wait(attempt) + self.policy.store_timeout;
+        let claim = store.claim_in_transaction(request, self.lock_wait(attempt));
+        let claim = tokio::time::timeout(deadline, claim)
+            .await
+            .unwrap_or(Err(StoreError::Timeout(deadline)));
+        Some(match claim {
+            Ok(TransactionClaim::Acquired(transaction)) => {
+                lending.park::<DB>(transaction);
+                Claimed::Owner(self.owner(attempt, &request).in_transaction())
+            }
+            Ok(TransactionClaim::Stored) => return None,
+            Ok(TransactionClaim::InFlight) => Claimed::Settled(Settled::InFlight),
+            Err(error) => Claimed::Settled(self.unavailable(error)),
+        })
+    }
+
+    /// How long a claim inside a transaction waits on another attempt's uncommitted claim.
+    pub(super) fn lock_wait(&self, attempt: &Attempt) -> Duration {
+        match attempt.in_flight {
+            InFlightMode::Wait => self.policy.wait_timeout,
+            InFlightMode::Reject => REJECT_WAIT,
+        }
+    }
+
+    /// A claim of `attempt`'s record as of now, under a fresh token.
+    fn claim_request<'a>(&self, attempt: &'a Attempt) -> ClaimRequest<'a> {
+        let now = self.now();
+        ClaimRequest {
+            key: &attempt.key,
+            fingerprint: &attempt.fingerprint,
+            token: LeaseToken::random(),
+            now,
+            lease_until: now.after(self.policy.lease),
+            expires_at: now.after(attempt.ttl),
+            operation: &attempt.operation,
+            tenant: attempt.tenant,
+        }
+    }
+
+    /// The store failed a claim: logged, and refused (fail closed).
+    fn unavailable(&self, error: StoreError) -> Settled {
+        tracing::error!(
+            error = &error as &dyn std::error::Error,
+            "idempotency store failed; refusing the request"
+        );
+        let retry_after = match error {
+            StoreError::Full {
+                retry_after: Some(after),
+                ..
+            } => after,
+            _ => self.policy.retry_after,
+        };
+        Settled::Unavailable { error, retry_after }
+    }
+
+    fn owner(&self, attempt: &Attempt, request: &ClaimRequest<'_>) -> Owner {
+        Owner::new(
+            self.store.clone(),
+            self.clock.clone(),
+            self.policy.lease,
+            (attempt.key, request.token, request.expires_at),
+            attempt.operation.clone(),
+        )
+    }
+}

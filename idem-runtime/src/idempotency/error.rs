@@ -1,0 +1,40 @@
+//! Why an engine could not be built.
+
+use crate::http::settings::UnknownScope;
+
+/// A misconfigured [`Idempotency`] engine, reported by [`Builder::build`] at start-up rather
+/// than by the first request.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum BuildError {
+    /// No store was given to the builder.
+    #[error("no idempotency store configured: call `.store(..)` on the builder")]
+    MissingStore,
+    /// An annotated endpoint names a scope that has no resolver.
+    #[error("endpoint `{endpoint}`: {}", UnknownScope(.scope))]
+    UnresolvedScope {
+        /// The endpoint (module path and function name).
+        endpoint: &'static str,
+        /// The scope it names.
+        scope: &'static str,
+    },
+    /// An endpoint runs in atomic mode, but the store lends no transactions on its database.
+    #[error(
+        "endpoint `{endpoint}` runs in atomic mode on {database}, but the idempotency store \
+         `{store}` offers no {database} transactions, so the handler's writes could not commit \
+         with its stored response: build the engine with a store that does (`SqliteStore` for \
+         SQLite, `PostgresStore` for PostgreSQL), on the database holding the endpoint's tables, \
+         or take no `Tx` in the handler"
+    )]
+    AtomicUnsupported {
+        /// The endpoint (module path and function name).
+        endpoint: &'static str,
+        /// The database of its transaction (`"SQLite"`, `"PostgreSQL"`).
+        database: &'static str,
+        /// The store's type.
+        store: &'static str,
+    },
+    /// `"global"` is built in and cannot be given a resolver.
+    #[error("scope \"global\" is built in and takes no resolver")]
+    ReservedScope,
+}

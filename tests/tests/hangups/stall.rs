@@ -1,0 +1,195 @@
+//! A store that stalls on demand while a claim is on its way, each through a real seam where it
+//! has one: a lock held by another session on the SQL stores (`SHARE` mode on PostgreSQL, so
+//! the claim is planned and then waits to write; SQLite's write lock), a reply held back on the
+//! wire (Redis). The memory and object stores have no wire here, so a wrapper stands for one: a
+//! claim sent is applied once the stall ends, whether or not its caller still waits, as a
+//! request already on its way to S3 would be.
+
+use std::time::Duration;
+
+use idem_runtime::clock::Timestamp;
+use idem_runtime::store::{
+    Claim, ClaimRequest, Completion, Fence, LeaseToken, PostgresStore, RedisStore, SqliteStore,
+    Store,
+};
+use idem_runtime::{Fingerprint, RecordKey, StoreError};
+use idem_tests::TcpProxy;
+use tokio::sync::{Mutex, oneshot, watch};
+
+/// How long a reply is held back on the wire: past the engine's 1-second store deadline.
+const HELD: Duration = Duration::from_millis(2500);
+
+/// Makes a store stall from [`start`](Stall::start) to [`end`](Stall::end).
+pub(crate) enum Stall {
+    /// Claims wait while the flag is up, then land.
+    Wrapped(watch::Sender<bool>),
+    /// A write transaction on a connection of its own holds the database's lock.
+    Sqlite {
+        url: String,
+        holder: Mutex<Option<sqlx::SqliteConnection>>,
+    },
+    /// A transaction on a connection of its own holds the records table in `SHARE` mode.
+    Postgres {
+        table: String,
+        holder: Mutex<Option<sqlx::Transaction<'static, sqlx::Postgres>>>,
+    },
+    /// The next reply is held back.
+    Redis(TcpProxy),
+}
+
+impl Stall {
+    pub(crate) fn wrapping<S: Store + Clone>(store: S) -> (Stalling<S>, Self) {
+        let (flag, stalled) = watch::channel(false);
+        (
+            Stalling {
+                inner: store,
+                stalled,
+            },
+            Self::Wrapped(flag),
+        )
+    }
+
+    pub(crate) fn sqlite(store: &SqliteStore) -> Self {
+        let url = store
+            .pool()
+            .connect_options()
+            .get_filename()
+            .display()
+            .to_string();
+        Self::Sqlite {
+            url: format!("sqlite://{url}"),
+            holder: Mutex::new(None),
+        }
+    }
+
+    pub(crate) fn postgres(store: &PostgresStore) -> Self {
+        Self::Postgres {
+            table: format!("\"{}\".\"{}\"", store.schema(), store.table()),
+            holder: Mutex::new(None),
+        }
+    }
+
+    pub(crate) async fn redis() -> (RedisStore, Self) {
+        let proxy = TcpProxy::start(idem_tests::redis::redis_addr()).await;
+        let store = RedisStore::builder(format!("redis://{}", proxy.addr()))
+            .prefix(idem_tests::redis::unique_prefix())
+            .connect_timeout(Duration::from_secs(1))
+            .response_timeout(Duration::from_millis(300))
+            .build()
+            .await
+            .expect("a Redis store behind a proxy");
+        (store, Self::Redis(proxy))
+    }
+
+    /// Starts stalling: a claim sent from now on waits.
+    pub(crate) async fn start(&self) {
+        use sqlx::Connection;
+        match self {
+            Self::Wrapped(flag) => {
+                flag.send_replace(true);
+            }
+            Self::Sqlite { url, holder } => {
+                let mut conn = sqlx::SqliteConnection::connect(url).await.unwrap();
+                sqlx::raw_sql("BEGIN IMMEDIATE")
+                    .execute(&mut conn)
+                    .await
+                    .unwrap();
+                *holder.lock().await = Some(conn);
+            }
+            Self::Postgres { table, holder } => {
+                let pool = idem_tests::db::postgres_pool().await;
+                let mut tx = pool.begin().await.unwrap();
+                let lock = format!("LOCK TABLE {table} IN SHARE MODE");
+                sqlx::query(sqlx::AssertSqlSafe(lock))
+                    .execute(&mut *tx)
+                    .await
+                    .unwrap();
+                *holder.lock().await = Some(tx);
+            }
+            Self::Redis(proxy) => proxy.delay_next_reply(HELD),
+        }
+    }
+
+    /// Ends the stall: what waited lands now (on Redis, once its held reply has gone).
+    pub(crate) async fn end(&self) {
+        match self {
+            Self::Wrapped(flag) => {
+                flag.send_replace(false);
+            }
+            Self::Sqlite { holder, .. } => {
+                let conn = holder.lock().await.take();
+                drop(conn); // the write transaction ends with its connection
+            }
+            Self::Postgres { holder, .. } => {
+                let tx = holder.lock().await.take();
+                tx.expect("started").rollback().await.unwrap();
+            }
+            Self::Redis(_) => {}
+        }
+    }
+}
+
+/// A store whose claims wait while `stalled` is up, then reach the store they wrap on a task of
+/// their own: once sent, a claim lands even if its caller stopped waiting.
+pub(crate) struct Stalling<S> {
+    inner: S,
+    stalled: watch::Receiver<bool>,
+}
+
+impl<S: Store + Clone> Store for Stalling<S> {
+    async fn claim(&self, request: ClaimRequest<'_>) -> Result<Claim, StoreError> {
+        let (inner, mut stalled) = (self.inner.clone(), self.stalled.clone());
+        let (key, fingerprint): (RecordKey, Fingerprint) = (*request.key, *request.fingerprint);
+        let operation = request.operation.to_owned();
+        let ClaimRequest {
+            token,
+            now,
+            lease_until,
+            expires_at,
+            tenant,
+            ..
+        } = request;
+        let (landed, answer) = oneshot::channel();
+        tokio::spawn(async move {
+            let _ = stalled.wait_for(|stalled| !*stalled).await;
+            let request = ClaimRequest {
+                key: &key,
+                fingerprint: &fingerprint,
+                token,
+                now,
+                lease_until,
+                expires_at,
+                operation: &operation,
+                tenant,
+            };
+            let _ = landed.send(inner.claim(request).await);
+        });
+        answer.await.expect("the claim's task answers")
+    }
+
+    async fn complete(
+        &self,
+        key: &RecordKey,
+        token: LeaseToken,
+        completion: Completion<'_>,
+    ) -> Result<Fence, StoreError> {
+        self.inner.complete(key, token, completion).await
+    }
+
+    async fn release(&self, key: &RecordKey, token: LeaseToken) -> Result<Fence, StoreError> {
+        self.inner.release(key, token).await
+    }
+
+    async fn renew(
+        &self,
+        key: &RecordKey,
+        token: LeaseToken,
+        lease_until: Timestamp,
+    ) -> Result<Fence, StoreError> {
+        self.inner.renew(key, token, lease_until).await
+    }
+
+    async fn purge_expired(&self, now: Timestamp, limit: u32) -> Result<u64, StoreError> {
+        self.inner.purge_expired(now, limit).await
+    }
+}
