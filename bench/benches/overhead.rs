@@ -5,7 +5,10 @@
 //! Per body size (group `overhead-<size>`):
 //! - `bare`: the handler alone.
 //! - `idem_fresh`: a new key every request (claim, run, store the response).
-//! - `idem_replay`: the same key every request (claim finds the completed record, replays it).
+//! - `idem_replay`: the same key every request (early replay: the record read in process before
+//!   the fingerprint, replayed).
+//! - `idem_replay_claimed`: the same, on a memory store that hides its in-process reads, so
+//!   the replay takes the fingerprint and the claim, as on a store across a network.
 //! - `idem_in_flight`: duplicates of a request held open in its handler (409 in progress).
 //! - `peer_fresh`, `peer_replay`: the same handler behind axum-idempotent (moka sessions).
 //!
@@ -20,7 +23,7 @@ use axum::http::StatusCode;
 use bytes::Bytes;
 use criterion::{Criterion, SamplingMode, criterion_group, criterion_main};
 use idem_bench::app;
-use idem_bench::inproc::{call, idem_router, request};
+use idem_bench::inproc::{self, call, idem_router, request};
 use idem_bench::{body, peer};
 use tokio::runtime::Runtime;
 
@@ -46,6 +49,21 @@ async fn timed(
         assert_eq!(status, expect, "{path}");
     }
     start.elapsed()
+}
+
+/// `iters` replays of one completed request.
+async fn replays(router: &Router, body: &Bytes, iters: u64) -> Duration {
+    let first = call(router, request(app::IDEM, u64::MAX, body)).await;
+    assert_eq!(first, StatusCode::CREATED);
+    timed(
+        router,
+        app::IDEM,
+        body,
+        iters,
+        |_| u64::MAX,
+        StatusCode::CREATED,
+    )
+    .await
 }
 
 fn overhead(c: &mut Criterion) {
@@ -89,21 +107,13 @@ fn overhead(c: &mut Criterion) {
         });
 
         group.bench_function("idem_replay", |b| {
+            b.iter_custom(|iters| rt.block_on(replays(&idem_router(1).0, body, iters)));
+        });
+
+        group.bench_function("idem_replay_claimed", |b| {
             b.iter_custom(|iters| {
-                let (router, _) = idem_router(1);
-                rt.block_on(async {
-                    let first = call(&router, request(app::IDEM, u64::MAX, body)).await;
-                    assert_eq!(first, StatusCode::CREATED);
-                    timed(
-                        &router,
-                        app::IDEM,
-                        body,
-                        iters,
-                        |_| u64::MAX,
-                        StatusCode::CREATED,
-                    )
-                    .await
-                })
+                let store = inproc::ClaimedReplays(inproc::store(1));
+                rt.block_on(replays(&inproc::idem_router_on(store).0, body, iters))
             });
         });
 

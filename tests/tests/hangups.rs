@@ -211,6 +211,41 @@ async fn waiting_inserts(pool: &PgPool, table: &str) -> i64 {
 
 const CLIENTS: usize = 10;
 
+/// Locks the charges table, starts `CLIENTS` callers, waits until every one's `INSERT` waits on
+/// the lock, then makes them all hang up (their futures dropped, the `INSERT`s already sent)
+/// and lets the lock go.
+async fn hang_up_under_lock<T: std::fmt::Debug + Send + 'static>(
+    db: &Db,
+    caller: impl Fn(usize) -> tokio::task::JoinHandle<T>,
+) {
+    let mut locker = db.pool.begin().await.unwrap();
+    let lock = format!("LOCK TABLE {} IN EXCLUSIVE MODE", db.table);
+    sqlx::query(sqlx::AssertSqlSafe(lock))
+        .execute(&mut *locker)
+        .await
+        .unwrap();
+    let callers: Vec<_> = (0..CLIENTS).map(caller).collect();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while waiting_inserts(&db.pool, &db.table).await < CLIENTS as i64 {
+        assert!(Instant::now() < deadline, "every run reaches its INSERT");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    for caller in callers {
+        caller.abort();
+        assert!(caller.await.unwrap_err().is_cancelled());
+    }
+    locker.commit().await.unwrap();
+}
+
+/// How many charges the table holds.
+async fn rows(db: &Db) -> i64 {
+    let count = format!("SELECT count(*) FROM {}", db.table);
+    sqlx::query_scalar(sqlx::AssertSqlSafe(count))
+        .fetch_one(&db.pool)
+        .await
+        .unwrap()
+}
+
 /// Attack A: ten clients hang up while their handlers' `INSERT`s wait on a locked table.
 async fn hang_ups_never_run_twice(kind: Kind, face: Face) {
     let db = app_db().await;
@@ -222,31 +257,11 @@ async fn hang_ups_never_run_twice(kind: Kind, face: Face) {
     };
     let router = router(app, face);
 
-    let mut locker = db.pool.begin().await.unwrap();
-    let lock = format!("LOCK TABLE {} IN EXCLUSIVE MODE", db.table);
-    sqlx::query(sqlx::AssertSqlSafe(lock))
-        .execute(&mut *locker)
-        .await
-        .unwrap();
-    let clients: Vec<_> = (0..CLIENTS)
-        .map(|n| {
-            let router = router.clone();
-            tokio::spawn(async move { send(&router, request(&format!("k{n}"))).await })
-        })
-        .collect();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while waiting_inserts(&db.pool, &db.table).await < CLIENTS as i64 {
-        assert!(
-            Instant::now() < deadline,
-            "every handler reaches its INSERT"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    for client in clients {
-        client.abort(); // the client hangs up, its INSERT already sent
-        assert!(client.await.unwrap_err().is_cancelled());
-    }
-    locker.commit().await.unwrap();
+    hang_up_under_lock(&db, |n| {
+        let router = router.clone();
+        tokio::spawn(async move { send(&router, request(&format!("k{n}"))).await })
+    })
+    .await;
 
     for n in 0..CLIENTS {
         let reply = settle(&router, &format!("k{n}"), Duration::from_secs(10)).await;
@@ -256,14 +271,11 @@ async fn hang_ups_never_run_twice(kind: Kind, face: Face) {
             "k{n}: the answer of the run its client left"
         );
     }
-    let rows: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
-        "SELECT count(*) FROM {}",
-        db.table
-    )))
-    .fetch_one(&db.pool)
-    .await
-    .unwrap();
-    assert_eq!(rows, CLIENTS as i64, "one charge per key: no duplicate");
+    assert_eq!(
+        rows(&db).await,
+        CLIENTS as i64,
+        "one charge per key: no duplicate"
+    );
     assert_eq!(db.runs.load(Ordering::SeqCst), CLIENTS);
 }
 
@@ -342,28 +354,7 @@ async fn dropped_operations_never_run_twice(kind: Kind) {
         }
     };
 
-    let mut locker = db.pool.begin().await.unwrap();
-    let lock = format!("LOCK TABLE {} IN EXCLUSIVE MODE", db.table);
-    sqlx::query(sqlx::AssertSqlSafe(lock))
-        .execute(&mut *locker)
-        .await
-        .unwrap();
-    let callers: Vec<_> = (0..CLIENTS)
-        .map(|n| tokio::spawn(charge(format!("op{n}"))))
-        .collect();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while waiting_inserts(&db.pool, &db.table).await < CLIENTS as i64 {
-        assert!(
-            Instant::now() < deadline,
-            "every closure reaches its INSERT"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    for caller in callers {
-        caller.abort(); // the caller stops waiting, the INSERT already sent
-        assert!(caller.await.unwrap_err().is_cancelled());
-    }
-    locker.commit().await.unwrap();
+    hang_up_under_lock(&db, |n| tokio::spawn(charge(format!("op{n}")))).await;
 
     for n in 0..CLIENTS {
         let deadline = Instant::now() + Duration::from_secs(10);
@@ -380,14 +371,11 @@ async fn dropped_operations_never_run_twice(kind: Kind) {
             "op{n}: the output of the run its caller left"
         );
     }
-    let rows: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
-        "SELECT count(*) FROM {}",
-        db.table
-    )))
-    .fetch_one(&db.pool)
-    .await
-    .unwrap();
-    assert_eq!(rows, CLIENTS as i64, "one charge per key: no duplicate");
+    assert_eq!(
+        rows(&db).await,
+        CLIENTS as i64,
+        "one charge per key: no duplicate"
+    );
 }
 
 macro_rules! stores {

@@ -214,6 +214,29 @@ fn the_layer_and_the_programmatic_api_refuse_the_attributes_ttl_bounds_alike() {
 }
 
 #[test]
+fn the_layer_and_the_programmatic_api_follow_the_attributes_name_rule() {
+    // The attribute refuses these at compile time: `tests/ui/fail/invalid_name.rs`.
+    let idempotency = idempotency();
+    for bad in ["", " charges", "a\nb"] {
+        let rule = idem_rules::name::validate(bad).unwrap_err().to_string();
+        let route = panic_message(|| drop(idempotency.layer().route("/a", |r| r.name(bad))));
+        let operation = panic_message(|| drop(idempotency.operation(bad)));
+        assert_eq!(route, format!("RouteSettings::name: {rule}"), "{bad:?}");
+        assert_eq!(
+            operation,
+            format!("Idempotency::operation: {rule}"),
+            "{bad:?}"
+        );
+    }
+    drop(
+        idempotency
+            .layer()
+            .route("/a", |r| r.name("charges.create")),
+    );
+    drop(idempotency.operation("jobs::submit"));
+}
+
+#[test]
 fn a_scope_without_a_resolver_is_refused_at_start_up_with_one_message() {
     #[idempotent(scope = "tenant")]
     async fn scoped() {}

@@ -89,3 +89,30 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     axum::serve(tokio::net::TcpListener::bind("127.0.0.1:3000").await?, app).await?;
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // The attribute keeps the function callable: `create_charge::call` runs its body with the
+    // extractors' values, as for any axum handler (no key, no store).
+    #[tokio::test]
+    async fn a_charge_is_created_for_its_org() {
+        let db = SqlitePool::connect("sqlite::memory:").await.unwrap();
+        sqlx::query("CREATE TABLE charges (id INTEGER PRIMARY KEY, org TEXT, amount INTEGER)")
+            .execute(&db)
+            .await
+            .unwrap();
+        let created = create_charge::call(
+            State(db.clone()),
+            Org("acme".into()),
+            Json(NewCharge { amount: 2000 }),
+        )
+        .await;
+        let (status, Json(charge)) = created.unwrap();
+        assert_eq!(
+            (status, charge.id, charge.amount),
+            (StatusCode::CREATED, 1, 2000)
+        );
+    }
+}

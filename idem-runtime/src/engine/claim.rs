@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 
 use super::attempt::Attempt;
-use super::owner::Owner;
+use super::owner::{self, Owner};
 use super::policy::{Commits, InFlightMode};
 use super::{Engine, Lending};
 use crate::core::error::StoreError;
@@ -97,11 +97,16 @@ impl Engine {
     /// beyond them (a flood during an outage), one attempt each.
     fn release_unanswered(&self, attempt: &Attempt, request: &ClaimRequest<'_>) {
         let retrying = self.unanswered.clone().try_acquire_owned().ok();
-        let owner = self.owner(attempt, request);
-        let until = request.lease_until;
+        let release = owner::release_unanswered(
+            self.store.clone(),
+            self.clock.clone(),
+            (attempt.key, request.token),
+            request.lease_until,
+            retrying.is_some(),
+        );
         tokio::spawn(async move {
-            let _retrying = retrying.as_ref();
-            if let Err(error) = owner.release_until(until, retrying.is_some()).await {
+            let _retrying = retrying;
+            if let Err(error) = release.await {
                 tracing::debug!(
                     error = &error as &dyn std::error::Error,
                     "could not release a claim the store failed; it lapses with its lease"

@@ -134,19 +134,25 @@ impl Lending {
 
     /// The transaction parked with the claim, on whichever database, that nobody took.
     fn unused(&self) -> Option<Box<dyn Returned>> {
-        #[cfg(any(feature = "sqlite", feature = "postgres"))]
-        {
-            let mut parked = lock(&self.0.parked);
-            #[cfg(feature = "postgres")]
-            if let Some(claimed) = parked.get_mut::<sqlx::Postgres>().take() {
-                return Some(Box::new(Unused(claimed)));
-            }
-            #[cfg(feature = "sqlite")]
-            if let Some(claimed) = parked.get_mut::<sqlx::Sqlite>().take() {
-                return Some(Box::new(Unused(claimed)));
-            }
+        #[cfg(feature = "postgres")]
+        if let Some(unused) = self.unused_on::<sqlx::Postgres>() {
+            return Some(unused);
+        }
+        #[cfg(feature = "sqlite")]
+        if let Some(unused) = self.unused_on::<sqlx::Sqlite>() {
+            return Some(unused);
         }
         None
+    }
+
+    #[cfg(any(feature = "sqlite", feature = "postgres"))]
+    fn unused_on<DB: AtomicDatabase>(&self) -> Option<Box<dyn Returned>> {
+        let claimed = self.take_parked::<DB>()?;
+        let store = self.0.capabilities.atomic::<DB>()?.clone();
+        Some(Box::new(Handed {
+            open: Open::Claimed(claimed),
+            store,
+        }))
     }
 
     #[cfg(any(feature = "sqlite", feature = "postgres"))]
@@ -286,32 +292,6 @@ impl<DB: AtomicDatabase> Returned for Handed<DB> {
                     "a claim's transaction commits only with its record",
                 ))),
             }
-        })
-    }
-}
-
-/// A transaction parked with the claim that the operation never took: it holds the claim, and
-/// commits with the completion alone.
-#[cfg(any(feature = "sqlite", feature = "postgres"))]
-struct Unused<DB: AtomicDatabase>(Box<dyn ClaimedTransaction<DB>>);
-
-#[cfg(any(feature = "sqlite", feature = "postgres"))]
-impl<DB: AtomicDatabase> Returned for Unused<DB> {
-    fn complete_and_commit<'a>(
-        self: Box<Self>,
-        key: &'a RecordKey,
-        token: LeaseToken,
-        completion: Completion<'a>,
-    ) -> BoxFuture<'a, Result<Fence, StoreError>> {
-        self.0.complete_and_commit(key, token, completion)
-    }
-
-    fn commit(self: Box<Self>) -> BoxFuture<'static, Result<(), StoreError>> {
-        // Never parked without a record: dropping it rolls back.
-        Box::pin(async {
-            Err(StoreError::unavailable(std::io::Error::other(
-                "a claim's transaction commits only with its record",
-            )))
         })
     }
 }

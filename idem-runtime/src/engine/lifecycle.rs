@@ -25,7 +25,7 @@ use tracing::Instrument;
 use super::attempt::{Answer, Attempt, Kept, RolledBack, Verdict};
 use super::claim::{Claimed, Settled};
 use super::outcome::{OpName, OutcomeLabel, count, span};
-use super::owner::{Owner, Settled as Written};
+use super::owner::{Owner, Written};
 use super::policy::{Commits, InFlightMode};
 use super::{Engine, Lending};
 use crate::core::error::StoreError;

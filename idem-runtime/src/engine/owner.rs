@@ -44,7 +44,7 @@ pub(crate) struct Owner {
 
 /// How a completion or a release ended.
 #[derive(Debug)]
-pub(crate) enum Settled {
+pub(crate) enum Written {
     /// The store answered: the write held, or another owner has the record now.
     Done(Fence),
     /// The store failed; a background task retries until it answers.
@@ -167,7 +167,7 @@ impl Owner {
         payload: Bytes,
         status: Option<u16>,
         ttl: Duration,
-    ) -> Settled {
+    ) -> Written {
         let (completed_at, expires_at) = self.completion_times(ttl);
         self.state = State::Completing(Completing {
             payload,
@@ -180,39 +180,18 @@ impl Owner {
 
     /// Deletes the in-flight record so a retry runs again; if the store fails, retries in the
     /// background.
-    pub(crate) async fn release(mut self) -> Settled {
+    pub(crate) async fn release(mut self) -> Written {
         if !self.leased {
             // Dropping the transaction rolls the claim back.
             self.state = State::Done;
-            return Settled::Done(Fence::Held);
+            return Written::Done(Fence::Held);
         }
         self.state = State::Releasing;
         self.settle().await
     }
 
-    /// Releases a claim whose store call failed, which may or may not have landed: tries, and
-    /// when `retry`, tries again with backoff while the store keeps failing, until `until` (the
-    /// claim's lease end, after which a retry takes the record over anyway). Never renews.
-    pub(crate) async fn release_until(
-        mut self,
-        until: Timestamp,
-        retry: bool,
-    ) -> Result<Fence, StoreError> {
-        self.state = State::Done;
-        let mut backoff = Retry::FIRST;
-        loop {
-            match self.store.release(&self.key, self.token).await {
-                Ok(fence) => return Ok(fence),
-                Err(error) if !retry || self.clock.now() >= until => return Err(error),
-                Err(_) => {}
-            }
-            tokio::time::sleep(backoff).await;
-            backoff = (backoff * 2).min(Retry::MAX);
-        }
-    }
-
     /// Tries the pending write once; on a store error hands it to a background task.
-    async fn settle(mut self) -> Settled {
+    async fn settle(mut self) -> Written {
         let result = match &self.state {
             State::Completing(pending) => {
                 self.store
@@ -224,10 +203,10 @@ impl Owner {
         match result {
             Ok(fence) => {
                 self.state = State::Done;
-                Settled::Done(fence)
+                Written::Done(fence)
             }
             // `Drop` spawns the retries.
-            Err(error) => Settled::Deferred(error),
+            Err(error) => Written::Deferred(error),
         }
     }
 
@@ -318,6 +297,29 @@ impl Retry {
                 return;
             }
         }
+    }
+}
+
+/// Releases a claim whose store call failed, which may or may not have landed: tries, and when
+/// `retry`, tries again with backoff while the store keeps failing, until `until` (the claim's
+/// lease end, after which a retry takes the record over anyway). Never renews: nobody owns the
+/// claim.
+pub(crate) async fn release_unanswered(
+    store: Arc<dyn DynStore>,
+    clock: Arc<dyn Clock>,
+    (key, token): (RecordKey, LeaseToken),
+    until: Timestamp,
+    retry: bool,
+) -> Result<Fence, StoreError> {
+    let mut backoff = Retry::FIRST;
+    loop {
+        match store.release(&key, token).await {
+            Ok(fence) => return Ok(fence),
+            Err(error) if !retry || clock.now() >= until => return Err(error),
+            Err(_) => {}
+        }
+        tokio::time::sleep(backoff).await;
+        backoff = (backoff * 2).min(Retry::MAX);
     }
 }
 

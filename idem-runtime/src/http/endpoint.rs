@@ -141,8 +141,8 @@ impl Endpoint {
     }
 
     /// The stable name given with `name = "..."`, if any: the operation's identity in its
-    /// records' keys, its metrics and traces. Without one, the identity is the route as routed
-    /// (see [`Endpoint::identity`]).
+    /// records' keys, its metrics and traces. Without one, the identity is the method and the
+    /// route as routed (`POST /v1/charges`).
     pub const fn name(&self) -> Option<&'static str> {
         self.name
     }

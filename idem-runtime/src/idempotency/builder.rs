@@ -106,9 +106,11 @@ impl Builder {
         self
     }
 
-    /// How long any one call to the store may take (default 5 s). Past it the request fails
-    /// closed: `503 idempotency_store_unavailable` with `Retry-After`, the handler not run. A
-    /// completion or release that times out is retried in the background.
+    /// How long a request waits for its claim, and any other call to the store may take
+    /// (default 5 s). Past it the request fails closed: `503 idempotency_store_unavailable`
+    /// with `Retry-After`, the handler not run. The claim itself runs on (up to its lease) and,
+    /// if it lands, is released at once, so the key does not stay held. A completion or release
+    /// that times out is retried in the background.
     pub fn store_timeout(mut self, timeout: Duration) -> Self {
         self.policy.store_timeout = timeout.max(Duration::from_millis(10));
         self

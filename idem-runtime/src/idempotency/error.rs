@@ -2,7 +2,8 @@
 
 use crate::http::settings::UnknownScope;
 
-/// A misconfigured [`Idempotency`] engine, reported by [`Builder::build`] at start-up rather
+/// A misconfigured [`Idempotency`](crate::Idempotency) engine, reported by
+/// [`Builder::build`](crate::Builder::build) at start-up rather
 /// than by the first request.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
@@ -13,7 +14,7 @@ pub enum BuildError {
     /// An annotated endpoint names a scope that has no resolver.
     #[error("endpoint `{endpoint}`: {}", UnknownScope(.scope))]
     UnresolvedScope {
-        /// The endpoint (module path and function name).
+        /// The endpoint's handler (module path and function name).
         endpoint: &'static str,
         /// The scope it names.
         scope: &'static str,
@@ -27,7 +28,7 @@ pub enum BuildError {
          or take no `Tx` in the handler"
     )]
     AtomicUnsupported {
-        /// The endpoint (module path and function name).
+        /// The endpoint's handler (module path and function name).
         endpoint: &'static str,
         /// The database of its transaction (`"SQLite"`, `"PostgreSQL"`).
         database: &'static str,

@@ -96,7 +96,8 @@ pub struct ClaimRequest<'a> {
     /// When a claimed record disappears even if never completed (the endpoint's TTL).
     pub expires_at: Timestamp,
     /// The operation (endpoint) the record belongs to, kept for operators
-    /// (`module::function` for the attribute, `POST /path` for the layer).
+    /// (its `name`, or `POST /path` as routed, for the HTTP adapters; the caller's name for the
+    /// programmatic API).
     pub operation: &'a str,
     /// The tenant the record belongs to: an opaque hash of its scope and scope value. A store
     /// with a shared budget ([`MemoryStore`]) uses it so one tenant cannot fill it for all.

@@ -74,7 +74,7 @@ pub use service::IdempotencyService;
 ///
 /// Apply it with [`Router::layer`](axum::Router::layer) (or `route_layer`): it then runs after
 /// routing and names each route's operation `"{METHOD} {path}"` after the route's pattern
-/// (`POST /api/dwellers/{id}/act`, as [`MatchedPath`] reports it, with the prefixes of `nest`),
+/// (`POST /api/dwellers/{id}/act`, as [`MatchedPath`](axum::extract::MatchedPath) reports it, with the prefixes of `nest`),
 /// which isolates its records and labels its metrics. Requests of the covered methods
 /// ([`methods`](Self::methods)) on matched routes not [skipped](Self::skip) go through the
 /// engine exactly as under the attribute: key validation, scope, fingerprint, claim, replay,

@@ -8,7 +8,7 @@ use axum::extract::{MatchedPath, Request};
 use http::{Method, StatusCode};
 
 use crate::adapters::flow::{Covered, HttpOperation};
-use crate::core::rules::checked_ttl;
+use crate::core::rules::{checked_name, checked_ttl};
 use crate::engine::{Commits, InFlightMode};
 use crate::http::endpoint::{KeyMode, route_identity};
 use crate::http::release::ClientErrors;
@@ -35,8 +35,8 @@ pub(super) struct Settings {
     pub(super) rejections: ClientErrors,
 }
 
-/// Overrides for one route under an [`IdempotencyLayer`], built in the closure given to
-/// [`IdempotencyLayer::route`]. Each setting left alone follows the layer's.
+/// Overrides for one route under an [`IdempotencyLayer`](crate::IdempotencyLayer), built in the closure given to
+/// [`IdempotencyLayer::route`](crate::IdempotencyLayer::route). Each setting left alone follows the layer's.
 #[derive(Debug, Clone, Default)]
 #[must_use]
 pub struct RouteSettings {
@@ -49,7 +49,7 @@ pub struct RouteSettings {
 }
 
 impl RouteSettings {
-    /// The route's scope, as [`IdempotencyLayer::scope`]; checked when the closure returns.
+    /// The route's scope, as [`IdempotencyLayer::scope`](crate::IdempotencyLayer::scope); checked when the closure returns.
     pub fn scope(mut self, scope: &'static str) -> Self {
         self.scope = Some(scope);
         self
@@ -59,12 +59,18 @@ impl RouteSettings {
     /// `"{METHOD} {pattern}"`. Keep it when the route's path changes and its records should
     /// still replay, or give the same name as an `#[idempotent(name = ..)]` handler the route
     /// replaces.
+    ///
+    /// # Panics
+    /// When `name` is not an operation name: 1..=128 bytes, no control characters, no
+    /// whitespace at either end (the rule of the attribute's `name`).
+    #[track_caller]
     pub fn name(mut self, name: &'static str) -> Self {
+        checked_name("RouteSettings::name", name);
         self.name = Some(name);
         self
     }
 
-    /// The route's TTL, as [`IdempotencyLayer::ttl`].
+    /// The route's TTL, as [`IdempotencyLayer::ttl`](crate::IdempotencyLayer::ttl).
     ///
     /// # Panics
     /// When `ttl` is not within 1 s ..= 30 days.
@@ -74,19 +80,19 @@ impl RouteSettings {
         self
     }
 
-    /// The route's key mode, as [`IdempotencyLayer::key`].
+    /// The route's key mode, as [`IdempotencyLayer::key`](crate::IdempotencyLayer::key).
     pub fn key(mut self, key: KeyMode) -> Self {
         self.key = Some(key);
         self
     }
 
-    /// The route's in-flight mode, as [`IdempotencyLayer::in_flight`].
+    /// The route's in-flight mode, as [`IdempotencyLayer::in_flight`](crate::IdempotencyLayer::in_flight).
     pub fn in_flight(mut self, in_flight: InFlightMode) -> Self {
         self.in_flight = Some(in_flight);
         self
     }
 
-    /// The route's rejection statuses, as [`IdempotencyLayer::rejections`].
+    /// The route's rejection statuses, as [`IdempotencyLayer::rejections`](crate::IdempotencyLayer::rejections).
     ///
     /// # Panics
     /// When a status is not a 4xx.

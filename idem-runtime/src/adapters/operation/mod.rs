@@ -69,10 +69,17 @@ impl Idempotency {
     /// assert_eq!(again.into_inner(), JobId(1)); // the same job: the closure ran once
     /// # Ok(()) }
     /// ```
+    ///
+    /// # Panics
+    /// When `name` is not an operation name: 1..=128 bytes, no control characters, no
+    /// whitespace at either end (the rule of the attribute's `name`).
+    #[track_caller]
     pub fn operation(&self, name: impl Into<Cow<'static, str>>) -> Operation<'_> {
+        let name = name.into();
+        crate::core::rules::checked_name("Idempotency::operation", &name);
         Operation {
             idempotency: self,
-            name: name.into(),
+            name,
             scope: String::new(),
             ttl: idem_rules::ttl::DEFAULT_TTL,
             wait: false,
