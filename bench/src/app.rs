@@ -92,15 +92,12 @@ pub struct AppState {
 
 /// `POST /bare`, `POST /idem`, `POST /layer`, `POST /held` and `GET /healthz`, the idempotent
 /// ones on `engine`.
-pub fn router(engine: Idempotency, gate: Arc<Gate>) -> Router {
+pub fn router(idempotency: Idempotency, gate: Arc<Gate>) -> Router {
     Router::new()
         .route(BARE, post(bare))
         .route(IDEM, post(idem))
-        .route(LAYER, post(bare).layer(engine.layer()))
+        .route(LAYER, post(bare).layer(idempotency.layer()))
         .route(HELD, post(held))
         .route("/healthz", get(|| async { "ok" }))
-        .with_state(AppState {
-            idempotency: engine,
-            gate,
-        })
+        .with_state(AppState { idempotency, gate })
 }

@@ -26,8 +26,8 @@ pub fn store(records: u64) -> MemoryStore {
 }
 
 /// An engine on a `MemoryStore` with room for `records` records, whatever their shards.
-pub fn engine(records: u64) -> Idempotency {
-    engine_on(store(records))
+pub fn idempotency(records: u64) -> Idempotency {
+    idempotency_on(store(records))
 }
 
 /// A `MemoryStore` that hides its in-process reads, so that every replay takes the claim, as on
@@ -79,7 +79,7 @@ impl idem_runtime::store::Store for ClaimedReplays {
 }
 
 /// An engine on `store`.
-pub fn engine_on(store: impl idem_runtime::store::Store) -> Idempotency {
+pub fn idempotency_on(store: impl idem_runtime::store::Store) -> Idempotency {
     Idempotency::builder()
         .store(store)
         // The PostgreSQL handlers' atomic form needs a store with transactions.
@@ -96,7 +96,7 @@ pub fn idem_router(records: u64) -> (Router, Arc<Gate>) {
 /// [`app::router`] on an engine on `store`, and its gate.
 pub fn idem_router_on(store: impl idem_runtime::store::Store) -> (Router, Arc<Gate>) {
     let gate = Arc::new(Gate::default());
-    (app::router(engine_on(store), gate.clone()), gate)
+    (app::router(idempotency_on(store), gate.clone()), gate)
 }
 
 /// A JSON `POST` to `path` with the `Idempotency-Key` and session cookie numbered `key`. Every

@@ -131,14 +131,11 @@ pub struct PgState {
 }
 
 /// `POST /pg/bare`, `/pg/plain` and `/pg/atomic` on `engine` and `pool`.
-pub fn router(engine: Idempotency, pool: PgPool) -> Router {
+pub fn router(idempotency: Idempotency, pool: PgPool) -> Router {
     Router::new()
         .route(BARE, post(bare))
         .route(PLAIN, post(plain))
         .route(ATOMIC, post(atomic))
         .route(ATOMIC_TWO, post(atomic_two))
-        .with_state(PgState {
-            idempotency: engine,
-            pool,
-        })
+        .with_state(PgState { idempotency, pool })
 }

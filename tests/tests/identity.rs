@@ -60,7 +60,7 @@ mod after {
     }
 }
 
-async fn engine(path: &std::path::Path) -> Idempotency {
+async fn idempotency(path: &std::path::Path) -> Idempotency {
     let store = SqliteStore::connect(&idem_tests::db::sqlite_url(path))
         .await
         .unwrap();
@@ -86,7 +86,7 @@ async fn a_retry_across_a_deploy_that_renames_and_moves_the_handler_replays() {
     let first: Router = Router::new()
         .route("/v1/charges", post(before::create_charge))
         .route("/v1/refunds", post(before::create_refund))
-        .with_state(engine(&path).await);
+        .with_state(idempotency(&path).await);
     assert_eq!(
         send(&first, "/v1/charges", "k1").await,
         (
@@ -107,7 +107,7 @@ async fn a_retry_across_a_deploy_that_renames_and_moves_the_handler_replays() {
     let next: Router = Router::new()
         .route("/v1/charges", post(after::billing::charge))
         .route("/v1/refunds", post(after::billing::refund))
-        .with_state(engine(&path).await);
+        .with_state(idempotency(&path).await);
     assert_eq!(
         send(&next, "/v1/charges", "k1").await,
         (
@@ -126,7 +126,7 @@ async fn a_retry_across_a_deploy_that_renames_and_moves_the_handler_replays() {
         ),
         "keyed by its name"
     );
-    let idempotency = engine(&path).await;
+    let idempotency = idempotency(&path).await;
     let handlers: Vec<_> = idempotency.endpoints().map(|e| e.handler()).collect();
     assert!(handlers.contains(&"identity::before::create_charge"));
     assert!(handlers.contains(&"identity::after::billing::charge"));
@@ -191,7 +191,7 @@ async fn records_of_the_previous_default_identity_replay_under_a_pinned_name() {
 
     let upgraded: Router = Router::new()
         .route("/v1/charges", post(after::billing::pinned))
-        .with_state(engine(&path).await);
+        .with_state(idempotency(&path).await);
     assert_eq!(
         send(&upgraded, "/v1/charges", "k1").await,
         (
@@ -204,7 +204,7 @@ async fn records_of_the_previous_default_identity_replay_under_a_pinned_name() {
     // Without the pin, the route is the identity: the old record is another operation's.
     let unpinned: Router = Router::new()
         .route("/v1/charges", post(after::billing::charge))
-        .with_state(engine(&path).await);
+        .with_state(idempotency(&path).await);
     assert_eq!(
         send(&unpinned, "/v1/charges", "k1").await,
         (

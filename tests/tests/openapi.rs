@@ -85,7 +85,7 @@ mod required {
 )]
 struct ApiDoc;
 
-fn engine() -> Idempotency {
+fn idempotency() -> Idempotency {
     Idempotency::builder()
         .store(MemoryStore::new())
         .build()
@@ -120,7 +120,7 @@ fn resolve<'a>(doc: &'a Value, reference: &str) -> &'a Value {
 
 #[test]
 fn idempotent_handlers_gain_the_header_and_the_engine_answers() {
-    let (count, doc) = documented(&IdempotencyDoc::new(&engine()));
+    let (count, doc) = documented(&IdempotencyDoc::new(&idempotency()));
     assert_eq!(count, 4, "charges, payouts, and both `create`s");
     let charge = &doc["paths"]["/v1/charges"]["post"];
     assert_eq!(
@@ -158,7 +158,7 @@ fn idempotent_handlers_gain_the_header_and_the_engine_answers() {
 
 #[test]
 fn a_required_key_is_a_required_parameter_replacing_a_hand_written_one() {
-    let (_, doc) = documented(&IdempotencyDoc::new(&engine()));
+    let (_, doc) = documented(&IdempotencyDoc::new(&idempotency()));
     assert_eq!(
         doc["paths"]["/v1/payouts"]["post"]["parameters"],
         json!([{ "$ref": "#/components/parameters/IdempotencyKeyRequired" }])
@@ -177,12 +177,12 @@ fn a_required_key_is_a_required_parameter_replacing_a_hand_written_one() {
 
 #[test]
 fn the_engine_header_name_is_the_parameter_name() {
-    let engine = Idempotency::builder()
+    let idempotency = Idempotency::builder()
         .store(MemoryStore::new())
         .header_name(http::HeaderName::from_static("x-idempotency-key"))
         .build()
         .unwrap();
-    let (_, doc) = documented(&IdempotencyDoc::new(&engine));
+    let (_, doc) = documented(&IdempotencyDoc::new(&idempotency));
     assert_eq!(
         doc["components"]["parameters"]["IdempotencyKey"]["name"],
         "X-Idempotency-Key"
@@ -191,7 +191,7 @@ fn the_engine_header_name_is_the_parameter_name() {
 
 #[test]
 fn the_applications_own_responses_are_kept_and_extended() {
-    let (_, doc) = documented(&IdempotencyDoc::new(&engine()));
+    let (_, doc) = documented(&IdempotencyDoc::new(&idempotency()));
     // 400 of its own, already a problem document: its description gains the engine's codes.
     let bad = &doc["paths"]["/v1/charges"]["post"]["responses"]["400"];
     let description = bad["description"].as_str().unwrap();
@@ -248,7 +248,7 @@ fn the_applications_own_responses_are_kept_and_extended() {
 
 #[test]
 fn other_operations_are_untouched() {
-    let (_, doc) = documented(&IdempotencyDoc::new(&engine()));
+    let (_, doc) = documented(&IdempotencyDoc::new(&idempotency()));
     let (_, plain) = documented(&IdempotencyDoc::for_header(&header()));
     for (path, method) in [
         ("/v1/notes", "post"),
@@ -294,7 +294,7 @@ fn a_selector_documents_routes_behind_a_layer_but_never_reads() {
 #[test]
 fn a_selector_sees_the_path_template_and_method_and_decides_before_the_handlers() {
     let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
-    let doc = IdempotencyDoc::new(&engine()).operations(KeyMode::Required, {
+    let doc = IdempotencyDoc::new(&idempotency()).operations(KeyMode::Required, {
         let seen = seen.clone();
         move |path: &str, method: &Method| {
             seen.lock().unwrap().push(format!("{method} {path}"));
@@ -328,7 +328,7 @@ fn a_selector_sees_the_path_template_and_method_and_decides_before_the_handlers(
 
 #[test]
 fn handlers_sharing_a_name_document_the_key_as_optional() {
-    let (_, doc) = documented(&IdempotencyDoc::new(&engine()));
+    let (_, doc) = documented(&IdempotencyDoc::new(&idempotency()));
     for path in ["/a/{id}", "/b/{id}"] {
         let parameters = doc["paths"][path]["put"]["parameters"].as_array().unwrap();
         assert_eq!(parameters[0]["in"], "path", "{path}");
@@ -341,7 +341,7 @@ fn handlers_sharing_a_name_document_the_key_as_optional() {
 
 #[test]
 fn applying_twice_changes_nothing_more() {
-    let doc = IdempotencyDoc::new(&engine());
+    let doc = IdempotencyDoc::new(&idempotency());
     let mut openapi = ApiDoc::openapi();
     doc.apply(&mut openapi);
     let once = serde_json::to_value(&openapi).unwrap();
@@ -359,5 +359,5 @@ fn the_documented_handlers_are_routed_as_usual() {
         .route("/api/things", get(list_things).post(create_thing))
         .route("/a/{id}", put(optional::create))
         .route("/b/{id}", put(required::create))
-        .with_state(engine());
+        .with_state(idempotency());
 }

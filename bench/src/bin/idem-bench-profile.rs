@@ -65,7 +65,7 @@ fn main() -> ExitCode {
         eprintln!("{e}");
         return ExitCode::FAILURE;
     }
-    let engine = inproc::engine_on(store);
+    let engine = inproc::idempotency_on(store);
     let router = app::router(engine.clone(), Arc::default());
     let peer_router = peer::router();
     let (router, path, replay) = match scenario.as_str() {

@@ -125,7 +125,7 @@ impl Builder {
     /// use axum::{Json, response::IntoResponse};
     /// use idem_runtime::{Idempotency, Rejection, store::MemoryStore};
     ///
-    /// let engine = Idempotency::builder()
+    /// let idempotency = Idempotency::builder()
     ///     .store(MemoryStore::new())
     ///     .render_rejections(|rejection: &Rejection| {
     ///         let kind = match rejection {
@@ -139,7 +139,7 @@ impl Builder {
     ///     })
     ///     .build()
     ///     .unwrap();
-    /// # let _ = engine;
+    /// # let _ = idempotency;
     /// ```
     pub fn render_rejections<F>(mut self, render: F) -> Self
     where

@@ -30,7 +30,7 @@ fn every_fragment_is_valid_openapi() {
 }
 
 /// An engine reading keys from `header`, with the scope `"user"`.
-fn engine(header: &'static str) -> Idempotency {
+fn idempotency(header: &'static str) -> Idempotency {
     Idempotency::builder()
         .store(MemoryStore::new())
         .header_name(HeaderName::from_static(header))
@@ -93,7 +93,7 @@ const API: [(&str, &str); 9] = [
 
 #[test]
 fn a_nested_layer_documents_the_operations_it_covers_and_leaves_the_others() {
-    let idempotency = engine("x-idempotency-key");
+    let idempotency = idempotency("x-idempotency-key");
     let layer = idempotency.layer().scope("user");
     let mut doc = document(&API);
     let documented = IdempotencyDoc::for_header(idempotency.header_name())
@@ -125,7 +125,7 @@ fn a_nested_layer_documents_the_operations_it_covers_and_leaves_the_others() {
 
 #[test]
 fn a_layer_over_every_route_covers_every_path() {
-    let idempotency = engine("idempotency-key");
+    let idempotency = idempotency("idempotency-key");
     let mut doc = document(&API);
     let documented = IdempotencyDoc::for_header(idempotency.header_name())
         .layer(&idempotency.layer())
@@ -145,7 +145,7 @@ fn a_layer_over_every_route_covers_every_path() {
 
 #[test]
 fn key_modes_methods_overrides_and_skips_are_the_layers() {
-    let idempotency = engine("x-idempotency-key");
+    let idempotency = idempotency("x-idempotency-key");
     let layer = idempotency
         .layer()
         .key(KeyMode::Required)
@@ -190,7 +190,7 @@ fn key_modes_methods_overrides_and_skips_are_the_layers() {
 
 #[test]
 fn routes_with_a_wildcard_match_their_template() {
-    let idempotency = engine("idempotency-key");
+    let idempotency = idempotency("idempotency-key");
     let layer = idempotency
         .layer()
         .skip("/files/{*path}")
@@ -209,7 +209,7 @@ fn routes_with_a_wildcard_match_their_template() {
 
 #[test]
 fn components_are_described_once_and_referenced() {
-    let idempotency = engine("idempotency-key");
+    let idempotency = idempotency("idempotency-key");
     let layer = idempotency.layer();
     let doc = IdempotencyDoc::for_header(idempotency.header_name()).nested_layer("/api", &layer);
     let mut once = document(&API);
@@ -259,7 +259,7 @@ fn components_are_described_once_and_referenced() {
 
 #[test]
 fn selectors_come_first_then_layers_then_handlers() {
-    let idempotency = engine("idempotency-key");
+    let idempotency = idempotency("idempotency-key");
     let layer = idempotency.layer().skip("/plain");
     let mut doc = document(&[
         ("post", "/selected"),
@@ -305,21 +305,21 @@ fn selectors_come_first_then_layers_then_handlers() {
                            from `Idempotency-Key`"
 )]
 fn a_layer_on_another_header_is_refused() {
-    let layer = engine("x-idempotency-key").layer();
-    let other = engine("idempotency-key");
+    let layer = idempotency("x-idempotency-key").layer();
+    let other = idempotency("idempotency-key");
     let _ = IdempotencyDoc::new(&other).layer(&layer);
 }
 
 #[test]
 #[should_panic(expected = "the prefix `api` must be a path starting with `/`")]
 fn a_prefix_must_be_a_path() {
-    let idempotency = engine("idempotency-key");
+    let idempotency = idempotency("idempotency-key");
     let _ = IdempotencyDoc::new(&idempotency).nested_layer("api", &idempotency.layer());
 }
 
 #[test]
 fn utoipas_merge_drops_the_parameters_so_the_served_document_is_the_one_to_complete() {
-    let idempotency = engine("idempotency-key");
+    let idempotency = idempotency("idempotency-key");
     let doc = IdempotencyDoc::for_header(idempotency.header_name()).layer(&idempotency.layer());
     let mut nested = document(&[("post", "/stories")]);
     doc.apply(&mut nested);

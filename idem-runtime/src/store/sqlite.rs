@@ -48,8 +48,8 @@ use crate::store::{
 /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
 /// // Creates `payments.db` if it is missing.
 /// let store = SqliteStore::connect("sqlite://payments.db").await?;
-/// let engine = Idempotency::builder().store(store).build()?;
-/// # let _ = engine;
+/// let idempotency = Idempotency::builder().store(store).build()?;
+/// # let _ = idempotency;
 /// # Ok(()) }
 /// ```
 #[derive(Debug, Clone)]

@@ -198,11 +198,11 @@ async fn atomic_mode_on_a_store_without_those_transactions_says_so() {
         other => panic!("expected AtomicUnsupported, got {other:?}"),
     }
     let sqlite = idem_tests::sqlite_store().await;
-    let engine = Idempotency::builder()
+    let idempotency = Idempotency::builder()
         .store(sqlite.clone())
         .build()
         .unwrap();
-    let refused = engine
+    let refused = idempotency
         .operation("shipping::ship")
         .run_atomic("k", 7, |_: Tx<sqlx::Postgres>, order: i64| async move {
             Ok::<_, Refused>(order)
@@ -219,7 +219,7 @@ async fn atomic_mode_on_a_store_without_those_transactions_says_so() {
         "{refused:?}"
     );
     // Nothing was claimed: the key still runs.
-    let plain = engine
+    let plain = idempotency
         .operation("shipping::ship")
         .run("k", 7, |order: i64| async move { Ok::<_, Refused>(order) })
         .await;

@@ -120,7 +120,7 @@ async fn run(config: Config) -> Result<(), BoxError> {
     let db = Db::connect(&config.database_url)
         .await
         .map_err(|e| format!("cannot open DATABASE_URL: {e}"))?;
-    let idempotency = engine(&db).await?;
+    let idempotency = idempotency(&db).await?;
     let listener = TcpListener::bind(&config.bind)
         .await
         .map_err(|e| format!("cannot listen on BIND={}: {e}", config.bind))?;
@@ -155,7 +155,7 @@ async fn run(config: Config) -> Result<(), BoxError> {
 
 /// The engine on the app's own database, so handlers write in the transaction that stores the
 /// response. Keys come in `X-Idempotency-Key`, per user.
-async fn engine(db: &Db) -> Result<Idempotency, BoxError> {
+async fn idempotency(db: &Db) -> Result<Idempotency, BoxError> {
     let builder = Idempotency::builder()
         .header_name(KEY_HEADER)
         .scope("user", auth::user_scope);

@@ -51,11 +51,11 @@ impl Modify for BearerAgent {
 /// makes of them.
 pub(crate) fn document(
     mut doc: utoipa::openapi::OpenApi,
-    engine: &Idempotency,
+    idempotency: &Idempotency,
     prefix: &str,
     layer: &IdempotencyLayer,
 ) -> Document {
-    IdempotencyDoc::new(engine)
+    IdempotencyDoc::new(idempotency)
         .nested_layer(prefix, layer)
         .modify(&mut doc);
     let json = serde_json::to_vec(&doc).expect("an OpenAPI document serializes");

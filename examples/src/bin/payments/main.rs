@@ -194,7 +194,7 @@ async fn run(config: Config) -> Result<(), BoxError> {
                 redact(&config.database_url)
             )
         })?;
-    let idempotency = store::engine(
+    let idempotency = store::idempotency(
         config.store,
         &db,
         config.redis.as_ref(),

@@ -58,10 +58,10 @@ impl Modify for BearerKey {
 /// with how bodies and errors are sent.
 pub(crate) fn document(
     mut doc: utoipa::openapi::OpenApi,
-    engine: &Idempotency,
+    idempotency: &Idempotency,
     errors: ErrorFormat,
 ) -> Document {
-    IdempotencyDoc::new(engine).apply(&mut doc);
+    IdempotencyDoc::new(idempotency).apply(&mut doc);
     let mut json = serde_json::to_value(&doc).expect("an OpenAPI document serializes");
     encode_forms_as_stripe_does(&mut json);
     if errors == ErrorFormat::Stripe {

@@ -25,7 +25,7 @@ const SWEEP_BATCH: u32 = 1000;
 /// (400 invalid key, 409 in flight, 422 reused, 503 store down) are in `errors`' format: its
 /// default, problem+json, is already this service's; Stripe's is rendered by
 /// [`envelope::render_rejection`].
-pub(crate) async fn engine(
+pub(crate) async fn idempotency(
     kind: StoreKind,
     db: &Db,
     redis: Option<&Redis>,
@@ -72,6 +72,6 @@ pub(crate) async fn engine(
 
 /// Purges expired records in the background until aborted. On Redis, which expires records
 /// itself, the task logs that and ends.
-pub(crate) fn spawn_sweeper(engine: &Idempotency) -> tokio::task::JoinHandle<()> {
-    engine.spawn_sweeper(SWEEP_PERIOD, SWEEP_BATCH)
+pub(crate) fn spawn_sweeper(idempotency: &Idempotency) -> tokio::task::JoinHandle<()> {
+    idempotency.spawn_sweeper(SWEEP_PERIOD, SWEEP_BATCH)
 }

@@ -38,7 +38,7 @@ async fn with_status(State(calls): State<Calls>, Path(code): Path<u16>) -> Statu
     StatusCode::from_u16(code).unwrap()
 }
 
-fn engine(clock: &ManualClock) -> Idempotency {
+fn idempotency(clock: &ManualClock) -> Idempotency {
     Idempotency::builder()
         .store(MemoryStore::new())
         .scope("user", |parts| {
@@ -63,7 +63,7 @@ struct App {
 fn app(configure: impl FnOnce(IdempotencyLayer) -> IdempotencyLayer) -> App {
     let clock = ManualClock::new();
     let calls = Calls::default();
-    let layer = configure(engine(&clock).layer());
+    let layer = configure(idempotency(&clock).layer());
     let every = post(handler)
         .put(handler)
         .patch(handler)
@@ -375,13 +375,13 @@ async fn requests_no_route_matched_are_left_alone() {
 #[test]
 #[should_panic(expected = "scope \"tenant\" has no resolver")]
 fn a_scope_without_a_resolver_panics() {
-    let _ = engine(&ManualClock::new()).layer().scope("tenant");
+    let _ = idempotency(&ManualClock::new()).layer().scope("tenant");
 }
 
 #[test]
 #[should_panic(expected = "scope \"tenant\" has no resolver")]
 fn a_route_scope_without_a_resolver_panics() {
-    let _ = engine(&ManualClock::new())
+    let _ = idempotency(&ManualClock::new())
         .layer()
         .route("/x", |route| route.scope("tenant"));
 }
@@ -389,7 +389,7 @@ fn a_route_scope_without_a_resolver_panics() {
 #[test]
 #[should_panic(expected = "GET is a safe method")]
 fn safe_methods_cannot_be_covered() {
-    let _ = engine(&ManualClock::new())
+    let _ = idempotency(&ManualClock::new())
         .layer()
         .methods([Method::POST, Method::GET]);
 }
@@ -398,11 +398,11 @@ fn safe_methods_cannot_be_covered() {
 fn ttls_out_of_range_panic() {
     for ttl in [Duration::ZERO, Duration::from_secs(31 * 86_400)] {
         let result = std::panic::catch_unwind(|| {
-            let _ = engine(&ManualClock::new()).layer().ttl(ttl);
+            let _ = idempotency(&ManualClock::new()).layer().ttl(ttl);
         });
         assert!(result.is_err(), "{ttl:?}");
     }
-    let _ = engine(&ManualClock::new())
+    let _ = idempotency(&ManualClock::new())
         .layer()
         .ttl(Duration::from_secs(30 * 86_400))
         .route("/x", |route| route.ttl(Duration::from_secs(1)));
@@ -411,7 +411,7 @@ fn ttls_out_of_range_panic() {
 #[test]
 #[should_panic(expected = "500 Internal Server Error is not a client error")]
 fn rejections_must_be_client_errors() {
-    let _ = engine(&ManualClock::new())
+    let _ = idempotency(&ManualClock::new())
         .layer()
         .rejections([StatusCode::INTERNAL_SERVER_ERROR]);
 }
@@ -419,5 +419,5 @@ fn rejections_must_be_client_errors() {
 #[test]
 #[should_panic(expected = "must be a route pattern starting with `/`")]
 fn paths_must_be_route_patterns() {
-    let _ = engine(&ManualClock::new()).layer().skip("api/stories");
+    let _ = idempotency(&ManualClock::new()).layer().skip("api/stories");
 }

@@ -50,8 +50,8 @@ const RECORD_OVERHEAD: usize = 256;
 /// let store = MemoryStore::new()
 ///     .max_bytes(64 * 1024 * 1024) // 64 MiB of records
 ///     .tenant_share(0.25);         // one tenant may hold a quarter of it
-/// let engine = Idempotency::builder().store(store).build().unwrap();
-/// # let _ = engine;
+/// let idempotency = Idempotency::builder().store(store).build().unwrap();
+/// # let _ = idempotency;
 /// ```
 #[derive(Clone)]
 pub struct MemoryStore {

@@ -56,8 +56,8 @@ use schema::{Names, migrate};
 ///
 /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
 /// let store = PostgresStore::connect("postgres://app@db.internal/payments").await?;
-/// let engine = Idempotency::builder().store(store).build()?;
-/// # let _ = engine;
+/// let idempotency = Idempotency::builder().store(store).build()?;
+/// # let _ = idempotency;
 /// # Ok(()) }
 /// ```
 #[derive(Clone)]

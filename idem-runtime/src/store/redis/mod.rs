@@ -81,8 +81,8 @@ static PURGE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("purg
 ///
 /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
 /// let store = RedisStore::connect("redis://127.0.0.1:6379").await?;
-/// let engine = Idempotency::builder().store(store).build()?;
-/// # let _ = engine;
+/// let idempotency = Idempotency::builder().store(store).build()?;
+/// # let _ = idempotency;
 /// # Ok(()) }
 /// ```
 #[derive(Clone)]

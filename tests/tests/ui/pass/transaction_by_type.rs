@@ -45,13 +45,13 @@ fn main() {
             .build()
     };
     // The look-alike needs nothing from the store: a store without transactions serves it.
-    let idempotency = engine("lookalike").unwrap();
+    let idempotency = idempotency("lookalike").unwrap();
     let _app: axum::Router = axum::Router::new()
         .route("/lookalike", axum::routing::post(lookalike::create))
         .route("/alias", axum::routing::post(alias::create))
         .with_state(idempotency);
     // The alias is a transaction: the same store is refused at start-up.
-    match engine("alias") {
+    match idempotency("alias") {
         Err(BuildError::AtomicUnsupported { endpoint, database, .. }) => {
             assert!(endpoint.ends_with("::alias::create"), "{endpoint}");
             assert_eq!(database, "SQLite");
