@@ -88,7 +88,7 @@ pub fn idempotency_on(store: impl idem_runtime::store::Store) -> Idempotency {
         .expect("an engine")
 }
 
-/// [`app::router`] on a new [`engine`], and its gate.
+/// [`app::router`] on a new [`idempotency`], and its gate.
 pub fn idem_router(records: u64) -> (Router, Arc<Gate>) {
     idem_router_on(store(records))
 }
