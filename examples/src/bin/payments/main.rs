@@ -217,7 +217,8 @@ async fn run(config: Config) -> Result<(), BoxError> {
     })?;
     for endpoint in idempotency.endpoints() {
         tracing::debug!(
-            endpoint = endpoint.name(),
+            name = endpoint.name(),
+            handler = endpoint.handler(),
             scope = endpoint.scope(),
             ttl_secs = endpoint.ttl().as_secs(),
             "idempotent endpoint"
