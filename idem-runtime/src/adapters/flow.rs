@@ -114,10 +114,15 @@ pub(crate) fn start(
         parts.extensions.insert(lending.clone());
     }
     // Safe methods never touch the store.
-    let safe = matches!(parts.method, Method::GET | Method::HEAD | Method::OPTIONS);
+    if matches!(parts.method, Method::GET | Method::HEAD | Method::OPTIONS) {
+        return Ok(Started {
+            key: None,
+            lending,
+            operation: Some(operation),
+        });
+    }
     let header = idempotency.header_name();
     let key = match IdempotencyKey::from_headers(&parts.headers, header) {
-        _ if safe => None,
         Ok(None) if operation.key == KeyMode::Required => {
             engine.count_invalid(&operation.name);
             let header = header.clone();
