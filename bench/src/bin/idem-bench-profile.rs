@@ -65,8 +65,8 @@ fn main() -> ExitCode {
         eprintln!("{e}");
         return ExitCode::FAILURE;
     }
-    let engine = inproc::idempotency_on(store);
-    let router = app::router(engine.clone(), Arc::default());
+    let idempotency = inproc::idempotency_on(store);
+    let router = app::router(idempotency.clone(), Arc::default());
     let peer_router = peer::router();
     let (router, path, replay) = match scenario.as_str() {
         "bare" => (router, app::BARE, false),
@@ -113,7 +113,11 @@ fn main() -> ExitCode {
             assert_eq!(status, StatusCode::CREATED);
             if preload > 0 && i % 1000 == 999 {
                 // What a sweeper does between requests.
-                while engine.purge_expired(1000).await.is_ok_and(|n| n >= 1000) {}
+                while idempotency
+                    .purge_expired(1000)
+                    .await
+                    .is_ok_and(|n| n >= 1000)
+                {}
             }
         }
         let per = started.elapsed().as_secs_f64() * 1e6 / iters.max(1) as f64;

@@ -246,13 +246,13 @@ async fn serve(args: Args) -> Result<(), String> {
     } else {
         builder.endpoints_under("idem_bench::app")
     };
-    let engine = builder.build().map_err(|e| e.to_string())?;
-    let mut router = app::router(engine.clone(), Arc::default()).merge(peer::router());
+    let idempotency = builder.build().map_err(|e| e.to_string())?;
+    let mut router = app::router(idempotency.clone(), Arc::default()).merge(peer::router());
     if let Some(pool) = pg_pool {
-        router = router.merge(pg::router(engine.clone(), pool));
+        router = router.merge(pg::router(idempotency.clone(), pool));
     }
     if args.sweep_ms > 0 {
-        engine.spawn_sweeper(Duration::from_millis(args.sweep_ms), 1000);
+        idempotency.spawn_sweeper(Duration::from_millis(args.sweep_ms), 1000);
     }
     if let Some(counters) = stats {
         router = router.route(

@@ -38,20 +38,20 @@ mod lookalike {
 }
 
 fn main() {
-    let engine = |module: &str| {
+    let build = |module: &str| {
         Idempotency::builder()
             .store(MemoryStore::new())
             .endpoints_under(format!("{}::{module}", module_path!()))
             .build()
     };
     // The look-alike needs nothing from the store: a store without transactions serves it.
-    let idempotency = idempotency("lookalike").unwrap();
+    let idempotency = build("lookalike").unwrap();
     let _app: axum::Router = axum::Router::new()
         .route("/lookalike", axum::routing::post(lookalike::create))
         .route("/alias", axum::routing::post(alias::create))
         .with_state(idempotency);
     // The alias is a transaction: the same store is refused at start-up.
-    match idempotency("alias") {
+    match build("alias") {
         Err(BuildError::AtomicUnsupported { endpoint, database, .. }) => {
             assert!(endpoint.ends_with("::alias::create"), "{endpoint}");
             assert_eq!(database, "SQLite");
