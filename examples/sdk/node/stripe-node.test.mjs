@@ -37,7 +37,7 @@ const replayed = (object) => object.lastResponse.headers['idempotent-replayed'] 
 /** How many in-flight duplicates the engine has answered 409 for charges (`/metrics`). */
 async function inProgressCount() {
   const text = await (await fetch(new URL('/metrics', BASE))).text();
-  const pattern = /idempotency_requests_total\{[^}]*create_charge"[^}]*outcome="in_progress"[^}]*\} (\S+)/g;
+  const pattern = /idempotency_requests_total\{[^}]*endpoint="charges.create"[^}]*outcome="in_progress"[^}]*\} (\S+)/g;
   return [...text.matchAll(pattern)].reduce((sum, m) => sum + Number(m[1]), 0);
 }
 

@@ -45,7 +45,7 @@ def in_progress_count():
     """How many in-flight duplicates the engine has answered 409 for charges (`/metrics`)."""
     with urllib.request.urlopen(f"{BASE}/metrics", timeout=TIMEOUT) as response:
         text = response.read().decode()
-    pattern = r'idempotency_requests_total\{[^}]*create_charge"[^}]*outcome="in_progress"[^}]*\} (\S+)'
+    pattern = r'idempotency_requests_total\{[^}]*endpoint="charges.create"[^}]*outcome="in_progress"[^}]*\} (\S+)'
     return sum(int(float(v)) for v in re.findall(pattern, text))
 
 
