@@ -85,18 +85,21 @@ impl SqliteStore {
             .journal_mode(SqliteJournalMode::Wal)
             .synchronous(SqliteSynchronous::Normal)
             .busy_timeout(Self::BUSY_TIMEOUT);
-        let pool = if url.contains(":memory:") || url.contains("mode=memory") {
-            // An in-memory database disappears with its last connection: keep exactly one open
-            // for the life of the pool (which also serialises access to it).
-            SqlitePoolOptions::new()
-                .max_connections(1)
-                .min_connections(1)
-                .idle_timeout(None)
-                .max_lifetime(None)
-        } else {
-            SqlitePoolOptions::new()
-        }
-        .connect_with(options)
+        let in_memory = url.contains(":memory:") || url.contains("mode=memory");
+        let pool = while_busy(|| {
+            if in_memory {
+                // An in-memory database disappears with its last connection: keep exactly one
+                // open for the life of the pool (which also serialises access to it).
+                SqlitePoolOptions::new()
+                    .max_connections(1)
+                    .min_connections(1)
+                    .idle_timeout(None)
+                    .max_lifetime(None)
+            } else {
+                SqlitePoolOptions::new()
+            }
+            .connect_with(options.clone())
+        })
         .await
         .map_err(StoreError::unavailable)?;
         Self::from_pool(pool).await
@@ -336,11 +339,45 @@ const MIGRATIONS: &[Migration] = &[
     },
 ];
 
+/// Runs `attempt` again while SQLite answers `SQLITE_BUSY` before its busy handler could wait
+/// (as when several processes open one new file at once and race to switch it to WAL), with
+/// backoff, for at most [`SqliteStore::BUSY_TIMEOUT`].
+async fn while_busy<T, F>(mut attempt: impl FnMut() -> F) -> Result<T, sqlx::Error>
+where
+    F: std::future::Future<Output = Result<T, sqlx::Error>>,
+{
+    let deadline = std::time::Instant::now() + SqliteStore::BUSY_TIMEOUT;
+    let mut backoff = Duration::from_millis(5);
+    loop {
+        match attempt().await {
+            Err(error) if is_busy(&error) && std::time::Instant::now() < deadline => {
+                tracing::debug!(
+                    error = &error as &dyn std::error::Error,
+                    "SQLite is busy; retrying"
+                );
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_millis(200));
+            }
+            other => return other,
+        }
+    }
+}
+
+/// Whether SQLite answered `SQLITE_BUSY` (5), or one of its extended codes.
+fn is_busy(error: &sqlx::Error) -> bool {
+    let sqlx::Error::Database(error) = error else {
+        return false;
+    };
+    error
+        .code()
+        .and_then(|code| code.parse::<i32>().ok())
+        .is_some_and(|code| code & 0xff == 5)
+}
+
 /// Applies the missing [`MIGRATIONS`]. `BEGIN IMMEDIATE` takes the write lock up front, so
 /// processes opening one file at once take turns (within the busy timeout).
 async fn migrate(pool: &SqlitePool) -> Result<(), StoreError> {
-    let mut tx = pool
-        .begin_with("BEGIN IMMEDIATE")
+    let mut tx = while_busy(|| pool.begin_with("BEGIN IMMEDIATE"))
         .await
         .map_err(StoreError::unavailable)?;
     sqlx::raw_sql(
