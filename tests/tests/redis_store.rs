@@ -1,7 +1,7 @@
 //! What only the Redis store has, beside the conformance suite it passes like every store: the
 //! record as an operator reads it, keys that Redis expires by itself, a claim run again after a
-//! lost reply, settings refused before connecting, timeouts that fail closed, the eviction-policy
-//! warning, no sweeper, and no atomic mode.
+//! lost reply, settings refused before connecting, timeouts that fail closed, and no atomic
+//! mode. What it says at start-up is in `redis_startup.rs`.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -17,7 +17,7 @@ use idem_runtime::store::{
     Claim, ClaimRequest, Completion, Fence, LeaseToken, RedisStore, RedisStoreBuilder, Store,
 };
 use idem_runtime::{BuildError, Fingerprint, Idempotency, RecordKey, StoreError};
-use idem_tests::redis::{RedisServer, redis_store_builder, unique_prefix};
+use idem_tests::redis::{RedisServer, unique_prefix};
 use idem_tests::{TcpProxy, TestStore, redis_store, redis_url};
 use redis::AsyncCommands;
 use tower::ServiceExt;
@@ -511,88 +511,5 @@ async fn an_atomic_endpoint_is_refused_at_start_up_and_the_message_says_why() {
         .endpoints_under("redis_store::plain")
         .build();
     assert!(plain.is_ok());
-    store.discard().await;
-}
-
-/// Log lines written while the guard lives, on this thread.
-#[derive(Clone, Default)]
-struct Logs(Arc<std::sync::Mutex<Vec<u8>>>);
-
-impl std::io::Write for Logs {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl Logs {
-    fn capture(&self) -> tracing::subscriber::DefaultGuard {
-        let writer = self.clone();
-        let subscriber = tracing_subscriber::fmt()
-            .with_max_level(tracing::Level::INFO)
-            .with_writer(move || writer.clone())
-            .with_ansi(false)
-            .finish();
-        tracing::subscriber::set_default(subscriber)
-    }
-
-    fn text(&self) -> String {
-        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
-    }
-}
-
-// Current-thread runtime: the store's tasks log on the thread that holds the capture.
-#[tokio::test(flavor = "current_thread")]
-async fn an_eviction_policy_that_may_drop_records_is_warned_about_at_connect() {
-    // Servers of the test's own: the shared one's configuration is not touched.
-    let evicting = RedisServer::start(&["--maxmemory-policy", "allkeys-lru"]);
-    let safe = RedisServer::start(&["--maxmemory-policy", "noeviction"]);
-    let logs = Logs::default();
-    let guard = logs.capture();
-    let store = RedisStore::connect(evicting.url()).await.unwrap();
-    assert_eq!(store.maxmemory_policy(), Some("allkeys-lru"));
-    let warned = logs.text();
-    assert!(warned.contains("WARN"), "{warned}");
-    assert!(
-        warned.contains("Redis maxmemory-policy is `allkeys-lru`"),
-        "{warned}"
-    );
-    assert!(warned.contains("maxmemory-policy noeviction"), "{warned}");
-    assert!(warned.contains("node=the server"), "which node: {warned}");
-
-    let before = logs.text().len();
-    let store = RedisStore::connect(safe.url()).await.unwrap();
-    assert_eq!(store.maxmemory_policy(), Some("noeviction"));
-    let quiet = logs.text()[before..].to_owned();
-    assert!(!quiet.contains("WARN"), "{quiet}");
-    drop(guard);
-}
-
-#[tokio::test(flavor = "current_thread")]
-async fn no_sweeper_runs_on_redis_and_it_says_so() {
-    let store = redis_store_builder().build().await.unwrap();
-    assert!(!store.needs_sweeping());
-    let logs = Logs::default();
-    let guard = logs.capture();
-    let idem = Idempotency::builder()
-        .store(store.clone())
-        .endpoints_under("redis_store::plain")
-        .build()
-        .unwrap();
-    let sweeper = idem.spawn_sweeper(Duration::from_millis(10), 100);
-    tokio::time::timeout(Duration::from_secs(10), sweeper)
-        .await
-        .expect("the sweeper ends at once on Redis")
-        .unwrap();
-    let said = logs.text();
-    assert!(
-        said.contains("the idempotency store expires records itself; no sweeper needed"),
-        "{said}"
-    );
-    assert!(said.contains("RedisStore"), "{said}");
-    drop(guard);
     store.discard().await;
 }

@@ -87,8 +87,9 @@ impl RedisStoreBuilder {
         self
     }
 
-    /// Validates the settings, connects, and checks the server's eviction policy: a policy other
-    /// than `noeviction` is logged as a warning (see [`RedisStore`]).
+    /// Validates the settings, connects, and checks the server's eviction policy and persistence:
+    /// a policy other than `noeviction`, and a server that persists nothing, are logged as
+    /// warnings (see [`RedisStore`]).
     ///
     /// # Errors
     /// [`StoreError::Config`] for a bad prefix, a zero timeout or a URL that does not parse
@@ -111,11 +112,13 @@ impl RedisStoreBuilder {
             Target::Cluster(nodes) => self.connect_cluster(nodes).await?,
         };
         let maxmemory_policy = check_eviction_policy(&conn).await;
+        let persists = check_persistence(&conn).await;
         Ok(RedisStore {
             conn,
             prefix: Arc::from(self.prefix),
             deadline: self.connect_timeout + self.response_timeout,
             maxmemory_policy: maxmemory_policy.map(Arc::from),
+            persists,
         })
     }
 
@@ -224,6 +227,43 @@ async fn check_eviction_policy(conn: &Conn) -> Option<String> {
     }
     seen
 }
+
+/// Reads `appendonly` and `save` on every node and warns about each that persists nothing.
+/// Returns whether every node read persists something, or `None` when none could be read.
+async fn check_persistence(conn: &Conn) -> Option<bool> {
+    let nodes = conn.nodes().await.ok()?;
+    let mut persists = None;
+    for node in nodes {
+        let setting = async |name: &str| {
+            let mut cmd = redis::cmd("CONFIG");
+            cmd.arg("GET").arg(name);
+            match conn.on::<HashMap<String, String>>(&node, cmd).await {
+                Ok(mut reply) => reply.remove(name),
+                Err(error) => {
+                    tracing::debug!(%error, %node, name, "could not read a Redis setting");
+                    None
+                }
+            }
+        };
+        let (Some(appendonly), Some(save)) = (setting("appendonly").await, setting("save").await)
+        else {
+            continue;
+        };
+        let node_persists = appendonly.eq_ignore_ascii_case("yes") || !save.trim().is_empty();
+        if !node_persists {
+            tracing::warn!(%node, "{}", PERSISTENCE_WARNING);
+        }
+        persists = Some(persists.unwrap_or(true) && node_persists);
+    }
+    persists
+}
+
+/// What to tell the operator about a Redis that persists nothing.
+pub(super) const PERSISTENCE_WARNING: &str = "Redis persists nothing (`appendonly no`, `save \"\"`): \
+     a restart or a crash of Redis forgets every idempotency record, in flight and completed, \
+     and the retries of those requests run the operation again. Turn on `appendonly yes` \
+     (`appendfsync always` loses no claim, `everysec` up to a second of them), or accept that \
+     a Redis restart repeats recent operations";
 
 /// What to tell the operator about `maxmemory-policy` = `policy`, if it can drop records.
 pub(super) fn eviction_warning(policy: &str) -> Option<String> {

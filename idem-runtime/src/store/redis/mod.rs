@@ -92,6 +92,7 @@ pub struct RedisStore {
     /// How long one operation may take in all: connect timeout plus response timeout.
     deadline: Duration,
     maxmemory_policy: Option<Arc<str>>,
+    persists: Option<bool>,
 }
 
 impl RedisStore {
@@ -162,6 +163,14 @@ impl RedisStore {
         self.maxmemory_policy.as_deref()
     }
 
+    /// Whether the server persists its data (`appendonly yes`, or a `save` schedule) as read when
+    /// the store connected (on a cluster: every node), or `None` if it could not be read. A
+    /// server that persists nothing forgets every record when it restarts, and the store warns
+    /// about it at connect.
+    pub fn persists(&self) -> Option<bool> {
+        self.persists
+    }
+
     /// The Redis key of `key`'s record: `<prefix>{<hex>}`.
     pub fn record_key(&self, key: &RecordKey) -> String {
         format!("{}{{{}}}", self.prefix, key.to_hex())
@@ -193,6 +202,7 @@ impl fmt::Debug for RedisStore {
             .field("prefix", &self.prefix)
             .field("deadline", &self.deadline)
             .field("maxmemory_policy", &self.maxmemory_policy)
+            .field("persists", &self.persists)
             .finish_non_exhaustive()
     }
 }
