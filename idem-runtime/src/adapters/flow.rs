@@ -338,9 +338,8 @@ fn respond<E>(idempotency: &Idempotency, answer: Answer<Response, StoredResponse
         Answer::Replay(stored) => return stored.into_replay(),
         Answer::Panicked(panic) => resume_unwind(panic),
         Answer::RolledBack(RolledBack::LeaseLost) => Rejection::InProgress { retry_after },
-        Answer::RolledBack(RolledBack::Failed(_)) | Answer::Corrupt(_) => {
-            Rejection::StoreUnavailable { retry_after }
-        }
+        Answer::RolledBack(RolledBack::Failed(_) | RolledBack::Deadline(_))
+        | Answer::Corrupt(_) => Rejection::StoreUnavailable { retry_after },
         Answer::Reused => Rejection::KeyReused,
         Answer::InFlight { retry_after } => Rejection::InProgress { retry_after },
         Answer::Unavailable { retry_after, .. } => Rejection::StoreUnavailable { retry_after },

@@ -50,6 +50,9 @@ use crate::store::atomic::AtomicDatabase;
 ///   with one commit ([`Commits`](crate::Commits), the default) the claim was in the transaction
 ///   and the retry runs at once; otherwise only the claim is left, which a retry takes over once
 ///   the lease lapses. The operation's database effects happen exactly once.
+/// - A transaction open longer than [`Builder::transaction_timeout`](crate::Builder::transaction_timeout)
+///   (default 10 s) is stopped: the handler with it, its writes rolled back, the key released,
+///   and the request answered `503` with `Retry-After`.
 /// - Without an idempotency key the handler still runs in a transaction, committed unless the
 ///   response is a 5xx.
 ///

@@ -96,6 +96,9 @@ pub(crate) enum Kept {
 pub(crate) enum RolledBack {
     /// Another attempt took the record over; this one's writes rolled back.
     LeaseLost,
+    /// The work's transaction stayed open past the transaction deadline: the work was stopped,
+    /// its writes rolled back, the record released.
+    Deadline(Duration),
     /// The commit failed, or the transaction outlived its work: the record was released.
     Failed(StoreError),
 }

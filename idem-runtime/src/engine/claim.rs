@@ -144,7 +144,11 @@ impl Engine {
 
         let request = self.claim_request(attempt);
         let deadline = self.lock_wait(attempt) + self.policy.store_timeout;
-        let claim = store.claim_in_transaction(request, self.lock_wait(attempt));
+        let claim = store.claim_in_transaction(
+            request,
+            self.lock_wait(attempt),
+            self.policy.statement_timeout(),
+        );
         let claim = tokio::time::timeout(deadline, claim)
             .await
             .unwrap_or(Err(StoreError::Timeout(deadline)));

@@ -9,6 +9,7 @@
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use std::time::{Duration, Instant};
 
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 use sha2::{Digest, Sha256};
@@ -25,6 +26,12 @@ pub(crate) struct Lending(Arc<Inner>);
 
 struct Inner {
     capabilities: Arc<Capabilities>,
+    /// When the transaction started to be used (its first query asked for, or the claim made in
+    /// it): its deadline counts from there.
+    opened: tokio::sync::watch::Sender<Option<Instant>>,
+    /// What bounds each statement of a lent transaction on the server.
+    #[cfg_attr(not(any(feature = "sqlite", feature = "postgres")), allow(dead_code))]
+    statement_timeout: Duration,
     /// The record key, once claimed: the seed of the operation's downstream keys.
     seed: OnceLock<[u8; 32]>,
     /// Whether a transaction was lent: an operation takes at most one.
@@ -70,11 +77,17 @@ impl LendError {
 }
 
 impl Lending {
-    /// A lending for one attempt, when the store lends transactions at all.
-    pub(crate) fn new(capabilities: &Arc<Capabilities>) -> Option<Self> {
+    /// A lending for one attempt, when the store lends transactions at all; each statement of
+    /// a transaction it lends may run (or wait for a lock) `statement_timeout` on the server.
+    pub(crate) fn new(
+        capabilities: &Arc<Capabilities>,
+        statement_timeout: Duration,
+    ) -> Option<Self> {
         capabilities.has_atomic().then(|| {
             Self(Arc::new(Inner {
                 capabilities: capabilities.clone(),
+                opened: tokio::sync::watch::Sender::new(None),
+                statement_timeout,
                 seed: OnceLock::new(),
                 #[cfg(any(feature = "sqlite", feature = "postgres"))]
                 lent: AtomicBool::new(false),
@@ -110,15 +123,45 @@ impl Lending {
         })
     }
 
+    /// Starts the transaction's clock, if it has not started.
+    #[cfg(any(feature = "sqlite", feature = "postgres"))]
+    fn open(&self) {
+        self.0.opened.send_if_modified(|opened| {
+            let first = opened.is_none();
+            if first {
+                *opened = Some(Instant::now());
+            }
+            first
+        });
+    }
+
+    /// Completes when the lent transaction has been open `limit`; never, if it never opens.
+    pub(crate) async fn expired(&self, limit: Duration) {
+        let mut opened = self.0.opened.subscribe();
+        let Ok(since) = opened.wait_for(Option::is_some).await.map(|since| *since) else {
+            return std::future::pending().await;
+        };
+        let since = since.expect("waited for it");
+        tokio::time::sleep_until((since + limit).into()).await;
+    }
+
     /// Binds downstream keys to the claimed record.
     pub(crate) fn bind(&self, key: &RecordKey) {
         let _ = self.0.seed.set(*key.as_bytes());
     }
 
     #[cfg(any(feature = "sqlite", feature = "postgres"))]
-    /// Parks the transaction holding the claim, for the operation's transaction to take.
+    /// Parks the transaction holding the claim, for the operation's transaction to take. Its
+    /// clock starts now.
     pub(crate) fn park<DB: AtomicDatabase>(&self, claimed: Box<dyn ClaimedTransaction<DB>>) {
+        self.open();
         *lock(&self.0.parked).get_mut::<DB>() = Some(claimed);
+    }
+
+    /// What bounds each statement of a transaction this lending lends, on the server.
+    #[cfg(any(feature = "sqlite", feature = "postgres"))]
+    fn statement_timeout(&self) -> Duration {
+        self.0.statement_timeout
     }
 
     #[cfg(any(feature = "sqlite", feature = "postgres"))]
@@ -200,7 +243,12 @@ impl<DB: AtomicDatabase> Transaction<DB> {
             Some(open) => open,
             None => match self.lending.take_parked::<DB>() {
                 Some(claimed) => Open::Claimed(claimed),
-                None => Open::Begun(self.store.pool().begin_with(DB::BEGIN).await?),
+                None => {
+                    self.lending.open();
+                    let begin = DB::begin(self.lending.statement_timeout()).into_owned();
+                    let begun = self.store.pool().begin_with(sqlx::AssertSqlSafe(begin));
+                    Open::Begun(begun.await?)
+                }
             },
         };
         Ok(match self.open.insert(open) {

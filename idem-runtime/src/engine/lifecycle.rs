@@ -220,19 +220,25 @@ impl Engine {
             }
             return;
         }
-        let finished = self.finish(owner, attempt, work).await;
+        let operation = attempt.operation.clone();
+        let (finished, release) = self.finish(owner, attempt, work).await;
         // The caller may be gone: the result is stored, and the next retry replays it.
         let _ = reply.done.send(finished);
+        if let Some(owner) = release {
+            self.release(owner, &operation).await;
+        }
     }
 
     /// Runs the owned work to its end and stores its result, commits it with the work's
-    /// transaction, or releases the record.
+    /// transaction, or releases the record; or, when the work's transaction outlived its
+    /// deadline, stops it and hands back the record to release once the caller has its answer
+    /// (the store may be what holds the transaction up).
     async fn finish<R>(
         &self,
         owner: Owner,
         attempt: Attempt,
         work: impl Future<Output = Verdict<R>> + Send,
-    ) -> Finished<R> {
+    ) -> (Finished<R>, Option<Owner>) {
         let Attempt {
             operation,
             lending,
@@ -242,7 +248,46 @@ impl Engine {
         if let Some(lending) = &lending {
             lending.bind(owner.key());
         }
-        let verdict = owner.run(work).await;
+        // Work in a lent transaction is bounded by the transaction's deadline. Stopping it there
+        // is safe, unlike stopping plain work: its writes are all in the transaction, which
+        // rolls back.
+        let limit = self.policy.transaction_timeout;
+        let verdict = match &lending {
+            None => Some(owner.run(work).await),
+            Some(lending) => tokio::select! {
+                biased;
+                verdict = owner.run(work) => Some(verdict),
+                () = lending.expired(limit) => None,
+            },
+        };
+        let Some(verdict) = verdict else {
+            // The work is dropped: its transaction came back, and rolls back here.
+            tracing::error!(
+                ?limit,
+                "the operation's transaction outlived its deadline: stopped and rolled back"
+            );
+            drop(lending.as_ref().and_then(Lending::returned));
+            return (
+                Finished::RolledBack(RolledBack::Deadline(limit)),
+                Some(owner),
+            );
+        };
+        (
+            self.settle(owner, lending, operation, ttl, verdict).await,
+            None,
+        )
+    }
+
+    /// Stores the work's result (in its transaction, if it handed one back) or releases the
+    /// record, as the work's verdict says.
+    async fn settle<R>(
+        &self,
+        owner: Owner,
+        lending: Option<Lending>,
+        operation: OpName,
+        ttl: Duration,
+        verdict: Result<Verdict<R>, Box<dyn Any + Send>>,
+    ) -> Finished<R> {
         // The work's transaction is handed back once the work dropped it; dropping it here
         // rolls it back.
         let returned = lending.as_ref().and_then(Lending::returned);

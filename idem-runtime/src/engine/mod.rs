@@ -89,7 +89,7 @@ impl Engine {
 
     /// What to lend an attempt in atomic mode, when the store lends transactions.
     pub(crate) fn lending(&self) -> Option<Lending> {
-        Lending::new(&self.capabilities)
+        Lending::new(&self.capabilities, self.policy.statement_timeout())
     }
 
     /// Counts a request refused before it reached the engine (a bad key, scope or body).

@@ -15,6 +15,9 @@ pub(crate) struct Policy {
     /// How long a caller waits for the store before it is refused (fail closed), and how long
     /// any store call but a claim may take.
     pub(crate) store_timeout: Duration,
+    /// How long a transaction lent to an operation may stay open, from its first use (or from
+    /// the claim, when the claim rides in it): past it the operation is stopped and rolled back.
+    pub(crate) transaction_timeout: Duration,
 }
 
 impl Policy {
@@ -24,7 +27,16 @@ impl Policy {
         wait_timeout: Duration::from_secs(10),
         retry_after: Duration::from_secs(1),
         store_timeout: Duration::from_secs(5),
+        transaction_timeout: Duration::from_secs(10),
     };
+
+    /// How long each statement in a lent transaction may run or wait for a lock on the server
+    /// (PostgreSQL's `statement_timeout` and `lock_timeout`): a little past the transaction's own
+    /// deadline, so the engine's answer comes first, and a statement the engine stopped waiting
+    /// for still frees its connection.
+    pub(crate) fn statement_timeout(&self) -> Duration {
+        self.transaction_timeout + Duration::from_secs(1)
+    }
 }
 
 /// What to do with a duplicate that arrives while the first request is still running.

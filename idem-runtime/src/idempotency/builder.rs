@@ -149,6 +149,19 @@ impl Builder {
         self
     }
 
+    /// How long a transaction the engine lends to an operation in atomic mode (a handler's `Tx`)
+    /// may stay open, counted from its first use, or from the claim when the claim rides in it
+    /// (default 10 s). Past it the operation is stopped, its writes roll back, its record is
+    /// released and the request is answered `503 idempotency_store_unavailable` with
+    /// `Retry-After`, so a lock that never goes cannot take the pool's connections for good. On
+    /// PostgreSQL each statement in the transaction also carries `statement_timeout` and
+    /// `lock_timeout` of this plus one second, so a statement the engine stopped waiting for
+    /// frees its connection too. Operations without a transaction are never stopped.
+    pub fn transaction_timeout(mut self, timeout: Duration) -> Self {
+        self.policy.transaction_timeout = timeout.max(Duration::from_millis(100));
+        self
+    }
+
     /// `Retry-After` sent with 409 and 503 answers (default 1 s).
     pub fn retry_after(mut self, after: Duration) -> Self {
         self.policy.retry_after = after;

@@ -55,11 +55,13 @@ pub trait AtomicStore<DB: AtomicDatabase>: Send + Sync + 'static {
 /// and a crash leaves nothing behind (the transaction aborts with its connection).
 pub trait ClaimInTransaction<DB: AtomicDatabase>: AtomicStore<DB> {
     /// Begins a transaction and claims the record in it, waiting up to `lock_wait` for another
-    /// transaction that holds an uncommitted claim of the same key.
+    /// transaction that holds an uncommitted claim of the same key. The operation's statements
+    /// that follow in the transaction may each run, or wait for a lock, for `statement_timeout`.
     fn claim_in_transaction<'a>(
         &'a self,
         request: ClaimRequest<'a>,
         lock_wait: Duration,
+        statement_timeout: Duration,
     ) -> BoxFuture<'a, Result<TransactionClaim<DB>, StoreError>>;
 }
 
@@ -107,6 +109,12 @@ pub trait AtomicDatabase: sqlx::Database + sealed::Sealed {
     /// How a transaction begins. SQLite takes its single write lock up front (`BEGIN
     /// IMMEDIATE`), so a handler that reads then writes cannot fail with `SQLITE_BUSY` halfway.
     const BEGIN: &'static str;
+    /// How a transaction lent to an operation begins: [`BEGIN`](Self::BEGIN), and where the
+    /// database has them, timeouts that bound each of its statements and lock waits
+    /// (PostgreSQL's `statement_timeout` and `lock_timeout`; SQLite's connections wait for its
+    /// one lock at most their busy timeout).
+    #[doc(hidden)]
+    fn begin(statement_timeout: Duration) -> std::borrow::Cow<'static, str>;
     /// This database's value in a [`PerDatabase`].
     #[doc(hidden)]
     fn of<F: Family>(values: &PerDatabase<F>) -> &F::Of<Self>;
@@ -162,6 +170,9 @@ impl sealed::Sealed for sqlx::Sqlite {}
 impl AtomicDatabase for sqlx::Sqlite {
     const NAME: &'static str = "SQLite";
     const BEGIN: &'static str = "BEGIN IMMEDIATE";
+    fn begin(_: Duration) -> std::borrow::Cow<'static, str> {
+        std::borrow::Cow::Borrowed(Self::BEGIN)
+    }
     fn of<F: Family>(values: &PerDatabase<F>) -> &F::Of<Self> {
         &values.sqlite
     }
@@ -177,6 +188,12 @@ impl sealed::Sealed for sqlx::Postgres {}
 impl AtomicDatabase for sqlx::Postgres {
     const NAME: &'static str = "PostgreSQL";
     const BEGIN: &'static str = "BEGIN";
+    fn begin(statement_timeout: Duration) -> std::borrow::Cow<'static, str> {
+        let ms = statement_timeout.as_millis().clamp(1, i32::MAX as u128);
+        std::borrow::Cow::Owned(format!(
+            "BEGIN; SET LOCAL statement_timeout = {ms}; SET LOCAL lock_timeout = {ms}"
+        ))
+    }
     fn of<F: Family>(values: &PerDatabase<F>) -> &F::Of<Self> {
         &values.postgres
     }

@@ -237,7 +237,12 @@ impl Db {
                 PgPoolOptions::new()
                     .max_connections(16)
                     .acquire_timeout(Duration::from_secs(5))
-                    .connect(url)
+                    // A statement stuck on a lock fails instead of holding its connection:
+                    // the pool stays available to every other request.
+                    .connect_with(
+                        url.parse::<sqlx::postgres::PgConnectOptions>()?
+                            .options([("statement_timeout", "5s"), ("lock_timeout", "5s")]),
+                    )
                     .await?,
             ),
         };

@@ -49,6 +49,14 @@ pub enum OperationError<E> {
     /// nothing of it committed, and the record was released, so a retry runs it again.
     #[error("the operation's output could not be stored")]
     NotStored(#[source] StoreError),
+    /// Atomic mode: the closure's transaction stayed open past the engine's
+    /// [`transaction_timeout`](crate::Builder::transaction_timeout): the closure was stopped,
+    /// its writes rolled back and the record released, so a retry runs it again.
+    #[error("the operation's transaction was open longer than {limit:?}; it was rolled back")]
+    TransactionTimeout {
+        /// The deadline it outlived.
+        limit: Duration,
+    },
     /// `run_atomic` on a store that lends no transactions on the
     /// database asked for. Nothing was claimed.
     #[error(

@@ -245,6 +245,9 @@ impl Operation<'_> {
             Answer::Ran(Err(error), _) => Err(error),
             Answer::RolledBack(RolledBack::LeaseLost) => Err(OperationError::LeaseLost),
             Answer::RolledBack(RolledBack::Failed(error)) => Err(OperationError::NotStored(error)),
+            Answer::RolledBack(RolledBack::Deadline(limit)) => {
+                Err(OperationError::TransactionTimeout { limit })
+            }
             Answer::Panicked(panic) => resume_unwind(panic),
             Answer::Replay(output) => Ok(Outcome::Replayed(output)),
             Answer::Corrupt(error) => Err(OperationError::Corrupt(error)),

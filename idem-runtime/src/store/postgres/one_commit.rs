@@ -109,8 +109,9 @@ impl ClaimInTransaction<Postgres> for PostgresStore {
         &'a self,
         request: ClaimRequest<'a>,
         lock_wait: Duration,
+        statement_timeout: Duration,
     ) -> BoxFuture<'a, Result<TransactionClaim<Postgres>, StoreError>> {
-        Box::pin(self.claim_in_open_transaction(request, lock_wait))
+        Box::pin(self.claim_in_open_transaction(request, lock_wait, statement_timeout))
     }
 }
 
@@ -121,6 +122,7 @@ impl PostgresStore {
         &self,
         request: ClaimRequest<'_>,
         lock_wait: Duration,
+        statement_timeout: Duration,
     ) -> Result<TransactionClaim<Postgres>, StoreError> {
         let started = Instant::now();
         let Some(_passage) = self.gates.pass(request.key, lock_wait).await else {
@@ -128,19 +130,19 @@ impl PostgresStore {
         };
         let lock_wait = lock_wait.saturating_sub(started.elapsed());
         let mut conn = self.pool.acquire().await.map_err(StoreError::unavailable)?;
-        // The short lock timeout applies to the claim only: the session's own is saved first
-        // and restored after, for the handler's statements.
+        // The short lock timeout applies to the claim only; the operation's statements after it
+        // get the transaction's own timeouts.
         let sql = format!(
             "BEGIN; \
-             SELECT set_config('idem.lock_timeout', current_setting('lock_timeout'), true); \
              SET LOCAL lock_timeout = {lock_ms}; \
              INSERT INTO {records} (key, fingerprint, token, state, owners, lease_until, \
              expires_at, operation, created_at) VALUES (decode('{key}', 'hex'), \
              decode('{fingerprint}', 'hex'), {token}, 'in_flight', 1, {lease_until}, \
              {expires_at}, convert_from(decode('{operation}', 'hex'), 'UTF8'), {now}); \
-             SELECT set_config('lock_timeout', current_setting('idem.lock_timeout'), true)",
+             SET LOCAL lock_timeout = {statement_ms}; SET LOCAL statement_timeout = {statement_ms}",
             // 0 would wait forever.
             lock_ms = lock_wait.as_millis().clamp(1, i32::MAX as u128),
+            statement_ms = statement_timeout.as_millis().clamp(1, i32::MAX as u128),
             records = self.sql.records,
             key = hex(request.key.as_bytes()),
             fingerprint = hex(request.fingerprint.as_bytes()),
