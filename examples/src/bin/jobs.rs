@@ -34,6 +34,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use idem_examples::jobs::{self, QueueError, Scope};
+use serde_json::value::RawValue;
 
 const DEFAULT_STORE: &str = "./jobs-data";
 const USAGE: &str = "\
@@ -54,7 +55,8 @@ enum Command {
     Help,
     Submit {
         task_type: String,
-        input: serde_json::Value,
+        /// The input's JSON text, without insignificant whitespace, numbers as written.
+        input: String,
         key: Option<String>,
         scope: Scope,
         ttl: Option<Duration>,
@@ -92,6 +94,7 @@ async fn main() -> ExitCode {
             scope,
             ttl,
         } => {
+            let input = RawValue::from_string(input).expect("validated as JSON by `parse`");
             let mut submit = queue.submit(&task_type, &input).scope(scope);
             if let Some(key) = key {
                 submit = submit.idempotency_key(key);
@@ -178,7 +181,7 @@ fn parse_submit(mut args: impl Iterator<Item = String>) -> Result<Command, Strin
     }
     let task_type = task_type.ok_or("`--type` is required")?;
     let input = input.ok_or("`--input` is required")?;
-    let input = serde_json::from_str(&input).map_err(|e| format!("`--input` is not JSON: {e}"))?;
+    let input = compact(&input).map_err(|e| format!("`--input` is not JSON: {e}"))?;
     let scope = match scope.as_deref() {
         None | Some("task_type") => Scope::TaskType,
         Some("queue") => Scope::Queue,
@@ -194,6 +197,25 @@ fn parse_submit(mut args: impl Iterator<Item = String>) -> Result<Command, Strin
         scope,
         ttl,
     })
+}
+
+/// `json` validated, and written without whitespace between its tokens; strings and numbers
+/// are kept exactly as written (parsing into a `serde_json::Value` would take numbers through
+/// `f64`).
+fn compact(json: &str) -> Result<String, serde_json::Error> {
+    serde_json::from_str::<&RawValue>(json)?;
+    let (mut out, mut in_string, mut escaped) = (String::with_capacity(json.len()), false, false);
+    for c in json.chars() {
+        match c {
+            _ if escaped => escaped = false,
+            '\\' if in_string => escaped = true,
+            '"' => in_string = !in_string,
+            ' ' | '\t' | '\n' | '\r' if !in_string => continue,
+            _ => {}
+        }
+        out.push(c);
+    }
+    Ok(out)
 }
 
 #[cfg(test)]
@@ -216,7 +238,7 @@ mod tests {
             command,
             Ok(Command::Submit {
                 task_type: "email".into(),
-                input: serde_json::json!({}),
+                input: "{}".into(),
                 key: Some("k".into()),
                 scope: Scope::Queue,
                 ttl: Some(Duration::from_secs(86_400)),
@@ -226,6 +248,16 @@ mod tests {
         assert!(
             matches!(custom, Command::Submit { scope: Scope::Custom(name), .. } if name == "tenant-42")
         );
+    }
+
+    #[test]
+    fn the_input_keeps_its_numbers_and_strings_exactly() {
+        let text = "{ \"n\": 18446744073709551616,\n \"x\": 0.10000000000000000001, \"s\": \" a\\\" b \" }";
+        assert_eq!(
+            compact(text).unwrap(),
+            r#"{"n":18446744073709551616,"x":0.10000000000000000001,"s":" a\" b "}"#
+        );
+        assert!(compact("[1,").is_err());
     }
 
     #[test]

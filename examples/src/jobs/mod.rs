@@ -111,7 +111,10 @@
 //!   documented JSON, readable by producers in any language.
 //!
 //! The queue reuses idem's key rules ([`IdempotencyKey`]) and its canonical JSON fingerprint
-//! ([`Fingerprint::of_json`]) for `input_hash`.
+//! ([`Fingerprint::of_json`]) for `input_hash`. Inputs are kept as the JSON text they serialise
+//! to, numbers exactly as written (no `f64` in between), and `input_hash` compares them as
+//! exactly. A record written by the previous release (whose fingerprint took numbers through
+//! `f64`) still answers a submit of its input ([`Fingerprint::of_json_v1`]).
 
 mod objects;
 mod open;
@@ -129,6 +132,7 @@ use idem_runtime::{Fingerprint, IdempotencyKey, KeyError};
 use object_store::ObjectStore;
 use object_store::path::Path;
 use serde::Serialize;
+use serde_json::value::RawValue;
 use sha2::{Digest, Sha256};
 
 pub use objects::Swap;
@@ -255,13 +259,14 @@ impl Queue {
         self
     }
 
-    /// Starts a submit of a task of `task_type` with `input` (any `Serialize`, kept as JSON).
-    /// Without [`Submit::idempotency_key`] every submit creates a task.
+    /// Starts a submit of a task of `task_type` with `input` (any `Serialize`, kept as the JSON
+    /// it serialises to; a [`RawValue`] is kept as it is written). Without
+    /// [`Submit::idempotency_key`] every submit creates a task.
     pub fn submit<I: Serialize + ?Sized>(&self, task_type: &str, input: &I) -> Submit<'_> {
         Submit {
             queue: self,
             task_type: task_type.to_owned(),
-            input: serde_json::to_value(input).map_err(QueueError::Input),
+            input: serde_json::value::to_raw_value(input).map_err(QueueError::Input),
             key: None,
             scope: Scope::TaskType,
             ttl: DEFAULT_TTL,
@@ -297,7 +302,7 @@ impl Queue {
 pub struct Submit<'q> {
     queue: &'q Queue,
     task_type: String,
-    input: Result<serde_json::Value, QueueError>,
+    input: Result<Box<RawValue>, QueueError>,
     key: Option<String>,
     scope: Scope,
     ttl: Duration,
@@ -352,7 +357,7 @@ impl Submit<'_> {
         };
         let keyed = Keyed {
             key_hash: hex(&Sha256::digest(format!("{scope}:{}", key.as_str()))),
-            input_hash: input_hash(&self.task_type, &input),
+            input_hash: input_hash(&self.task_type, &input, Fingerprint::of_json),
             key,
             scope,
             task_type: self.task_type,
@@ -378,19 +383,26 @@ struct Keyed {
     key_hash: String,
     scope: String,
     task_type: String,
-    input: serde_json::Value,
+    input: Box<RawValue>,
     input_hash: String,
     ttl: Duration,
 }
 
 impl Keyed {
+    /// Whether a record's `input_hash` is this submit's: as this release hashes it, or as the
+    /// previous one did for a record it wrote.
+    fn same_input(&self, input_hash: &str) -> bool {
+        input_hash == self.input_hash
+            || input_hash == self::input_hash(&self.task_type, &self.input, Fingerprint::of_json_v1)
+    }
+
     fn record_path(&self) -> Path {
         Path::from(format!("idempotency/{}/{}.json", self.scope, self.key_hash))
     }
 }
 
 impl Queue {
-    fn new_task(&self, task_type: &str, input: serde_json::Value) -> Task {
+    fn new_task(&self, task_type: &str, input: Box<RawValue>) -> Task {
         Task {
             task_id: uuid::Uuid::new_v4().to_string(),
             task_type: task_type.to_owned(),
@@ -422,7 +434,7 @@ impl Queue {
                 }
                 continue;
             }
-            if record.input_hash != keyed.input_hash || record.task_type != keyed.task_type {
+            if !keyed.same_input(&record.input_hash) || record.task_type != keyed.task_type {
                 return Err(QueueError::IdempotencyConflict {
                     task_id: record.task_id,
                 });
@@ -533,11 +545,16 @@ fn task_path(task_id: &str) -> Path {
     Path::from(format!("tasks/{task_id}.json"))
 }
 
-/// The canonical-JSON fingerprint of the task type and input: key order does not matter.
-fn input_hash(task_type: &str, input: &serde_json::Value) -> String {
-    let document = serde_json::json!({ "task_type": task_type, "input": input });
-    let json = serde_json::to_vec(&document).expect("a JSON value serialises");
-    hex(Fingerprint::of_json(&json).as_bytes())
+/// The canonical-JSON fingerprint (by `fingerprint`) of the document
+/// `{"input":...,"task_type":...}`: key order and whitespace do not matter, numbers do.
+fn input_hash(task_type: &str, input: &RawValue, fingerprint: fn(&[u8]) -> Fingerprint) -> String {
+    #[derive(Serialize)]
+    struct Hashed<'a> {
+        input: &'a RawValue,
+        task_type: &'a str,
+    }
+    let json = serde_json::to_vec(&Hashed { input, task_type }).expect("JSON text serialises");
+    hex(fingerprint(&json).as_bytes())
 }
 
 fn hex(bytes: &[u8]) -> String {

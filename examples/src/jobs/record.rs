@@ -7,16 +7,33 @@ use idem_runtime::clock::Timestamp;
 use serde::{Deserialize, Serialize};
 
 /// A task, as stored at `tasks/{task_id}.json` and printed by `jobs get`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Task {
     /// A UUID v4.
     pub task_id: String,
     /// What kind of work it is (`email`, `transcode`...).
     pub task_type: String,
-    /// The work's input, as submitted.
-    pub input: serde_json::Value,
+    /// The work's input, as submitted: its JSON text, numbers exactly as written.
+    pub input: Box<serde_json::value::RawValue>,
     /// When it was created (RFC 3339, UTC).
     pub created_at: String,
+}
+
+/// Tasks are equal when every field is, the input compared as its JSON text.
+impl PartialEq for Task {
+    fn eq(&self, other: &Self) -> bool {
+        (
+            &self.task_id,
+            &self.task_type,
+            self.input.get(),
+            &self.created_at,
+        ) == (
+            &other.task_id,
+            &other.task_type,
+            other.input.get(),
+            &other.created_at,
+        )
+    }
 }
 
 /// Whether a record's task object exists yet.

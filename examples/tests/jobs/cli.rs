@@ -63,6 +63,36 @@ fn session(store: &str, env: &[(&str, &str)]) {
     assert_eq!(task["input"], serde_json::json!({"to": "ada@example.com"}));
     assert!(task["created_at"].as_str().unwrap().ends_with('Z'));
 
+    // The input is kept exactly, numbers too: the stored task holds the digits as written.
+    let big = r#"{"amount": 18446744073709551616, "rate": 0.10000000000000000001}"#;
+    let submitted = stdout_json(&jobs(
+        store,
+        env,
+        &["submit", "--type", "email", "--input", big, "--key", "big"],
+    ));
+    let task_id = submitted["task_id"].as_str().unwrap();
+    let get = jobs(store, env, &["get", task_id]);
+    stdout_json(&get);
+    assert!(
+        String::from_utf8_lossy(&get.stdout)
+            .contains(r#""input":{"amount":18446744073709551616,"rate":0.10000000000000000001}"#),
+        "{}",
+        String::from_utf8_lossy(&get.stdout)
+    );
+    let changed = r#"{"amount": 18446744073709551617, "rate": 0.10000000000000000001}"#;
+    let conflict = jobs(
+        store,
+        env,
+        &[
+            "submit", "--type", "email", "--input", changed, "--key", "big",
+        ],
+    );
+    assert_eq!(
+        conflict.status.code(),
+        Some(3),
+        "another amount is another input"
+    );
+
     // Without a key, every submit is a new task.
     let a = stdout_json(&jobs(
         store,

@@ -41,6 +41,7 @@ on_every_backend!(
     an_expired_record_is_replaced_by_compare_and_swap,
     scopes_separate_keys,
     requests_made_by_a_submit_and_its_retry,
+    inputs_keep_their_numbers_and_are_compared_by_them,
 );
 
 async fn submit(h: &Harness, key: &str, input: serde_json::Value) -> Result<Submitted, QueueError> {
@@ -77,6 +78,73 @@ async fn record(h: &Harness, key: &str) -> idem_examples::jobs::Record {
     serde_json::from_slice(&bytes).unwrap()
 }
 
+async fn inputs_keep_their_numbers_and_are_compared_by_them(backend: Backend) {
+    let Some(h) = Harness::new(backend).await else {
+        return;
+    };
+    let raw = |text: &str| serde_json::value::RawValue::from_string(text.to_owned()).unwrap();
+    let submit = |key: &'static str, text: &'static str| {
+        let queue = h.queue.clone();
+        async move { queue.submit("email", &raw(text)).idempotency_key(key).await }
+    };
+    let first = submit("big", r#"{"n":18446744073709551616,"x":0.1}"#)
+        .await
+        .unwrap();
+    let task = h.queue.get(&first.task_id).await.unwrap().unwrap();
+    assert_eq!(
+        task.input.get(),
+        r#"{"n":18446744073709551616,"x":0.1}"#,
+        "kept as written, not as 1.8446744073709552e19"
+    );
+    // The same numbers, spelled otherwise: the same input.
+    let retry = submit("big", r#"{ "x": 1e-1, "n": 18446744073709551616 }"#)
+        .await
+        .unwrap();
+    assert_eq!(retry.task_id, first.task_id);
+    for changed in [
+        r#"{"n":18446744073709551617,"x":0.1}"#,
+        r#"{"n":18446744073709551616,"x":0.10000000000000000001}"#,
+    ] {
+        let conflict = submit("big", changed).await;
+        assert!(
+            matches!(conflict, Err(QueueError::IdempotencyConflict { .. })),
+            "{changed}: {conflict:?}"
+        );
+    }
+    assert_eq!(h.tasks().await, 1);
+    h.finish();
+}
+
+#[tokio::test]
+async fn a_record_the_previous_release_wrote_still_answers_its_input() {
+    use idem_runtime::Fingerprint;
+    use object_store::ObjectStoreExt as _;
+
+    let h = Harness::new(Backend::Memory).await.unwrap();
+    let input = json!({"to": "ada", "amount": 12.5});
+    let first = submit(&h, "legacy", input.clone()).await.unwrap();
+    // Rewrite its input hash as the previous release computed it.
+    let mut legacy = record(&h, "legacy").await;
+    let document = json!({ "task_type": "email", "input": input });
+    let previous = Fingerprint::of_json_v1(&serde_json::to_vec(&document).unwrap());
+    legacy.input_hash = previous
+        .as_bytes()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    let path = Path::from(format!("idempotency/email/{}.json", legacy.key_hash));
+    let bytes = serde_json::to_vec(&legacy).unwrap();
+    h.recorder.put(&path, bytes.into()).await.unwrap();
+
+    let retry = submit(&h, "legacy", json!({"amount": 12.5, "to": "ada"}))
+        .await
+        .unwrap();
+    assert_eq!(retry.task_id, first.task_id);
+    let other = submit(&h, "legacy", json!({"to": "ada", "amount": 13})).await;
+    assert!(matches!(other, Err(QueueError::IdempotencyConflict { .. })));
+    h.finish();
+}
+
 async fn a_retry_gets_the_same_task(backend: Backend) {
     let Some(h) = Harness::new(backend).await else {
         return;
@@ -110,8 +178,8 @@ async fn a_retry_gets_the_same_task(backend: Backend) {
         .unwrap()
         .expect("the task exists");
     assert_eq!(
-        (task.task_type.as_str(), &task.input),
-        ("email", &json!({"to": "ada", "n": 1}))
+        (task.task_type.as_str(), task.input.get()),
+        ("email", r#"{"n":1,"to":"ada"}"#)
     );
     let record = record(&h, "welcome-ada").await;
     assert_eq!(record.status, Status::Ready);

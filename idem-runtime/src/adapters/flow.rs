@@ -19,7 +19,7 @@ use bytes::Bytes;
 use http::request::Parts;
 use http::{Method, header};
 
-use crate::core::fingerprint::Fingerprint;
+use crate::core::fingerprint::{Fingerprint, Previous, Version};
 use crate::core::key::{IdempotencyKey, RecordKey, tenant_of};
 use crate::engine::{Answer, Attempt, Commits, InFlightMode, Lending, OpName, RolledBack, Verdict};
 use crate::http::endpoint::{Endpoint, KeyMode};
@@ -218,9 +218,18 @@ impl Started {
             return Err(replay);
         }
         let fingerprint = Fingerprint::of_request(&parts.method, &parts.uri, content_type, &bytes);
+        let previous = {
+            let (method, uri) = (parts.method.clone(), parts.uri.clone());
+            let (content_type, body) = (content_type.cloned(), bytes.clone());
+            Previous::new(move || {
+                let (content_type, version) = (content_type.as_ref(), Version::PREVIOUS);
+                Fingerprint::of_request_in(&method, &uri, content_type, &body, version)
+            })
+        };
         let attempt = Attempt {
             key: record_key,
             fingerprint,
+            previous,
             tenant: tenant_of(operation.scope, &scope_value),
             ttl: operation.ttl,
             in_flight: operation.in_flight,

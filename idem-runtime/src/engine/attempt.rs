@@ -9,7 +9,7 @@ use super::Lending;
 use super::outcome::OpName;
 use super::policy::{Commits, InFlightMode};
 use crate::core::error::StoreError;
-use crate::core::fingerprint::Fingerprint;
+use crate::core::fingerprint::{Fingerprint, Previous};
 use crate::core::key::RecordKey;
 
 /// One request to run an operation once, as an adapter describes it.
@@ -18,6 +18,8 @@ pub(crate) struct Attempt {
     pub(crate) key: RecordKey,
     /// What makes a retry "the same request".
     pub(crate) fingerprint: Fingerprint,
+    /// The fingerprint as the previous version computed it, for records written before.
+    pub(crate) previous: Previous,
     /// The operation's identity, for metrics, traces and operators.
     pub(crate) operation: OpName,
     /// The tenant (hash of scope and scope value) for stores that share a budget.

@@ -10,6 +10,7 @@ use super::owner::{self, Owner};
 use super::policy::{Commits, InFlightMode};
 use super::{Engine, Lending};
 use crate::core::error::StoreError;
+use crate::core::fingerprint::Fingerprint;
 use crate::store::{Claim, ClaimRequest, LeaseToken};
 
 /// How long a duplicate in reject mode waits on the first request's uncommitted claim (one
@@ -54,8 +55,10 @@ impl Engine {
         }
         let waiting_since = Instant::now();
         let mut backoff = Duration::from_millis(10);
+        // The current version's fingerprint, until a record of the previous version's turns up.
+        let mut fingerprint = attempt.fingerprint;
         loop {
-            let request = self.claim_request(attempt);
+            let request = self.claim_request(attempt, &fingerprint);
             let started = Instant::now();
             let claim = self.store.claim(request).await;
             tracing::debug!(store_ms = started.elapsed().as_secs_f64() * 1e3, "claim");
@@ -70,9 +73,22 @@ impl Engine {
                     }
                     Claimed::Owner(self.owner(attempt, &request))
                 }
-                Ok(Claim::Completed { fingerprint, .. } | Claim::InFlight { fingerprint, .. })
-                    if fingerprint != attempt.fingerprint =>
-                {
+                Ok(
+                    Claim::Completed {
+                        fingerprint: stored,
+                        ..
+                    }
+                    | Claim::InFlight {
+                        fingerprint: stored,
+                        ..
+                    },
+                ) if stored != fingerprint => {
+                    // A record the previous release wrote for this very request: claim it as
+                    // that release would have (replay, wait, or take over a lapsed lease).
+                    if fingerprint == attempt.fingerprint && attempt.previous.matches(&stored) {
+                        fingerprint = stored;
+                        continue;
+                    }
                     Claimed::Settled(Settled::Reused)
                 }
                 Ok(Claim::Completed { payload, .. }) => Claimed::Settled(Settled::Replay(payload)),
@@ -142,7 +158,7 @@ impl Engine {
     ) -> Option<Claimed> {
         use crate::store::atomic::TransactionClaim;
 
-        let request = self.claim_request(attempt);
+        let request = self.claim_request(attempt, &attempt.fingerprint);
         let deadline = self.lock_wait(attempt) + self.policy.store_timeout;
         let claim = store.claim_in_transaction(
             request,
@@ -171,12 +187,16 @@ impl Engine {
         }
     }
 
-    /// A claim of `attempt`'s record as of now, under a fresh token.
-    fn claim_request<'a>(&self, attempt: &'a Attempt) -> ClaimRequest<'a> {
+    /// A claim of `attempt`'s record with `fingerprint` as of now, under a fresh token.
+    fn claim_request<'a>(
+        &self,
+        attempt: &'a Attempt,
+        fingerprint: &'a Fingerprint,
+    ) -> ClaimRequest<'a> {
         let now = self.now();
         ClaimRequest {
             key: &attempt.key,
-            fingerprint: &attempt.fingerprint,
+            fingerprint,
             token: LeaseToken::random(),
             now,
             lease_until: now.after(self.policy.lease),

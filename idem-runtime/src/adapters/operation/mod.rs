@@ -14,7 +14,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use crate::core::error::KeyError;
-use crate::core::fingerprint::Fingerprint;
+use crate::core::fingerprint::{Fingerprint, Previous, Version};
 use crate::core::key::{IdempotencyKey, RecordKey, tenant_of};
 use crate::engine::{
     Answer, Attempt, Commits, InFlightMode, Kept, Lending, OpName, RolledBack, Verdict,
@@ -192,6 +192,7 @@ impl Operation<'_> {
         Ok(Attempt {
             key: RecordKey::derive(RECORD_SCOPE, &self.scope, &self.name, &key),
             fingerprint: Fingerprint::of_json(&json),
+            previous: Previous::new(move || Fingerprint::of_input(&json, Version::PREVIOUS)),
             operation: self.name.clone(),
             tenant: tenant_of(RECORD_SCOPE, &self.scope),
             ttl: self.ttl,

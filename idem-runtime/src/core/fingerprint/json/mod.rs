@@ -2,15 +2,22 @@
 //!
 //! The parser writes each value's canonical bytes straight into the output as it reads it. An
 //! object's members are written in document order and remembered as spans of the output; when
-//! the object closes, the members are rewritten in key order (a repeated key keeping its last
-//! value) only if they were not already in order. Strings without escapes and integers that fit
-//! a machine word are copied as they are, since serde_json would write them back unchanged;
-//! strings with escapes and all other numbers are parsed by serde_json itself and written as it
-//! writes them, so the canonical bytes (and the digests over them) are exactly those of a
-//! `serde_json::Value` written with sorted keys, floats included (serde_json's float parsing is
-//! not correctly rounded, and records already stored depend on its results). What serde_json
-//! refuses (bad syntax, invalid UTF-8, lone surrogates, numbers out of range, nesting 128 deep)
-//! is refused here too.
+//! the object closes, the members are rewritten in key order only if they were not already in
+//! order. Strings without escapes are copied as they are, since serde_json would write them back
+//! unchanged; strings with escapes are decoded by serde_json and written as it writes them.
+//!
+//! The two versions differ in numbers and repeated keys (see [`Version`]):
+//! - [`Version::V2`] writes a number written as an integer as it is written (the JSON grammar
+//!   leaves one spelling), and any other number as its exact decimal value: sign, significant
+//!   digits, exponent (`1.50`, `15e-1` and `0.0015E3` are all `15e-1`). Nothing goes through a
+//!   float. A key repeated in one object makes the document non-canonical (`None`), since
+//!   parsers disagree on which value wins.
+//! - [`Version::V1`] (the first release's) is exactly a `serde_json::Value` written with sorted
+//!   keys: integers beyond a machine word and every other number through serde_json's `f64`, a
+//!   repeated key keeping its last value. Kept so records written under it still replay.
+//!
+//! What serde_json refuses (bad syntax, invalid UTF-8, lone surrogates, nesting 128 deep; in V1
+//! numbers out of range) is refused here too.
 
 use std::fmt;
 use std::io::Write as _;
@@ -18,12 +25,16 @@ use std::io::Write as _;
 use serde::Deserializer as _;
 use serde::de::Visitor;
 
+use super::Version;
+
 /// serde_json's recursion limit: entering the 128th level of arrays and objects fails.
 const DEPTH: u32 = 128;
 
-/// The canonical form of a JSON document, or `None` when it is not JSON.
-pub(super) fn canonical(input: &[u8]) -> Option<Vec<u8>> {
+/// The canonical form of a JSON document in `version`, or `None` when it is not JSON (or, in
+/// V2, repeats a key in one object).
+pub(super) fn canonical(input: &[u8], version: Version) -> Option<Vec<u8>> {
     let mut writer = Writer {
+        version,
         input,
         pos: 0,
         out: Vec::with_capacity(input.len()),
@@ -67,6 +78,7 @@ struct Member<'a> {
 }
 
 struct Writer<'a> {
+    version: Version,
     input: &'a [u8],
     pos: usize,
     out: Vec<u8>,
@@ -200,19 +212,27 @@ impl<'a> Writer<'a> {
                 }
             }
         }
-        self.order_members(first);
+        self.order_members(first)?;
         self.out.push(b'}');
         Ok(())
     }
 
-    /// Puts the members from `first` on in key order, a repeated key keeping its last value,
-    /// unless they already are in strictly increasing order; then forgets them.
-    fn order_members(&mut self, first: usize) {
+    /// Puts the members from `first` on in key order, unless they already are in strictly
+    /// increasing order; then forgets them. A repeated key keeps its last value in V1 and makes
+    /// the document non-canonical in V2.
+    fn order_members(&mut self, first: usize) -> Parsed {
         let members = &mut self.members[first..];
         if !members.is_sorted_by(|a, b| a.key.bytes() < b.key.bytes()) {
             let start = members[0].start;
             // Stable: a repeated key's values stay in document order, and the last is kept.
             members.sort_by(|a, b| a.key.bytes().cmp(b.key.bytes()));
+            if self.version == Version::V2
+                && members
+                    .windows(2)
+                    .any(|pair| pair[0].key.bytes() == pair[1].key.bytes())
+            {
+                return Err(Invalid);
+            }
             self.scratch.clear();
             for (i, member) in members.iter().enumerate() {
                 let last_of_key = members
@@ -230,6 +250,7 @@ impl<'a> Writer<'a> {
             self.out.extend_from_slice(&self.scratch);
         }
         self.members.truncate(first);
+        Ok(())
     }
 
     /// Reads a string (the cursor on its opening quote).
@@ -295,6 +316,9 @@ impl<'a> Writer<'a> {
             .unwrap_or(self.input.len() - start);
         let token = &self.input[start..start + len];
         self.pos = start + len;
+        if self.version == Version::V2 {
+            return write_exact(&mut self.out, token);
+        }
         if is_word_integer(token) {
             self.out.extend_from_slice(token);
             return Ok(());
@@ -311,6 +335,75 @@ impl<'a> Writer<'a> {
         }
         Ok(())
     }
+}
+
+/// Writes a number token's exact canonical form (V2): an integer as it is written, any other
+/// number as `[-]<significant digits>e<exponent>` with no leading or trailing zero in the digits
+/// (zero is `0e0`, keeping its sign). The two forms never meet: only the second has an `e`.
+/// Refuses what the JSON grammar refuses, and exponents beyond 18 digits (such a document is
+/// then hashed byte for byte, which is exact too).
+fn write_exact(out: &mut Vec<u8>, token: &[u8]) -> Parsed {
+    let digits = |text: &[u8]| text.iter().take_while(|b| b.is_ascii_digit()).count();
+    let (negative, unsigned) = match token.strip_prefix(b"-") {
+        Some(rest) => (true, rest),
+        None => (false, token),
+    };
+    let (integer, rest) = unsigned.split_at(digits(unsigned));
+    if integer.is_empty() || integer.len() > 1 && integer[0] == b'0' {
+        return Err(Invalid);
+    }
+    let (fraction, rest) = match rest.strip_prefix(b".") {
+        Some(after) if digits(after) > 0 => after.split_at(digits(after)),
+        Some(_) => return Err(Invalid),
+        None => (&rest[..0], rest),
+    };
+    let exponent = match rest {
+        [] => None,
+        [b'e' | b'E', rest @ ..] => Some(exponent(rest)?),
+        _ => return Err(Invalid),
+    };
+    let Some(exponent) = exponent.or((!fraction.is_empty()).then_some(0)) else {
+        // An integer: the grammar allows one spelling of it.
+        out.extend_from_slice(token);
+        return Ok(());
+    };
+    let all = || integer.iter().chain(fraction).copied();
+    let leading = all().take_while(|&b| b == b'0').count();
+    let total = integer.len() + fraction.len();
+    if negative {
+        out.push(b'-');
+    }
+    if leading == total {
+        out.extend_from_slice(b"0e0");
+        return Ok(());
+    }
+    let trailing = all().rev().take_while(|&b| b == b'0').count();
+    out.extend(all().skip(leading).take(total - leading - trailing));
+    // Digits `d` of the mantissa stand for d * 10^(exponent - fraction + trailing).
+    let scale = i128::from(exponent) - fraction.len() as i128 + trailing as i128;
+    let _ = write!(out, "e{scale}");
+    Ok(())
+}
+
+/// A number's exponent after its `e`: an optional sign, then at least one digit, at most 18 once
+/// leading zeros are dropped.
+fn exponent(text: &[u8]) -> Result<i64, Invalid> {
+    let (negative, digits) = match text {
+        [b'-', rest @ ..] => (true, rest),
+        [b'+', rest @ ..] => (false, rest),
+        _ => (false, text),
+    };
+    if digits.is_empty() || !digits.iter().all(u8::is_ascii_digit) {
+        return Err(Invalid);
+    }
+    let significant = &digits[digits.iter().take_while(|&&b| b == b'0').count()..];
+    if significant.len() > 18 {
+        return Err(Invalid);
+    }
+    let value = significant
+        .iter()
+        .fold(0i64, |value, &digit| value * 10 + i64::from(digit - b'0'));
+    Ok(if negative { -value } else { value })
 }
 
 /// Whether `token` is an integer serde_json reads as a `u64` or a negative `i64` and writes
@@ -349,6 +442,8 @@ impl Visitor<'_> for NumberVisitor {
     }
 }
 
+#[cfg(test)]
+mod exact;
 #[cfg(test)]
 mod previous;
 #[cfg(test)]
