@@ -451,7 +451,7 @@ async fn one_tenant_cannot_fill_the_memory_store_for_all() {
         (3..=5).contains(&i),
         "refused after {i} responses of 1 MiB in a 4 MiB share"
     );
-    assert_eq!(reply.body["code"], "idempotency_store_unavailable");
+    assert_eq!(reply.body["code"], "idempotency_store_full");
     let retry_after: u64 = reply.retry_after.unwrap().parse().unwrap();
     assert!(
         retry_after > 86_000,

@@ -1,7 +1,9 @@
 //! `MemoryStore`'s bounds, as its documentation states them: at most `max_records` live records
 //! and `max_bytes` of them (payload plus a fixed overhead per record), one tenant at most its
-//! `tenant_share` of each; a claim that would go over fails with `StoreError::Full` saying when
-//! the earliest record holding the room expires, rather than evicting a record a retry may need;
+//! `tenant_share` of the room it could use (what it holds plus what is free), so a new tenant
+//! finds room however many came before; a claim that would go over fails with
+//! `StoreError::Full` saying when the earliest record expires, rather than evicting a record a
+//! retry may need;
 //! expired records make room on the next claim that needs it. (Its record rules are the
 //! conformance suite's and the model tests'.) Times are explicit: no sleeps.
 //!
@@ -256,45 +258,97 @@ mod memory {
     }
 
     #[tokio::test]
-    async fn one_tenant_holds_at_most_its_share_and_others_keep_their_room() {
-        // A share of 0.3 of 10 records: three per tenant.
+    async fn a_tenant_holds_its_share_of_the_room_it_could_use() {
+        // 10 records, a share of 0.3: alone, a tenant may hold three.
         let store = MemoryStore::new().max_records(10).tenant_share(0.3);
-        // Tenant 2's record expires first, so "when room frees" differs between the store as a
-        // whole (5 s) and tenant 1's share (20 s).
+        // Tenant 2 holds one, which expires first (5 s).
         acquired(&store, 10, 2, 0, 5_000).await;
-        for n in 1..=3 {
-            acquired(&store, n, 1, 0, 20_000 + i64::from(n) * 1_000).await;
-        }
-        let (limit, retry_after) = refused(&store, 4, 1, 0).await;
+        // Tenant 1 could use the other nine: 0.3 of them is two.
+        acquired(&store, 1, 1, 0, 20_000).await;
+        acquired(&store, 2, 1, 0, 21_000).await;
+        let (limit, retry_after) = refused(&store, 3, 1, 0).await;
         assert_eq!(limit, 10);
         assert_eq!(
             retry_after,
-            Some(Duration::from_secs(21)),
-            "the refused tenant's room frees with its own earliest record"
+            Some(Duration::from_secs(5)),
+            "room frees when the earliest record expires, whoever holds it"
         );
-        acquired(&store, 11, 2, 0, 60_000).await;
-        acquired(&store, 12, 3, 0, 60_000).await;
-
+        // Tenant 2's record expired: it is dropped to make room, and tenant 1 may hold three.
+        acquired(&store, 3, 1, 6_000, 60_000).await;
+        refused(&store, 4, 1, 6_000).await;
         // Giving one record back gives the tenant one claim, not a fresh share.
         assert_eq!(release(&store, 1).await, Fence::Held);
-        acquired(&store, 4, 1, 0, 60_000).await;
-        refused(&store, 5, 1, 0).await;
+        acquired(&store, 4, 1, 6_000, 60_000).await;
+        refused(&store, 5, 1, 6_000).await;
     }
 
     #[tokio::test]
-    async fn one_tenant_holds_at_most_its_share_of_the_bytes() {
-        // 8 records' worth of bytes, half of it per tenant: four records in flight each.
+    async fn a_tenant_holds_its_share_of_the_bytes_it_could_use() {
+        // 8 records' worth of bytes, a share of a half: alone, four records in flight.
         let store = MemoryStore::new().max_bytes(8 * OVERHEAD).tenant_share(0.5);
         for n in 1..=4 {
             acquired(&store, n, 1, 0, 60_000).await;
         }
         refused(&store, 5, 1, 0).await;
-        for n in 11..=14 {
-            acquired(&store, n, 2, 0, 60_000).await;
-        }
+        // The next tenant could use the four left: two. The next, the two left: one. And a
+        // tenant holding nothing may always claim one record while there is room.
+        acquired(&store, 11, 2, 0, 60_000).await;
+        acquired(&store, 12, 2, 0, 60_000).await;
+        refused(&store, 13, 2, 0).await;
+        acquired(&store, 21, 3, 0, 60_000).await;
+        refused(&store, 22, 3, 0).await;
+        acquired(&store, 31, 4, 0, 60_000).await;
         // Now the store itself is full, for every tenant.
-        let (_, retry_after) = refused(&store, 21, 3, 0).await;
+        let (_, retry_after) = refused(&store, 41, 5, 0).await;
         assert_eq!(retry_after, Some(Duration::from_secs(60)));
+    }
+
+    #[tokio::test]
+    async fn fifty_self_named_tenants_at_their_limit_leave_room_for_the_next() {
+        // The defaults: 100 000 records, a share of a tenth. Each tenant claims until refused,
+        // as a client naming itself anew (`sk_test_<anything>`) would.
+        let store = MemoryStore::new();
+        let mut n: u32 = 0;
+        // A record key per claim.
+        let mut claim_as = |tenant: u64| {
+            n += 1;
+            let store = store.clone();
+            let key = RecordKey::from_bytes(std::array::from_fn(|i| (n >> (8 * (i % 4))) as u8));
+            async move {
+                let fingerprint = fp();
+                let claim = ClaimRequest {
+                    key: &key,
+                    fingerprint: &fingerprint,
+                    token: LeaseToken::random(),
+                    now: at(0),
+                    lease_until: at(60_000),
+                    expires_at: at(86_400_000),
+                    operation: "charges.create",
+                    tenant,
+                };
+                store.claim(claim).await
+            }
+        };
+        let mut held = Vec::new();
+        for tenant in 1..=50 {
+            let mut records = 0;
+            while claim_as(tenant).await.is_ok() {
+                records += 1;
+            }
+            held.push(records);
+        }
+        // The first took its tenth; each later one a tenth of what was left.
+        assert_eq!(held[0], 10_000, "{held:?}");
+        assert!(held.windows(2).all(|w| w[0] >= w[1]), "{held:?}");
+        let free = 100_000 - store.len();
+        assert!(free > 400, "{free} records free: {held:?}");
+        // A tenant that had nothing is served, and not just once: 50 requests a day.
+        for n in 0..50 {
+            assert!(
+                claim_as(99).await.is_ok(),
+                "the victim's claim {n} is served"
+            );
+        }
     }
 
     #[tokio::test]

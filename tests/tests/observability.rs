@@ -11,6 +11,7 @@ use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use axum::routing::post;
 use axum::{Json, Router};
+use http_body_util::BodyExt;
 use idem_runtime::store::MemoryStore;
 use idem_runtime::{Idempotency, KeyMode, idempotent};
 use metrics_exporter_prometheus::PrometheusBuilder;
@@ -109,16 +110,19 @@ async fn counts_every_outcome_and_never_logs_the_key() {
             StatusCode::BAD_REQUEST
         );
 
-        // A store that refuses claims (a full memory store): `store_error`, answered 503.
+        // A store that has no room (a full memory store): `store_full`, not `store_error`,
+        // answered 503 with its own code.
         let mut refused = 0;
         for i in 0..=32 {
-            let status = full
+            let response = full
                 .clone()
                 .oneshot(request(uri, Some(&format!("fill-{i}")), "{}"))
                 .await
-                .unwrap()
-                .status();
-            if status == StatusCode::SERVICE_UNAVAILABLE {
+                .unwrap();
+            if response.status() == StatusCode::SERVICE_UNAVAILABLE {
+                let body = response.into_body().collect().await.unwrap().to_bytes();
+                let problem: Value = serde_json::from_slice(&body).unwrap();
+                assert_eq!(problem["code"], "idempotency_store_full");
                 refused += 1;
                 break;
             }
@@ -146,7 +150,8 @@ async fn counts_every_outcome_and_never_logs_the_key() {
         assert_eq!(count(endpoint, "replayed"), 1, "{endpoint}: {text}");
         assert_eq!(count(endpoint, "reused"), 1, "{endpoint}: {text}");
         assert_eq!(count(endpoint, "invalid"), 2, "{endpoint}: {text}");
-        assert_eq!(count(endpoint, "store_error"), 1, "{endpoint}: {text}");
+        assert_eq!(count(endpoint, "store_full"), 1, "{endpoint}: {text}");
+        assert_eq!(count(endpoint, "store_error"), 0, "{endpoint}: {text}");
     }
     assert_eq!(count("POST /create", "released"), 1, "{text}");
     assert_eq!(

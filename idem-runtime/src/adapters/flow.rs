@@ -19,6 +19,7 @@ use bytes::Bytes;
 use http::request::Parts;
 use http::{Method, header};
 
+use crate::core::error::StoreError;
 use crate::core::fingerprint::{Fingerprint, Previous, Version};
 use crate::core::key::{IdempotencyKey, RecordKey, tenant_of};
 use crate::engine::{Answer, Attempt, Commits, InFlightMode, Lending, OpName, RolledBack, Verdict};
@@ -351,6 +352,10 @@ fn respond<E>(idempotency: &Idempotency, answer: Answer<Response, StoredResponse
         | Answer::Corrupt(_) => Rejection::StoreUnavailable { retry_after },
         Answer::Reused => Rejection::KeyReused,
         Answer::InFlight { retry_after } => Rejection::InProgress { retry_after },
+        Answer::Unavailable {
+            error: StoreError::Full { .. },
+            retry_after,
+        } => Rejection::StoreFull { retry_after },
         Answer::Unavailable { retry_after, .. } => Rejection::StoreUnavailable { retry_after },
     };
     reject(idempotency, rejection)

@@ -206,18 +206,23 @@ impl Engine {
         }
     }
 
-    /// The store failed a claim: logged, and refused (fail closed).
+    /// The store failed a claim, or is full: logged, and refused (fail closed).
     fn unavailable(&self, error: StoreError) -> Settled {
-        tracing::error!(
-            error = &error as &dyn std::error::Error,
-            "idempotency store failed; refusing the request"
-        );
         let retry_after = match error {
-            StoreError::Full {
-                retry_after: Some(after),
-                ..
-            } => after,
-            _ => self.policy.retry_after,
+            StoreError::Full { retry_after, .. } => {
+                tracing::warn!(
+                    error = &error as &dyn std::error::Error,
+                    "idempotency store full; refusing the request"
+                );
+                retry_after.unwrap_or(self.policy.retry_after)
+            }
+            _ => {
+                tracing::error!(
+                    error = &error as &dyn std::error::Error,
+                    "idempotency store failed; refusing the request"
+                );
+                self.policy.retry_after
+            }
         };
         Settled::Unavailable { error, retry_after }
     }

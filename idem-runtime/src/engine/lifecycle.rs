@@ -157,7 +157,10 @@ impl Engine {
                 },
             ),
             Settled::Unavailable { error, retry_after } => (
-                OutcomeLabel::StoreError,
+                match error {
+                    StoreError::Full { .. } => OutcomeLabel::StoreFull,
+                    _ => OutcomeLabel::StoreError,
+                },
                 Answer::Unavailable { error, retry_after },
             ),
         };

@@ -21,6 +21,9 @@ pub(crate) enum OutcomeLabel {
     Released,
     /// The store failed; the request was refused (fail closed).
     StoreError,
+    /// The store is full (for this tenant, or for everyone): the request was refused, and
+    /// nothing failed.
+    StoreFull,
     /// The operation failed, and releasing its record failed too: the engine keeps trying in
     /// the background until the store answers (or the record expires).
     ReleaseFailed,
@@ -39,6 +42,7 @@ impl OutcomeLabel {
             Self::Invalid => "invalid",
             Self::Released => "released",
             Self::StoreError => "store_error",
+            Self::StoreFull => "store_full",
             Self::ReleaseFailed => "release_failed",
             Self::Cancelled => "cancelled",
         }

@@ -58,6 +58,14 @@ pub enum Rejection {
         /// Sent as `Retry-After`.
         retry_after: Duration,
     },
+    /// `503 idempotency_store_full`: the store has no room for another record now (for this
+    /// tenant, or at all); nothing failed, and the handler did not run. `Retry-After` says when
+    /// the earliest record holding room expires (room may free sooner, when a request fails).
+    #[error("the idempotency store is full for now; the request was not processed")]
+    StoreFull {
+        /// Sent as `Retry-After`.
+        retry_after: Duration,
+    },
     /// `400 request_body_unreadable`: the request body could not be read (the client went
     /// away or sent a malformed chunked body); the handler did not run.
     #[error("the request body could not be read")]
@@ -104,6 +112,7 @@ impl Rejection {
             Self::ScopeUnresolved { .. } => "idempotency_scope_unresolved",
             Self::PayloadTooLarge => "payload_too_large",
             Self::StoreUnavailable { .. } => "idempotency_store_unavailable",
+            Self::StoreFull { .. } => "idempotency_store_full",
             Self::BodyUnreadable => "request_body_unreadable",
             Self::ResponseTooLarge { .. } => "idempotency_response_too_large",
             Self::ResponseFailed => "response_body_failed",
@@ -125,15 +134,17 @@ impl Rejection {
             Self::KeyReused => StatusCode::UNPROCESSABLE_ENTITY,
             Self::ScopeUnresolved { .. } => StatusCode::UNAUTHORIZED,
             Self::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
-            Self::StoreUnavailable { .. } => StatusCode::SERVICE_UNAVAILABLE,
+            Self::StoreUnavailable { .. } | Self::StoreFull { .. } => {
+                StatusCode::SERVICE_UNAVAILABLE
+            }
         }
     }
 
     fn retry_after(&self) -> Option<Duration> {
         match self {
-            Self::InProgress { retry_after } | Self::StoreUnavailable { retry_after } => {
-                Some(*retry_after)
-            }
+            Self::InProgress { retry_after }
+            | Self::StoreUnavailable { retry_after }
+            | Self::StoreFull { retry_after } => Some(*retry_after),
             _ => None,
         }
     }

@@ -180,8 +180,9 @@ const ANSWERS: [Answer; 4] = [
         status: "503",
         component: "IdempotencyStoreUnavailable",
         retry_after: true,
-        description: "The idempotency store is unavailable; the operation did not run \
-                      (`idempotency_store_unavailable`). Retry after `Retry-After` seconds.",
+        description: "The idempotency store is unavailable \
+                      (`idempotency_store_unavailable`) or full (`idempotency_store_full`); the \
+                      operation did not run. Retry after `Retry-After` seconds.",
     },
 ];
 

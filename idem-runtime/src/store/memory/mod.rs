@@ -27,14 +27,22 @@ const RECORD_OVERHEAD: usize = 256;
 /// contend.
 ///
 /// Bounded twice, and per tenant: at most [`max_records`](Self::max_records) live records and
-/// [`max_bytes`](Self::max_bytes) of them (stored payloads plus a fixed overhead per record),
-/// of which one tenant (one scope value: an organisation, a user) may hold at most its
-/// [`tenant_share`](Self::tenant_share). When a new claim would go over, it fails with
-/// [`StoreError::Full`] (the engine answers 503, with `Retry-After` saying when the earliest
-/// record holding the room expires) rather than evicting a record a retry may still need; other
-/// tenants keep their room. The check is made when a record is claimed, before the operation
-/// runs, so the store may go over its byte budget by the responses of the requests in flight at
-/// that moment (each at most the engine's `max_response_bytes`).
+/// [`max_bytes`](Self::max_bytes) of them (stored payloads plus a fixed overhead per record).
+/// One tenant (one scope value: an organisation, a user) may hold at most its
+/// [`tenant_share`](Self::tenant_share) of the room it could use: what it holds plus what is
+/// free. So the more the others hold, the less each may take, and a tenant holding nothing can
+/// claim while any room is free, however many tenants came before it: tenants that name
+/// themselves (any API key a client makes up) cannot crowd the others out by their number. With
+/// the default share of a tenth, one tenant alone may fill a tenth of the store, and 50 tenants
+/// each at their limit still leave 15% of it free.
+///
+/// When a new claim would go over, expired records are dropped first; if that makes no room,
+/// the claim fails with [`StoreError::Full`] rather than evicting a record a retry may still
+/// need. The engine answers `503 idempotency_store_full` (counted as `store_full`, not as a store
+/// error), with `Retry-After` saying when the earliest record expires. The check is made when a
+/// record is claimed, before the operation runs, so the store may go over its byte budget by
+/// the responses of the requests in flight at that moment (each at most the engine's
+/// `max_response_bytes`).
 ///
 /// Expired records are invisible at once and dropped on the next claim that needs room, or by
 /// the sweeper. Each shard keeps its records in expiry order too, so a purge takes the expired
@@ -71,11 +79,10 @@ struct Limits {
 }
 
 impl Limits {
-    fn tenant_records(&self) -> usize {
-        ((self.records as f64 * self.share) as usize).max(1)
-    }
-    fn tenant_bytes(&self) -> usize {
-        ((self.bytes as f64 * self.share) as usize).max(RECORD_OVERHEAD)
+    /// How much of a bound a tenant holding `held` may hold when `free` is free: its share of
+    /// `held + free`, and at least `least` (one record).
+    fn tenant_may_hold(&self, held: usize, free: usize, least: usize) -> usize {
+        (((held + free) as f64 * self.share) as usize).max(least)
     }
 }
 
@@ -148,9 +155,11 @@ impl MemoryStore {
         self
     }
 
-    /// The fraction of each bound one tenant may hold, in `(0, 1]` (default
-    /// [`DEFAULT_TENANT_SHARE`](Self::DEFAULT_TENANT_SHARE)). `1.0` lets one tenant fill the
-    /// store; with a single scope value (`scope = "global"`) there is one tenant, so use `1.0`.
+    /// The fraction one tenant may hold of the room it could use under each bound (what it
+    /// holds plus what is free), in `(0, 1]` (default
+    /// [`DEFAULT_TENANT_SHARE`](Self::DEFAULT_TENANT_SHARE)); a tenant may always claim its first
+    /// record while the store has room. `1.0` lets one tenant fill the store; with a single
+    /// scope value (`scope = "global"`) there is one tenant, so use `1.0`.
     #[must_use]
     pub fn tenant_share(mut self, share: f64) -> Self {
         self.limits.share = if share.is_finite() {
@@ -214,23 +223,26 @@ impl MemoryStore {
         }
     }
 
-    /// Whether a new record of `tenant` fits; if not, when room is expected.
+    /// Whether a new record of `tenant` fits; if not, when room is expected: when the earliest
+    /// record expires, which frees room for everyone (a tenant's limit grows with what is free).
     fn admit(&self, usage: &Usage, tenant: u64, now: Timestamp) -> Result<(), StoreError> {
         let limits = self.limits;
-        let room = usage.tenants.get(&tenant);
-        let tenant_full = room.is_some_and(|r| {
-            r.records >= limits.tenant_records()
-                || r.bytes + RECORD_OVERHEAD > limits.tenant_bytes()
-        });
-        let all_full =
-            usage.all.records >= limits.records || usage.all.bytes + RECORD_OVERHEAD > limits.bytes;
+        let (all, cost) = (&usage.all, RECORD_OVERHEAD);
+        let all_full = all.records >= limits.records || all.bytes + cost > limits.bytes;
+        let (records, bytes) = usage
+            .tenants
+            .get(&tenant)
+            .map_or((0, 0), |held| (held.records, held.bytes));
+        let free_records = limits.records.saturating_sub(all.records);
+        let free_bytes = limits.bytes.saturating_sub(all.bytes);
+        let tenant_full = records + 1 > limits.tenant_may_hold(records, free_records, 1)
+            || bytes + cost > limits.tenant_may_hold(bytes, free_bytes, cost);
         if !tenant_full && !all_full {
             return Ok(());
         }
-        let frees = if tenant_full { room } else { Some(&usage.all) };
         Err(StoreError::Full {
             limit: limits.records,
-            retry_after: frees.and_then(|r| r.frees_in(now)),
+            retry_after: all.frees_in(now),
         })
     }
 
