@@ -23,12 +23,13 @@ use crate::core::error::StoreError;
 use crate::core::fingerprint::{Fingerprint, Previous, Version};
 use crate::core::key::{IdempotencyKey, RecordKey, tenant_of};
 use crate::engine::{Answer, Attempt, Commits, InFlightMode, Lending, OpName, RolledBack, Verdict};
+use crate::http::capture::capture;
 use crate::http::endpoint::{Endpoint, KeyMode};
 use crate::http::rejection::Rejection;
 use crate::http::release::{ClientErrors, releases};
 use crate::http::replay::{self, RawDigest};
 use crate::http::request::read_body;
-use crate::http::response::{StoredResponse, capture};
+use crate::http::response::StoredResponse;
 use crate::http::settings::HttpSettings;
 use crate::idempotency::Idempotency;
 

@@ -3,6 +3,7 @@
 //! the engine's own answers (problem+json), the `#[idempotent]` registry and the settings.
 //! Below the adapters, above the transport-neutral engine.
 
+pub(crate) mod capture;
 pub(crate) mod endpoint;
 pub(crate) mod rejection;
 pub(crate) mod release;

@@ -7,8 +7,6 @@ use axum::response::Response;
 use bytes::Bytes;
 use http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
 
-use super::rejection::Rejection;
-use super::settings::HttpSettings;
 use crate::core::error::StoreError;
 
 /// The header added to every replayed response.
@@ -137,56 +135,6 @@ impl StoredResponse {
             body,
         })
     }
-}
-
-/// A handler's response, buffered: what to send now and what to store for retries.
-pub(crate) struct Captured {
-    /// The response to send, rebuilt from its parts and `body`.
-    pub(crate) response: Response,
-    /// What retries replay: the response itself, or the too-large marker.
-    pub(crate) stored: StoredResponse,
-}
-
-/// Buffers a handler's response and builds what to store: the response itself, or the marker
-/// its retries get when it is over the replay limit. `None` when the body stream failed.
-pub(crate) async fn capture(response: Response, settings: &HttpSettings) -> Option<Captured> {
-    use http_body_util::BodyExt;
-
-    let (parts, body) = response.into_parts();
-    let bytes = match body.collect().await {
-        Ok(collected) => collected.to_bytes(),
-        Err(error) => {
-            tracing::error!(
-                error = &error as &dyn std::error::Error,
-                "handler response body failed; releasing the record"
-            );
-            return None;
-        }
-    };
-    let limit = settings.max_response_bytes;
-    let stored = if bytes.len() <= limit {
-        StoredResponse::capture(parts.status, &parts.headers, bytes.clone())
-    } else {
-        tracing::warn!(
-            len = bytes.len(),
-            limit,
-            "response over the replay limit: retries get 409 idempotency_response_too_large"
-        );
-        let marker = settings.reject(Rejection::ResponseTooLarge {
-            original_status: parts.status.as_u16(),
-        });
-        let (marker, body) = marker.into_parts();
-        let body = body
-            .collect()
-            .await
-            .map(|c| c.to_bytes())
-            .unwrap_or_default();
-        StoredResponse::capture(marker.status, &marker.headers, body)
-    };
-    Some(Captured {
-        response: Response::from_parts(parts, Body::from(bytes)),
-        stored,
-    })
 }
 
 const MAGIC: u8 = crate::core::format::HTTP_RESPONSE;

@@ -91,8 +91,11 @@ impl Builder {
     }
 
     /// The largest response body kept for replay (default 2 MiB). A larger response is still sent
-    /// to the first client in full; its retries get `409 idempotency_response_too_large` naming
-    /// the original status. The operation is never run again for that key.
+    /// to the first client in full, streamed as the handler produces it: at most the limit (and
+    /// one chunk) of it is held in memory, however large it is. Its retries get `409
+    /// idempotency_response_too_large` naming the original status, and the operation is never
+    /// run again for that key, even if the body fails after the limit (the client then gets a
+    /// truncated response; a body that fails within the limit releases the key).
     pub fn max_response_bytes(mut self, limit: usize) -> Self {
         self.http.max_response_bytes = limit;
         self
