@@ -2,6 +2,7 @@
 //! one object per record, every change a conditional PUT.
 
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use object_store::path::Path;
@@ -9,20 +10,27 @@ use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload,
 
 use crate::core::clock::Timestamp;
 use crate::core::error::StoreError;
-use crate::core::fingerprint::Fingerprint;
 use crate::core::key::RecordKey;
 use crate::store::{Claim, ClaimRequest, Completion, Fence, LeaseToken, Store};
 
+mod format;
+
+use format::{Completed, Record, Stored, decode, encode};
+
 /// How many times an operation re-reads a record that changed under it before giving up.
 const ATTEMPTS: usize = 16;
-const MAGIC: &[u8; 8] = b"idem.rec";
-const VERSION: u8 = 1;
-const IN_FLIGHT: u8 = 0;
-const COMPLETED: u8 = 1;
-const TOMBSTONE: u8 = 2;
-/// A tombstone is the magic, the version and its state, nothing else: every other record is
-/// longer, so a purge can skip tombstones by size without reading them.
-const TOMBSTONE_LEN: u64 = MAGIC.len() as u64 + 2;
+
+/// How long a record a purge marked for deletion is left alone by claims: longer than a
+/// purge's delete can take to land (it is sent within [`DELETE_WITHIN`] of the mark, and
+/// `object_store` retries a request for at most 3 minutes by default).
+const RETIRE_GRACE: Duration = Duration::from_secs(300);
+
+/// A purge deletes a record it marked only this soon after marking it; later, it leaves the
+/// mark for the next purge (or a claim, after [`RETIRE_GRACE`]).
+const DELETE_WITHIN: Duration = Duration::from_secs(10);
+
+/// How long a claim that finds a record being deleted waits for the delete before refusing.
+const RETIRING_WAIT: Duration = Duration::from_millis(500);
 
 /// Records in an object store: S3, Google Cloud Storage, Azure Blob Storage, or
 /// `object_store::memory::InMemory`, any store of the [`object_store`] crate that supports
@@ -51,11 +59,18 @@ const TOMBSTONE_LEN: u64 = MAGIC.len() as u64 + 2;
 /// - **No conditional update** (`LocalFileSystem` has `PutMode::Create` but not
 ///   `PutMode::Update`): [`BucketStore::new`] probes the store and refuses it with
 ///   [`StoreError::Config`] rather than racing.
-/// - **No conditional delete** in `object_store`: deleting a record could remove one a claimer
-///   had just taken over, so records are never deleted. Releasing one replaces it by a tombstone
-///   (compare-and-swap), and [`purge_expired`](Store::purge_expired) replaces expired records by
-///   tombstones, dropping their payloads: what stays is about ten bytes per key ever used. A
-///   purge reads every record but the tombstones, so sweep rarely.
+/// - **No conditional delete** in `object_store`: a blind delete could remove a record a
+///   claimer had just written. Releasing a record replaces it by a tombstone (compare-and-swap).
+///   [`purge_expired`](Store::purge_expired) deletes expired records and tombstones in two
+///   steps: it marks one *retiring* (compare-and-swap, so only if it is still expired or a
+///   tombstone), then deletes it, at once, and only within 10 s of the mark. A claim that finds
+///   a retiring record waits up to half a second for the delete, then answers "unavailable"
+///   (503, retry) rather than write over it, for 5 minutes after the mark; after that the mark
+///   counts as free (its purge died). So a delete can only land on a record written since if it
+///   took more than 5 minutes to reach the store after being sent, beyond `object_store`'s
+///   default retry timeout of 3 minutes: keep the client's retry timeout below that. Each purge
+///   call deletes up to `limit` expired records (counted) and up to `limit` tombstones (not
+///   counted: they were released, not expired); a purge reads every record, so sweep rarely.
 #[derive(Clone)]
 pub struct BucketStore {
     store: Arc<dyn ObjectStore>,
@@ -69,33 +84,6 @@ impl std::fmt::Debug for BucketStore {
             .field("prefix", &self.prefix.as_ref())
             .finish()
     }
-}
-
-/// A record as stored.
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum Stored {
-    Live(Record),
-    /// Released or purged: the key is free.
-    Tombstone,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct Record {
-    fingerprint: Fingerprint,
-    token: LeaseToken,
-    lease_until: Timestamp,
-    expires_at: Timestamp,
-    created_at: Timestamp,
-    /// `Some` once completed.
-    completed: Option<Completed>,
-    operation: String,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct Completed {
-    at: Timestamp,
-    status: Option<u16>,
-    payload: Bytes,
 }
 
 impl BucketStore {
@@ -207,6 +195,32 @@ impl BucketStore {
         }
     }
 
+    /// Deletes the record read at `version`, if it is still that version: marks it retiring
+    /// (compare-and-swap), then deletes it if the mark is still recent enough that no claim
+    /// can have written over it. `false` when another writer changed it first.
+    async fn retire(
+        &self,
+        path: &Path,
+        now: Timestamp,
+        version: UpdateVersion,
+    ) -> Result<bool, StoreError> {
+        let marked = Instant::now();
+        if !self
+            .swap(path, &Stored::Retiring { since: now }, version)
+            .await?
+        {
+            return Ok(false);
+        }
+        if marked.elapsed() > DELETE_WITHIN {
+            // Too late to be sure: the next purge, or a claim after the grace, takes it.
+            return Ok(true);
+        }
+        match self.store.delete(path).await {
+            Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(true),
+            Err(error) => Err(StoreError::unavailable(error)),
+        }
+    }
+
     /// Changes the in-flight record owned by `token` with `change`, re-reading when another
     /// writer got there first.
     async fn fenced(
@@ -247,6 +261,7 @@ impl Store for BucketStore {
             completed: None,
             operation: req.operation.to_owned(),
         });
+        let started = Instant::now();
         for _ in 0..ATTEMPTS {
             let Some((stored, version)) = self.read(&path).await? else {
                 match self.put(&path, encode(&fresh), PutMode::Create).await {
@@ -257,7 +272,18 @@ impl Store for BucketStore {
             };
             let record = match stored {
                 Stored::Live(record) if record.expires_at > req.now => record,
-                // Released, purged or expired: the key is free; replace what was read.
+                // A purge is deleting it: wait for the delete, never write over the mark.
+                Stored::Retiring { since } if req.now < since.after(RETIRE_GRACE) => {
+                    if started.elapsed() >= RETIRING_WAIT {
+                        return Err(StoreError::Unavailable(
+                            "the record is being deleted by a purge; retry".into(),
+                        ));
+                    }
+                    tokio::time::sleep(RETIRING_WAIT / 10).await;
+                    continue;
+                }
+                // Released, expired, or marked by a purge long gone: the key is free; replace
+                // what was read.
                 _ => {
                     if self.swap(&path, &fresh, version).await? {
                         return Ok(Claim::Acquired { took_over: false });
@@ -340,178 +366,38 @@ impl Store for BucketStore {
             .list_with_delimiter(Some(&self.prefix))
             .await
             .map_err(StoreError::unavailable)?;
-        let mut purged = 0;
-        for meta in listed.objects.iter().filter(|m| m.size != TOMBSTONE_LEN) {
-            if purged >= u64::from(limit) {
+        let (mut expired, mut released) = (0u64, 0u64);
+        for meta in &listed.objects {
+            if expired >= u64::from(limit) && released >= u64::from(limit) {
                 break;
             }
-            let Some((Stored::Live(record), version)) = self.read(&meta.location).await? else {
+            // A start-up probe left by a process that died mid-probe is not a record.
+            if meta
+                .location
+                .filename()
+                .is_some_and(|f| f.starts_with(".probe-"))
+            {
+                continue;
+            }
+            let Some((stored, version)) = self.read(&meta.location).await? else {
                 continue;
             };
-            // A record that changes meanwhile was claimed again: it is no longer ours to purge.
-            if record.expires_at <= now
-                && self
-                    .swap(&meta.location, &Stored::Tombstone, version)
-                    .await?
-            {
-                purged += 1;
+            let counted = match stored {
+                Stored::Live(record) if record.expires_at <= now => &mut expired,
+                Stored::Tombstone => &mut released,
+                Stored::Retiring { since } if now >= since.after(RETIRE_GRACE) => &mut released,
+                _ => continue,
+            };
+            if *counted >= u64::from(limit) {
+                continue;
+            }
+            if self.retire(&meta.location, now, version).await? {
+                *counted += 1;
             }
         }
-        Ok(purged)
-    }
-}
-
-fn encode(stored: &Stored) -> Bytes {
-    let mut out = Vec::with_capacity(128);
-    out.extend_from_slice(MAGIC);
-    out.push(VERSION);
-    let Stored::Live(r) = stored else {
-        out.push(TOMBSTONE);
-        return out.into();
-    };
-    out.push(if r.completed.is_some() {
-        COMPLETED
-    } else {
-        IN_FLIGHT
-    });
-    out.extend_from_slice(r.fingerprint.as_bytes());
-    for n in [
-        r.token.as_i64(),
-        r.lease_until.as_millis(),
-        r.expires_at.as_millis(),
-    ] {
-        out.extend_from_slice(&n.to_be_bytes());
-    }
-    out.extend_from_slice(&r.created_at.as_millis().to_be_bytes());
-    let (at, status, payload) = match &r.completed {
-        Some(c) => (c.at.as_millis(), c.status.unwrap_or(0), &c.payload[..]),
-        None => (0, 0, &[][..]),
-    };
-    out.extend_from_slice(&at.to_be_bytes());
-    out.extend_from_slice(&status.to_be_bytes());
-    let operation = &r.operation.as_bytes()[..r.operation.len().min(usize::from(u16::MAX))];
-    out.extend_from_slice(&(operation.len() as u16).to_be_bytes());
-    out.extend_from_slice(operation);
-    out.extend_from_slice(payload);
-    out.into()
-}
-
-fn decode(bytes: &[u8]) -> Result<Stored, StoreError> {
-    let corrupt = |why: &'static str| StoreError::Corrupt(why.into());
-    let rest = bytes
-        .strip_prefix(&MAGIC[..])
-        .ok_or(corrupt("not an idem record"))?;
-    let (&[version, state], rest) = rest.split_first_chunk().ok_or(corrupt("truncated"))?;
-    if version != VERSION {
-        return Err(corrupt("unknown record version"));
-    }
-    if state == TOMBSTONE {
-        return Ok(Stored::Tombstone);
-    }
-    let mut reader = Reader(rest);
-    let fingerprint = Fingerprint::from_bytes(reader.take::<32>()?);
-    let token = LeaseToken::from_i64(reader.i64()?);
-    let lease_until = Timestamp::from_millis(reader.i64()?);
-    let expires_at = Timestamp::from_millis(reader.i64()?);
-    let created_at = Timestamp::from_millis(reader.i64()?);
-    let completed_at = Timestamp::from_millis(reader.i64()?);
-    let status = u16::from_be_bytes(reader.take()?);
-    let len = usize::from(u16::from_be_bytes(reader.take()?));
-    let operation = reader.bytes(len)?;
-    let operation =
-        String::from_utf8(operation.to_vec()).map_err(|_| corrupt("operation is not UTF-8"))?;
-    let completed = match state {
-        IN_FLIGHT => None,
-        COMPLETED => Some(Completed {
-            at: completed_at,
-            status: (status != 0).then_some(status),
-            payload: Bytes::copy_from_slice(reader.0),
-        }),
-        _ => return Err(corrupt("unknown record state")),
-    };
-    Ok(Stored::Live(Record {
-        fingerprint,
-        token,
-        lease_until,
-        expires_at,
-        created_at,
-        completed,
-        operation,
-    }))
-}
-
-struct Reader<'a>(&'a [u8]);
-
-impl Reader<'_> {
-    fn take<const N: usize>(&mut self) -> Result<[u8; N], StoreError> {
-        let (head, rest) = self
-            .0
-            .split_first_chunk::<N>()
-            .ok_or(StoreError::Corrupt("truncated record".into()))?;
-        self.0 = rest;
-        Ok(*head)
-    }
-
-    fn i64(&mut self) -> Result<i64, StoreError> {
-        self.take().map(i64::from_be_bytes)
-    }
-
-    fn bytes(&mut self, len: usize) -> Result<&[u8], StoreError> {
-        if self.0.len() < len {
-            return Err(StoreError::Corrupt("truncated record".into()));
-        }
-        let (head, rest) = self.0.split_at(len);
-        self.0 = rest;
-        Ok(head)
+        Ok(expired)
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn record(completed: Option<Completed>) -> Stored {
-        Stored::Live(Record {
-            fingerprint: Fingerprint::from_bytes([7; 32]),
-            token: LeaseToken::from_i64(-42),
-            lease_until: Timestamp::from_millis(1_000),
-            expires_at: Timestamp::from_millis(2_000),
-            created_at: Timestamp::from_millis(500),
-            completed,
-            operation: "jobs::submit".into(),
-        })
-    }
-
-    #[test]
-    fn records_round_trip() {
-        for stored in [
-            record(None),
-            record(Some(Completed {
-                at: Timestamp::from_millis(900),
-                status: Some(201),
-                payload: Bytes::from_static(b"\x00\xffbody"),
-            })),
-            record(Some(Completed {
-                at: Timestamp::from_millis(900),
-                status: None,
-                payload: Bytes::new(),
-            })),
-            Stored::Tombstone,
-        ] {
-            assert_eq!(decode(&encode(&stored)).unwrap(), stored);
-        }
-        assert_eq!(encode(&Stored::Tombstone).len() as u64, TOMBSTONE_LEN);
-        assert!(encode(&record(None)).len() as u64 > TOMBSTONE_LEN);
-    }
-
-    #[test]
-    fn damaged_records_are_errors_not_panics() {
-        let good = encode(&record(None));
-        for len in 0..good.len() {
-            assert!(decode(&good[..len]).is_err(), "truncated to {len}");
-        }
-        let mut other = good.to_vec();
-        other[8] = 9;
-        assert!(decode(&other).is_err(), "unknown version");
-    }
-}
+mod tests;
