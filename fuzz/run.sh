@@ -2,7 +2,7 @@
 # Coverage-guided runs of idem's fuzz targets under libFuzzer, with cargo fuzz on the stable
 # toolchain (RUSTC_BOOTSTRAP lets it pass its -Z sanitizer flags; no nightly is needed).
 #
-#   fuzz/run.sh [SECONDS] [TARGET...]     # default: 60 s for each of the four targets
+#   fuzz/run.sh [SECONDS] [TARGET...]     # default: 60 s for each of the six targets
 #   fuzz/run.sh 600                       # the long run: 10 minutes per target
 #
 # Each target's corpus grows in fuzz/libfuzzer/corpus/<target> (kept between runs, not
@@ -17,7 +17,7 @@ seconds=${1:-60}
 shift || true
 targets=("$@")
 if [ ${#targets[@]} -eq 0 ]; then
-  targets=(key canonical_json stored_response ttl)
+  targets=(key canonical_json json_numbers form_body stored_response ttl)
 fi
 
 command -v cargo-fuzz >/dev/null || cargo install --locked cargo-fuzz

@@ -9,17 +9,31 @@
 //!
 //! The targets:
 //! - [`key`]: `IdempotencyKey::parse` against a slow reference parser, and round trips.
-//! - [`canonical_json`]: `canonical_json` and `Fingerprint::of_json` against a
-//!   `serde_json::Value`-based reference canonicaliser ([`mod@reference`]), the fingerprint's digest
-//!   recomputed from its documented parts, and pairs of documents: equal canonical forms, equal
-//!   fingerprints; different ones, different fingerprints.
+//! - [`canonical_json`]: `canonical_json` and `Fingerprint::of_json` (version 2) against a
+//!   tree-building reference canonicaliser that keeps numbers as their text
+//!   ([`mod@reference`]), the fingerprint's digest recomputed from its documented parts, the
+//!   canonical form a fixed point and re-spaced copies of the same fingerprint (for every
+//!   document), and pairs of documents: equal canonical forms, equal fingerprints; different
+//!   ones, different fingerprints.
+//! - [`json_numbers`]: the exact normalisation of numbers: every spelling of a decimal has its
+//!   documented form, two decimals share a form exactly when their values are equal (compared
+//!   another way), integer literals are kept as written and apart from the other forms, and
+//!   every form is a fixed point and a JSON number.
+//! - [`form_body`]: `Fingerprint::of_request` of `application/x-www-form-urlencoded` bodies
+//!   against a reference form canonicaliser and the documented digest; reordered (stably for
+//!   repeated names) and respelled bodies keep the fingerprint, a changed byte changes it.
 //! - [`stored_response`]: `StoredResponse::decode` of arbitrary bytes: no panic, output bounded
 //!   by the input, and `decode(encode(r)) == r`.
 //! - [`ttl`]: the `#[idempotent]` attribute's ttl parser, compiled here from its own source file
 //!   (`idem-macros/src/ttl.rs`, included by path: a proc-macro crate cannot export it),
 //!   against a reference reading of the grammar; every suggested fix must itself be accepted.
 
+mod form;
+mod numbers;
 pub mod reference;
+
+pub use form::form_body;
+pub use numbers::json_numbers;
 
 /// The macro crate's ttl parser, compiled from its own source file (its unit tests run here too).
 #[path = "../../idem-macros/src/ttl.rs"]
@@ -56,28 +70,47 @@ pub fn key(data: &[u8]) {
     assert_eq!(record, RecordKey::derive("org", "acme", "m::f", &key));
 }
 
-/// The fingerprint's digest, recomputed from its documented parts: SHA-256 over the domain tag,
-/// then `json\0` and the canonical form, or `raw\0` and the bytes.
+/// An input fingerprint's digest (`Fingerprint::of_json`), recomputed from its documented parts:
+/// SHA-256 over the domain tag `idem.input.v2\0`, then `json\0` and the canonical form, or
+/// `raw\0` and the bytes.
 fn digest(parts: &[&[u8]]) -> [u8; 32] {
     let mut sha = Sha256::new();
-    sha.update(b"idem.input.v1\0");
+    sha.update(b"idem.input.v2\0");
     for part in parts {
         sha.update(part);
     }
     sha.finalize().into()
 }
 
-fn has_float(value: &serde_json::Value) -> bool {
-    match value {
-        serde_json::Value::Number(n) => n.is_f64(),
-        serde_json::Value::Array(items) => items.iter().any(has_float),
-        serde_json::Value::Object(map) => map.values().any(has_float),
-        _ => false,
+/// `json` (valid JSON) with whitespace after each `{`, `[`, `,` and `:` and before each `}` and
+/// `]` outside strings, cycling through JSON's four whitespace characters from `seed` on. Done
+/// on the text itself: going through `serde_json::Value` would round numbers.
+fn respaced(json: &[u8], seed: u8) -> Vec<u8> {
+    const SPACES: [&[u8]; 4] = [b" ", b"\n  ", b"\t", b"\r\n"];
+    let mut next = usize::from(seed);
+    let mut space = || {
+        next += 1;
+        SPACES[next % SPACES.len()]
+    };
+    let (mut out, mut in_string, mut escaped) = (Vec::new(), false, false);
+    for &byte in json {
+        if !in_string && matches!(byte, b'}' | b']') {
+            out.extend_from_slice(space());
+        }
+        out.push(byte);
+        match byte {
+            _ if escaped => escaped = false,
+            b'\\' if in_string => escaped = true,
+            b'"' => in_string = !in_string,
+            b'{' | b'[' | b',' | b':' if !in_string => out.extend_from_slice(space()),
+            _ => {}
+        }
     }
+    out
 }
 
 /// One document's canonical form, compared with the reference, and its fingerprint.
-fn one_document(data: &[u8]) -> (Option<Vec<u8>>, Fingerprint) {
+fn one_document(data: &[u8], seed: u8) -> (Option<Vec<u8>>, Fingerprint) {
     let canonical = idem_runtime::canonical_json(data);
     let expected = reference::canonical_json(data);
     assert_eq!(
@@ -91,16 +124,27 @@ fn one_document(data: &[u8]) -> (Option<Vec<u8>>, Fingerprint) {
         Some(c) => {
             assert_eq!(fingerprint.as_bytes(), &digest(&[b"json\0", c]));
             // The canonical form is a fixed point with the same fingerprint, and so is any
-            // other serialisation of the same document. Not for floats: serde_json's default
-            // float parsing is not correctly rounded, so re-reading the digits it wrote may give
-            // the neighbouring double (docs/PROOF.md, "findings").
-            let value: serde_json::Value = serde_json::from_slice(data).expect("parsed above");
-            if !has_float(&value) {
-                assert_eq!(idem_runtime::canonical_json(c).as_ref(), Some(c));
-                assert_eq!(Fingerprint::of_json(c), fingerprint);
-                let pretty = serde_json::to_vec_pretty(&value).expect("a value serialises");
-                assert_eq!(Fingerprint::of_json(&pretty), fingerprint, "pretty form");
-            }
+            // other spacing of the document or of its canonical form: for every document
+            // (version 2 numbers never go through a float).
+            let text = String::from_utf8_lossy(c);
+            assert_eq!(
+                idem_runtime::canonical_json(c).as_ref(),
+                Some(c),
+                "fixed point {text}"
+            );
+            assert_eq!(Fingerprint::of_json(c), fingerprint, "fixed point {text}");
+            let spaced = respaced(data, seed);
+            assert_eq!(
+                Fingerprint::of_json(&spaced),
+                fingerprint,
+                "respaced {:?}",
+                String::from_utf8_lossy(&spaced)
+            );
+            assert_eq!(
+                idem_runtime::canonical_json(&respaced(c, seed)).as_ref(),
+                Some(c),
+                "respaced {text}"
+            );
             // The JSON path and the raw path never meet.
             assert_ne!(Fingerprint::of_bytes(data), fingerprint);
         }
@@ -113,15 +157,17 @@ fn one_document(data: &[u8]) -> (Option<Vec<u8>>, Fingerprint) {
 }
 
 /// `canonical_json` agrees with [`reference::canonical_json`] on both halves of `data` (split at
-/// its first byte's position), the fingerprint is the documented digest, and the two halves
-/// have one fingerprint exactly when they have one canonical form (or are the same bytes).
+/// its first byte's position), the fingerprint is the documented digest, the canonical form is a
+/// fixed point and re-spaced copies keep the fingerprint, and the two halves have one
+/// fingerprint exactly when they have one canonical form (or are the same bytes).
 pub fn canonical_json(data: &[u8]) {
     let split = data
         .first()
         .map_or(0, |b| usize::from(*b).min(data.len() - 1) + 1);
     let (a, b) = data.split_at(split.min(data.len()));
-    let (ca, fa) = one_document(a);
-    let (cb, fb) = one_document(b);
+    let seed = data.last().copied().unwrap_or(0);
+    let (ca, fa) = one_document(a, seed);
+    let (cb, fb) = one_document(b, seed);
     let same = match (&ca, &cb) {
         (Some(x), Some(y)) => x == y,
         (None, None) => a == b,

@@ -41,7 +41,7 @@ impl Version {
 /// SHA-256 of a request or an input: two requests with one fingerprint are the same request.
 ///
 /// JSON is compared as a document, not as text: key order and whitespace do not matter, and
-/// numbers are compared as the exact decimals they write (`2.50` is `2.5e0`, but `18446744073709551616`
+/// numbers are compared as the exact decimals they write (`2.50` is `25e-1`, but `18446744073709551616`
 /// is never `18446744073709551617`, and an integer is never a fraction: `1` is not `1.0`). A
 /// document that repeats a key in one object is compared byte for byte, as parsers disagree on
 /// which value it means.

@@ -340,8 +340,9 @@ impl<'a> Writer<'a> {
 /// Writes a number token's exact canonical form (V2): an integer as it is written, any other
 /// number as `[-]<significant digits>e<exponent>` with no leading or trailing zero in the digits
 /// (zero is `0e0`, keeping its sign). The two forms never meet: only the second has an `e`.
-/// Refuses what the JSON grammar refuses, and exponents beyond 18 digits (such a document is
-/// then hashed byte for byte, which is exact too).
+/// Refuses what the JSON grammar refuses, and exponents beyond 18 digits, as written or as the
+/// form would write them (such a document is then hashed byte for byte, which is exact too), so
+/// that every form this writes reads back as itself.
 fn write_exact(out: &mut Vec<u8>, token: &[u8]) -> Parsed {
     let digits = |text: &[u8]| text.iter().take_while(|b| b.is_ascii_digit()).count();
     let (negative, unsigned) = match token.strip_prefix(b"-") {
@@ -381,6 +382,9 @@ fn write_exact(out: &mut Vec<u8>, token: &[u8]) -> Parsed {
     out.extend(all().skip(leading).take(total - leading - trailing));
     // Digits `d` of the mantissa stand for d * 10^(exponent - fraction + trailing).
     let scale = i128::from(exponent) - fraction.len() as i128 + trailing as i128;
+    if scale.unsigned_abs() > MAX_EXPONENT {
+        return Err(Invalid);
+    }
     let _ = write!(out, "e{scale}");
     Ok(())
 }
@@ -405,6 +409,9 @@ fn exponent(text: &[u8]) -> Result<i64, Invalid> {
         .fold(0i64, |value, &digit| value * 10 + i64::from(digit - b'0'));
     Ok(if negative { -value } else { value })
 }
+
+/// The largest exponent a canonical number is written with: 18 digits.
+const MAX_EXPONENT: u128 = 999_999_999_999_999_999;
 
 /// Whether `token` is an integer serde_json reads as a `u64` or a negative `i64` and writes
 /// back digit for digit: no leading zero, at most 19 digits (18 when negative), not `-0` (which
