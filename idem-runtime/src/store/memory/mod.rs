@@ -31,10 +31,12 @@ const RECORD_OVERHEAD: usize = 256;
 /// One tenant (one scope value: an organisation, a user) may hold at most its
 /// [`tenant_share`](Self::tenant_share) of the room it could use: what it holds plus what is
 /// free. So the more the others hold, the less each may take, and a tenant holding nothing can
-/// claim while any room is free, however many tenants came before it: tenants that name
-/// themselves (any API key a client makes up) cannot crowd the others out by their number. With
-/// the default share of a tenth, one tenant alone may fill a tenth of the store, and 50 tenants
-/// each at their limit still leave 15% of it free.
+/// claim while any room is free, however many tenants came before it. With the default share of
+/// a tenth, one tenant alone may fill a tenth of the store, and each next tenant a tenth of what
+/// is left: fifty tenants that each claim until refused leave about 500 of the default 100 000
+/// records free, and the next tenant is still served. That bounds what tenants who name
+/// themselves (any API key a client makes up) can take from the others; it does not stop enough
+/// of them from filling the store: when tenants are untrusted, use a store on disk.
 ///
 /// When a new claim would go over, expired records are dropped first; if that makes no room,
 /// the claim fails with [`StoreError::Full`] rather than evicting a record a retry may still
