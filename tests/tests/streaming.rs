@@ -44,44 +44,56 @@ const CHUNK: usize = 64 * 1024;
 const CHUNKS: usize = 1_600; // 100 MiB
 static DATA: [u8; CHUNK] = [b'x'; CHUNK];
 
-/// An export of `CHUNKS` chunks, produced as the client reads it, allocating nothing per chunk.
+/// An export of `left` chunks, produced as the client reads it, allocating nothing per chunk;
+/// it fails instead of ending when `fails` is set.
 struct Export {
     left: usize,
+    fails: bool,
 }
 
 impl http_body::Body for Export {
     type Data = Bytes;
-    type Error = std::convert::Infallible;
+    type Error = std::io::Error;
 
     fn poll_frame(
         mut self: Pin<&mut Self>,
         _: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
         if self.left == 0 {
-            return Poll::Ready(None);
+            return Poll::Ready(
+                self.fails
+                    .then(|| Err(std::io::Error::other("the export's source failed"))),
+            );
         }
         self.left -= 1;
         Poll::Ready(Some(Ok(Frame::data(Bytes::from_static(&DATA)))))
     }
 }
 
-fn export_response() -> Response {
-    Response::new(Body::new(Export { left: CHUNKS }))
+/// 100 MiB, or 4 MiB and then a failure for the `broken` query.
+fn export_response(uri: &axum::http::Uri) -> Response {
+    let broken = uri.query() == Some("broken");
+    let left = if broken { 64 } else { CHUNKS };
+    Response::new(Body::new(Export {
+        left,
+        fails: broken,
+    }))
 }
 
 #[idempotent(scope = "global", name = "exports.create")]
-async fn export() -> Response {
-    export_response()
+async fn export(uri: axum::http::Uri) -> Response {
+    export_response(&uri)
 }
 
-async fn plain_export() -> Response {
-    export_response()
+async fn plain_export(uri: axum::http::Uri) -> Response {
+    export_response(&uri)
 }
 
-/// Sends a keyed POST and reads the body frame by frame, keeping only its length.
-async fn send(router: &Router, path: &str) -> (StatusCode, usize, Bytes) {
+/// Sends a keyed POST and reads the body frame by frame, keeping only its length: the status,
+/// the length, the last chunk, and whether the body ended in an error.
+async fn send(router: &Router, path: &str) -> (StatusCode, usize, Bytes, bool) {
     let request = Request::post(path)
-        .header("idempotency-key", "export-1")
+        .header("idempotency-key", path)
         .body(Body::empty())
         .unwrap();
     let response = router.clone().oneshot(request).await.unwrap();
@@ -89,12 +101,15 @@ async fn send(router: &Router, path: &str) -> (StatusCode, usize, Bytes) {
     let mut body = response.into_body();
     let (mut len, mut last) = (0, Bytes::new());
     while let Some(frame) = body.frame().await {
-        if let Ok(data) = frame.unwrap().into_data() {
+        let Ok(frame) = frame else {
+            return (status, len, last, true);
+        };
+        if let Ok(data) = frame.into_data() {
             len += data.len();
             last = data;
         }
     }
-    (status, len, last)
+    (status, len, last, false)
 }
 
 #[cfg(target_os = "linux")]
@@ -121,7 +136,7 @@ async fn a_response_over_the_replay_limit_streams_with_bounded_memory_on_every_f
     for path in ["/attribute", "/layer"] {
         reset_peak();
         let (before, _) = memory();
-        let (status, len, _) = send(&router, path).await;
+        let (status, len, _, _) = send(&router, path).await;
         let peak = memory().1.saturating_sub(before);
         assert_eq!((status, len), (StatusCode::OK, CHUNK * CHUNKS), "{path}");
         // The default replay limit is 2 MiB: the store holds the marker, the capture at most
@@ -133,10 +148,24 @@ async fn a_response_over_the_replay_limit_streams_with_bounded_memory_on_every_f
         );
 
         // The retry gets the documented answer; the export does not run again.
-        let (status, _, last) = send(&router, path).await;
+        let (status, _, last, _) = send(&router, path).await;
         assert_eq!(status, StatusCode::CONFLICT, "{path}");
         let problem: Value = serde_json::from_slice(&last).unwrap();
         assert_eq!(problem["code"], "idempotency_response_too_large");
         assert_eq!(problem["original_status"], 200);
+
+        // A body that fails past the limit: the client gets what came, then the error; the
+        // operation ran, so its retry gets the same answer, and it does not run again.
+        let broken = format!("{path}?broken");
+        let (status, len, _, failed) = send(&router, &broken).await;
+        assert_eq!(
+            (status, len, failed),
+            (StatusCode::OK, 64 * CHUNK, true),
+            "{broken}"
+        );
+        let (status, _, last, _) = send(&router, &broken).await;
+        assert_eq!(status, StatusCode::CONFLICT, "{broken}");
+        let problem: Value = serde_json::from_slice(&last).unwrap();
+        assert_eq!(problem["code"], "idempotency_response_too_large");
     }
 }
