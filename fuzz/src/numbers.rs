@@ -198,7 +198,7 @@ fn canonical(token: &str) -> Option<String> {
 ///   or derived from it: scaled to the same value, a digit changed, the exponent moved by one):
 ///   every spelling of one decimal (point moved, zeros padded, `e`/`E`/`e+`, leading zeros in
 ///   the exponent, no exponent) has the documented form, or none when the exponent it writes
-///   has more than 18 digits; the two decimals share a form exactly when [`same_value`] says
+///   has more than 18 digits; the two decimals share a form exactly when `same_value` says
 ///   their values are equal; the integer literal of a decimal's digits is kept as written and
 ///   never shares a form with a fraction or exponent literal.
 pub fn json_numbers(data: &[u8]) {
