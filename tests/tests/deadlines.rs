@@ -11,7 +11,7 @@ use axum::extract::State;
 use axum::http::{Request, StatusCode};
 use axum::routing::{get, post};
 use http_body_util::BodyExt;
-use idem_runtime::store::{PostgresStore, SqliteStore};
+use idem_runtime::store::{PostgresStore, SqliteStore, Store};
 use idem_runtime::{Commits, Idempotency, OperationError, Tx, idempotent};
 use idem_tests::{Gate, TestStore};
 use serde_json::Value;
@@ -131,17 +131,22 @@ async fn pg_rows(store: &PostgresStore) -> i64 {
         .unwrap()
 }
 
+/// An engine on `store` whose lent transactions stop at `DEADLINE`.
+fn with_deadline<S: Store>(store: S) -> Idempotency {
+    Idempotency::builder()
+        .store(store)
+        .transaction_timeout(DEADLINE)
+        .skip_endpoint_checks()
+        .build()
+        .unwrap()
+}
+
 /// Six requests whose `INSERT`s wait on a lock held longer than the deadline, on a pool of
 /// four: each is refused with 503 and `Retry-After` soon after the deadline, the pool serves
 /// other requests meanwhile, and after the lock each retry runs once.
 async fn a_locked_table_ends_in_503_and_frees_the_pool(commits: Commits) {
     let store = postgres().await;
-    let idempotency = Idempotency::builder()
-        .store(store.clone())
-        .transaction_timeout(DEADLINE)
-        .skip_endpoint_checks()
-        .build()
-        .unwrap();
+    let idempotency = with_deadline(store.clone());
     let uri = match commits {
         Commits::Two => "/two",
         _ => "/one",
@@ -219,12 +224,7 @@ async fn sqlite_a_held_write_lock_ends_in_503_at_the_deadline() {
         .execute(store.pool())
         .await
         .unwrap();
-    let idempotency = Idempotency::builder()
-        .store(store.clone())
-        .transaction_timeout(DEADLINE)
-        .skip_endpoint_checks()
-        .build()
-        .unwrap();
+    let idempotency = with_deadline(store.clone());
     let gate = Gate::default();
     let router: Router = Router::new()
         .route("/sqlite", post(sqlite_charge))
@@ -269,12 +269,7 @@ async fn sqlite_a_held_write_lock_ends_in_503_at_the_deadline() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn run_atomic_past_the_deadline_is_a_transaction_timeout() {
     let store = postgres().await;
-    let idempotency = Idempotency::builder()
-        .store(store.clone())
-        .transaction_timeout(DEADLINE)
-        .skip_endpoint_checks()
-        .build()
-        .unwrap();
+    let idempotency = with_deadline(store.clone());
     let schema = store.schema().to_owned();
     let ship = |key: &'static str| {
         let schema = schema.clone();
