@@ -192,6 +192,9 @@ async fn a_locked_table_ends_in_503_and_frees_the_pool(commits: Commits) {
     assert_eq!(health, StatusCode::OK);
     locker.rollback().await.unwrap();
 
+    // Retries come after `Retry-After`, as the answers said: each key is released just after
+    // its answer is sent, so a retry at once may still find it held (409).
+    tokio::time::sleep(Duration::from_secs(1)).await;
     for n in 0..6 {
         let (status, _, body) = send(&router, uri, &format!("k{n}")).await;
         assert_eq!(status, StatusCode::CREATED, "k{n}: {body}");
@@ -295,6 +298,8 @@ async fn run_atomic_past_the_deadline_is_a_transaction_timeout() {
         "{stopped:?}"
     );
     locker.rollback().await.unwrap();
+    // The record is released just after the error is returned: retry a moment later.
+    tokio::time::sleep(Duration::from_secs(1)).await;
     assert!(!ship("o1").await.unwrap().is_replayed(), "the retry runs");
     assert_eq!(pg_rows(&store).await, 1);
     store.discard().await;

@@ -51,7 +51,9 @@ pub enum OperationError<E> {
     NotStored(#[source] StoreError),
     /// Atomic mode: the closure's transaction stayed open past the engine's
     /// [`transaction_timeout`](crate::Builder::transaction_timeout): the closure was stopped,
-    /// its writes rolled back and the record released, so a retry runs it again.
+    /// its writes rolled back and the record released, so a retry runs it again. The release
+    /// is written just after this error is returned (the store may be what held the
+    /// transaction up): a retry at that very moment may still find the key in flight.
     #[error("the operation's transaction was open longer than {limit:?}; it was rolled back")]
     TransactionTimeout {
         /// The deadline it outlived.
