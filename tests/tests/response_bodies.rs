@@ -1,6 +1,7 @@
 //! Response bodies reach the client whole, over a real HTTP/1 connection, on both HTTP faces: a
 //! body the handler streams in several chunks is stored whole and replayed byte for byte, and a
-//! body over the replay limit streams on to its last byte after the part read to check its size.
+//! body over the replay limit streams on to its last byte after the part read to check its size,
+//! keeping the length it is known to have.
 //!
 //! ```text
 //! cargo test -p idem-tests --test response_bodies
@@ -12,7 +13,7 @@ use std::task::{Context, Poll};
 
 use axum::Router;
 use axum::body::{Body, Bytes};
-use axum::http::{Request, StatusCode};
+use axum::http::{HeaderMap, Request, StatusCode, header};
 use axum::response::Response;
 use axum::routing::post;
 use http_body::Frame;
@@ -50,25 +51,25 @@ impl http_body::Body for Chunks {
     }
 }
 
-fn chunked(total: usize) -> Response {
-    Response::new(Body::new(Chunks { next: 0, total }))
-}
-
-/// `?chunks=N` picks how many chunks the handler streams.
-fn chunks_of(uri: &axum::http::Uri) -> usize {
-    uri.query()
-        .and_then(|q| q.strip_prefix("chunks="))
-        .and_then(|n| n.parse().ok())
-        .unwrap()
+/// `?chunks=N` streams N chunks; `?sized=N` answers N chunks' bytes in one buffer, whose length
+/// is known before it is sent.
+fn report_response(uri: &axum::http::Uri) -> Response {
+    let query = uri.query().unwrap_or_default();
+    let number = |prefix: &str| query.strip_prefix(prefix).and_then(|n| n.parse().ok());
+    match (number("chunks="), number("sized=")) {
+        (Some(total), _) => Response::new(Body::new(Chunks { next: 0, total })),
+        (_, Some(chunks)) => Response::new(Body::from(expected(chunks))),
+        _ => panic!("no size in {query:?}"),
+    }
 }
 
 #[idempotent(scope = "global", name = "reports.create")]
 async fn report(uri: axum::http::Uri) -> Response {
-    chunked(chunks_of(&uri))
+    report_response(&uri)
 }
 
 async fn plain_report(uri: axum::http::Uri) -> Response {
-    chunked(chunks_of(&uri))
+    report_response(&uri)
 }
 
 /// Serves both faces on a loopback port; returns its address.
@@ -94,6 +95,16 @@ async fn serve() -> std::net::SocketAddr {
 
 /// A keyed POST over a new connection: the status, whether it was replayed, the whole body.
 async fn send(address: std::net::SocketAddr, path: &str, key: &str) -> (StatusCode, bool, Bytes) {
+    let (status, headers, body) = exchange(address, path, key).await;
+    (status, headers.contains_key("idempotent-replayed"), body)
+}
+
+/// A keyed POST over a new connection: the status, the headers, the whole body.
+async fn exchange(
+    address: std::net::SocketAddr,
+    path: &str,
+    key: &str,
+) -> (StatusCode, HeaderMap, Bytes) {
     let stream = tokio::net::TcpStream::connect(address).await.unwrap();
     let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
         .await
@@ -105,10 +116,9 @@ async fn send(address: std::net::SocketAddr, path: &str, key: &str) -> (StatusCo
         .body(Empty::<Bytes>::new())
         .unwrap();
     let response = sender.send_request(request).await.unwrap();
-    let status = response.status();
-    let replayed = response.headers().contains_key("idempotent-replayed");
-    let body = response.into_body().collect().await.unwrap().to_bytes();
-    (status, replayed, body)
+    let (parts, body) = response.into_parts();
+    let body = body.collect().await.unwrap().to_bytes();
+    (parts.status, parts.headers, body)
 }
 
 fn expected(chunks: usize) -> Vec<u8> {
@@ -148,5 +158,25 @@ async fn a_body_over_the_replay_limit_streams_to_its_last_byte() {
         assert_eq!(status, StatusCode::CONFLICT, "{face}");
         let problem: Value = serde_json::from_slice(&problem).unwrap();
         assert_eq!(problem["code"], "idempotency_response_too_large", "{face}");
+    }
+}
+
+#[tokio::test]
+async fn a_body_over_the_replay_limit_keeps_its_known_length() {
+    let address = serve().await;
+    for face in ["/attribute", "/layer"] {
+        let path = format!("{face}?sized=40");
+        let (status, headers, body) = exchange(address, &path, face).await;
+        assert_eq!(status, StatusCode::OK, "{face}");
+        assert_eq!(body, expected(40), "{face}");
+        // Sent with its length, as without idem, not chunked: clients can show progress.
+        assert_eq!(
+            headers
+                .get(header::CONTENT_LENGTH)
+                .map(|v| v.to_str().unwrap()),
+            Some("40960"),
+            "{face}"
+        );
+        assert!(!headers.contains_key(header::TRANSFER_ENCODING), "{face}");
     }
 }
