@@ -121,7 +121,9 @@ fn replayed<T: std::fmt::Debug>(result: Result<T>) -> T {
 
 pub(crate) async fn fresh_then_replayed_with_the_same_output<S: TestStore>(store: S) {
     let jobs = Jobs::new(store);
-    let first = fresh(jobs.submit("", "upload-1", &TRANSCODE).await);
+    let ran = jobs.submit("", "upload-1", &TRANSCODE).await.unwrap();
+    assert!(!ran.is_replayed());
+    let first = fresh(Ok(ran));
     let again = jobs.submit("", "upload-1", &TRANSCODE).await.unwrap();
     assert!(again.is_replayed());
     assert_eq!(again.get(), &first);
