@@ -1,11 +1,13 @@
 //! Metrics and logs: `idempotency_requests_total{endpoint, outcome}` counts every outcome, the
-//! same way through the attribute and the layer, and the client's key never appears in logs,
-//! only its hash.
+//! same way through the attribute and the layer, each request once (callers that leave too),
+//! and the client's key never appears in logs, only its hash.
 //!
-//! One test in this binary, because it installs the process-wide recorder and subscriber.
+//! The tests share the process-wide recorder (each counts its own endpoints); one installs the
+//! process-wide subscriber.
 
 use std::io::Write;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
 
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
@@ -14,9 +16,40 @@ use axum::{Json, Router};
 use http_body_util::BodyExt;
 use idem_runtime::store::MemoryStore;
 use idem_runtime::{Idempotency, KeyMode, idempotent};
-use metrics_exporter_prometheus::PrometheusBuilder;
+use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use serde_json::Value;
 use tower::ServiceExt;
+
+#[allow(dead_code)] // only the in-process wrapper is used here
+#[path = "hangups/stall.rs"]
+mod stall;
+
+use stall::Stall;
+
+/// The process-wide Prometheus recorder, installed by the first test that asks.
+fn metrics() -> &'static PrometheusHandle {
+    static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
+    HANDLE.get_or_init(|| {
+        let recorder = PrometheusBuilder::new().build_recorder();
+        let handle = recorder.handle();
+        metrics::set_global_recorder(recorder).unwrap();
+        handle
+    })
+}
+
+/// `idempotency_requests_total{endpoint, outcome}` in `text`, 0 when absent.
+fn count(text: &str, endpoint: &str, outcome: &str) -> u64 {
+    let endpoint = format!("endpoint=\"{endpoint}\"");
+    let outcome = format!("outcome=\"{outcome}\"");
+    text.lines()
+        .find(|l| {
+            l.starts_with("idempotency_requests_total{")
+                && l.contains(&endpoint)
+                && l.contains(&outcome)
+        })
+        .and_then(|l| l.rsplit(' ').next())
+        .map_or(0, |n| n.parse().unwrap())
+}
 
 async fn plain_create(Json(body): Json<Value>) -> (StatusCode, Json<Value>) {
     let status = body["status"].as_u64().unwrap_or(201) as u16;
@@ -64,9 +97,7 @@ fn request(uri: &str, key: Option<&str>, body: &str) -> Request<Body> {
 
 #[tokio::test]
 async fn counts_every_outcome_and_never_logs_the_key() {
-    let recorder = PrometheusBuilder::new().build_recorder();
-    let metrics = recorder.handle();
-    metrics::set_global_recorder(recorder).unwrap();
+    let metrics = metrics();
     let logs = Captured::default();
     let writer = logs.clone();
     let subscriber = tracing_subscriber::fmt()
@@ -131,18 +162,7 @@ async fn counts_every_outcome_and_never_logs_the_key() {
     }
 
     let text = metrics.render();
-    let count = |endpoint: &str, outcome: &str| -> u64 {
-        let endpoint = format!("endpoint=\"{endpoint}\"");
-        let outcome = format!("outcome=\"{outcome}\"");
-        text.lines()
-            .find(|l| {
-                l.starts_with("idempotency_requests_total{")
-                    && l.contains(&endpoint)
-                    && l.contains(&outcome)
-            })
-            .and_then(|l| l.rsplit(' ').next())
-            .map_or(0, |n| n.parse().unwrap())
-    };
+    let count = |endpoint: &str, outcome: &str| count(&text, endpoint, outcome);
     for endpoint in ["POST /create", "POST /layered"] {
         // `executed` also counts the request that filled the 1-record store, when it was this
         // endpoint's (the two faces share one full store).
@@ -169,4 +189,99 @@ async fn counts_every_outcome_and_never_logs_the_key() {
             "the raw key leaked into the logs:\n{logs}"
         );
     }
+}
+
+#[idempotent(scope = "global", key = "required", name = "orders.leave")]
+async fn leave(body: Json<Value>) -> (StatusCode, Json<Value>) {
+    plain_create(body).await
+}
+
+/// Sends a keyed request to `/leave`; its status.
+async fn send_leave(router: &Router, key: &str, body: &str) -> StatusCode {
+    let response = router
+        .clone()
+        .oneshot(request("/leave", Some(key), body))
+        .await;
+    response.unwrap().status()
+}
+
+/// Sends `key` until its record is free and the handler runs (201), for up to 5 s.
+async fn settle(router: &Router, key: &str) {
+    for _ in 0..100 {
+        if send_leave(router, key, "{}").await == StatusCode::CREATED {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("{key} never ran");
+}
+
+/// A caller that leaves before its claim settles is counted once, as `cancelled`, whatever its
+/// claim then finds (the record to own, released at once, or a result to replay); a caller
+/// refused past the store deadline is counted `store_error`, and not again when its claim lands;
+/// a caller that stays is counted by what it got.
+#[tokio::test]
+async fn callers_that_leave_are_counted_once() {
+    let metrics = metrics();
+    let (store, stall) = Stall::wrapping(MemoryStore::new());
+    let idem = Idempotency::builder()
+        .store(store)
+        .store_timeout(Duration::from_secs(1))
+        .build()
+        .unwrap();
+    let router = Router::new().route("/leave", post(leave)).with_state(idem);
+    assert_eq!(
+        send_leave(&router, "done", r#"{"a":1}"#).await,
+        StatusCode::CREATED
+    );
+
+    // Two callers leave while their claims wait on the store: a retry of the completed request
+    // (the same JSON, written otherwise) and a fresh request.
+    stall.start().await;
+    let leaving = [("done", r#"{ "a": 1 }"#), ("fresh", "{}")].map(|(key, body)| {
+        let router = router.clone();
+        tokio::spawn(async move { send_leave(&router, key, body).await })
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    for caller in leaving {
+        caller.abort();
+        assert!(caller.await.unwrap_err().is_cancelled());
+    }
+    stall.end().await;
+    // The fresh claim landed, and was released for the retry.
+    settle(&router, "fresh").await;
+    let text = metrics.render();
+    assert_eq!(
+        count(&text, "orders.leave", "cancelled"),
+        2,
+        "the two callers that left: {text}"
+    );
+
+    // A caller the store keeps past its deadline is refused; its claim lands later.
+    stall.start().await;
+    assert_eq!(
+        send_leave(&router, "late", "{}").await,
+        StatusCode::SERVICE_UNAVAILABLE
+    );
+    stall.end().await;
+    settle(&router, "late").await;
+    assert_eq!(
+        send_leave(&router, "done", r#"{"a":1}"#).await,
+        StatusCode::CREATED
+    );
+
+    let text = metrics.render();
+    let count = |outcome: &str| count(&text, "orders.leave", outcome);
+    assert_eq!(count("cancelled"), 2, "not the refused caller: {text}");
+    assert_eq!(count("store_error"), 1, "the refused caller: {text}");
+    assert_eq!(
+        count("executed"),
+        3,
+        "done, and the retries of fresh and late: {text}"
+    );
+    assert_eq!(
+        count("replayed"),
+        1,
+        "the caller that stayed for done's replay: {text}"
+    );
 }
