@@ -213,6 +213,10 @@ mod tests {
         assert!(!is_json(Some(&HeaderValue::from_static(
             "application/jsonx"
         ))));
+        // A suffix with no subtype before it is no media type.
+        assert!(!is_json(Some(&HeaderValue::from_static(
+            "application/+json"
+        ))));
         assert!(!is_json(None));
     }
 

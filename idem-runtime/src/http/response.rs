@@ -253,6 +253,7 @@ mod tests {
         );
         let decoded = StoredResponse::decode(&stored.encode()).unwrap();
         assert_eq!(decoded, stored);
+        assert_eq!(decoded.status(), StatusCode::ACCEPTED);
     }
 
     #[test]

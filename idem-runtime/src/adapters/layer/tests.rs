@@ -421,3 +421,127 @@ fn rejections_must_be_client_errors() {
 fn paths_must_be_route_patterns() {
     let _ = idempotency(&ManualClock::new()).layer().skip("api/stories");
 }
+
+/// A request body that sends one frame, then fails (a client that vanished mid-upload).
+struct Broken {
+    sent: bool,
+}
+
+impl HttpBody for Broken {
+    type Data = Bytes;
+    type Error = std::io::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        _: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Bytes>, Self::Error>>> {
+        if std::mem::replace(&mut self.sent, true) {
+            return Poll::Ready(Some(Err(std::io::Error::other("connection reset"))));
+        }
+        Poll::Ready(Some(Ok(http_body::Frame::data(Bytes::from_static(b"{")))))
+    }
+}
+
+#[tokio::test]
+async fn a_body_that_fails_to_arrive_is_400_and_claims_nothing() {
+    let app = app(|layer| layer);
+    let request = http::Request::post("/items")
+        .header("idempotency-key", "k")
+        .body(Body::new(Broken { sent: false }))
+        .unwrap();
+    let reply = app.send(request).await;
+    // Not 413: the body was short of the limit, it just never came whole.
+    assert_eq!(reply.status, StatusCode::BAD_REQUEST);
+    assert_eq!(reply.code.as_deref(), Some("request_body_unreadable"));
+    assert_eq!(app.calls.get(), 0);
+    let retry = app.send(post_as("/items", Some("k"), "")).await;
+    assert_eq!((retry.status, retry.replayed), (StatusCode::CREATED, false));
+}
+
+#[tokio::test]
+async fn a_layer_inside_another_leaves_the_request_to_the_outer_one() {
+    let clock = ManualClock::new();
+    let idempotency = idempotency(&clock);
+    let calls = Calls::default();
+    let router = Router::new()
+        .route("/twice", post(handler))
+        .route_layer(idempotency.layer())
+        .layer(idempotency.layer())
+        .with_state(calls.clone());
+    let app = App {
+        router,
+        calls,
+        clock,
+    };
+    let first = app.send(post_as("/twice", Some("k"), "a")).await;
+    let retry = app.send(post_as("/twice", Some("k"), "a")).await;
+    assert_eq!((first.status, first.replayed), (StatusCode::CREATED, false));
+    assert_eq!((retry.status, retry.replayed), (StatusCode::CREATED, true));
+    assert_eq!(app.calls.get(), 1);
+}
+
+#[tokio::test]
+async fn a_named_route_keeps_its_records_when_its_pattern_changes() {
+    let clock = ManualClock::new();
+    let idempotency = idempotency(&clock);
+    let calls = Calls::default();
+    // One release routes `/items/{id}`, the next `/items/{item}`: the same requests, under the
+    // same name; a third release drops the name.
+    let release = |pattern: &str, name: Option<&'static str>| {
+        let layer = match name {
+            Some(name) => idempotency
+                .layer()
+                .route(pattern, move |route| route.name(name)),
+            None => idempotency.layer(),
+        };
+        let router = Router::new()
+            .route(pattern, post(handler))
+            .layer(layer)
+            .with_state(calls.clone());
+        App {
+            router,
+            calls: calls.clone(),
+            clock: clock.clone(),
+        }
+    };
+    let before = release("/items/{id}", Some("items.update"));
+    let after = release("/items/{item}", Some("items.update"));
+    let unnamed = release("/items/{item}", None);
+    before.send(post_as("/items/7", Some("k"), "a")).await;
+    let retry = after.send(post_as("/items/7", Some("k"), "a")).await;
+    assert!(retry.replayed, "the name, not the pattern, keys the record");
+    let other = unnamed.send(post_as("/items/7", Some("k"), "a")).await;
+    assert!(
+        !other.replayed,
+        "without the name, the pattern is the identity"
+    );
+    assert_eq!(calls.get(), 2);
+}
+
+/// A service that is never ready (a concurrency limit reached, say).
+#[derive(Clone)]
+struct NeverReady;
+
+impl tower::Service<http::Request<Body>> for NeverReady {
+    type Response = StatusCode;
+    type Error = std::convert::Infallible;
+    type Future = std::future::Ready<Result<StatusCode, Self::Error>>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        Poll::Pending
+    }
+
+    fn call(&mut self, _: http::Request<Body>) -> Self::Future {
+        std::future::ready(Ok(StatusCode::OK))
+    }
+}
+
+#[test]
+fn the_layer_is_ready_when_the_service_it_wraps_is() {
+    use tower::{Layer, Service};
+    let idempotency = idempotency(&ManualClock::new());
+    let mut service = idempotency.layer().layer(NeverReady);
+    let mut cx = Context::from_waker(std::task::Waker::noop());
+    // Backpressure passes through: a caller waits instead of queueing work past the limit.
+    assert!(service.poll_ready(&mut cx).is_pending());
+}
