@@ -75,6 +75,25 @@ async fn tamper(mut tx: Tx<Postgres>) -> StatusCode {
     StatusCode::CREATED
 }
 
+/// The first call writes, then hands its `Tx` to a task that keeps it for 300 ms after the
+/// handler returned (a handler bug); later calls write as usual.
+#[idempotent(scope = "global")]
+async fn escape(State(gate): State<Gate>, mut tx: Tx<Postgres>) -> Response {
+    static ESCAPED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    if ESCAPED.swap(true, std::sync::atomic::Ordering::SeqCst) {
+        return insert(&gate, &mut tx, &json!({ "name": "retry" })).await;
+    }
+    sqlx::query("INSERT INTO items (name) VALUES ('escaped')")
+        .execute(tx.conn().await.unwrap())
+        .await
+        .unwrap();
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        drop(tx);
+    });
+    StatusCode::CREATED.into_response()
+}
+
 #[idempotent(scope = "global", in_flight = "wait")]
 async fn one_waiting(
     State(gate): State<Gate>,
@@ -131,6 +150,7 @@ impl Harness {
             .route("/two", post(two))
             .route("/nested", post(nested))
             .route("/tamper", post(tamper))
+            .route("/escape", post(escape))
             .with_state(app);
         Self {
             router,
@@ -232,6 +252,29 @@ async fn a_completion_that_finds_its_claim_gone_commits_nothing() {
         .await
         .unwrap();
     assert_eq!(records, 0);
+    h.finish().await;
+}
+
+/// A `Tx` that outlives its handler holds the claim's transaction, which can no longer commit
+/// with the response: the request answers 503, nothing of it commits, and the retry runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tx_that_outlives_its_handler_commits_nothing() {
+    let h = Harness::new().await;
+    let (status, answer) = h.send("/escape", "k", json!({})).await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{answer}");
+    assert_eq!(answer["code"], "idempotency_store_unavailable");
+    let retry = tokio::time::Instant::now() + Duration::from_secs(5);
+    let (status, answer) = loop {
+        // 409 while the escaped transaction still holds the claim.
+        let (status, answer) = h.send("/escape", "k", json!({})).await;
+        if status != StatusCode::CONFLICT || tokio::time::Instant::now() > retry {
+            break (status, answer);
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(status, StatusCode::CREATED, "{answer}");
+    assert_eq!(answer["name"], "retry");
+    assert_eq!(h.rows().await, 1, "the escaped write rolled back");
     h.finish().await;
 }
 
