@@ -4,8 +4,8 @@
 //! engine that gives up a completion or release when the store blinks, waits on a stalled
 //! store, reads a body it must refuse, or lets one tenant fill the store for all.
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use axum::body::Body;
@@ -19,7 +19,7 @@ use idem_runtime::{Idempotency, idempotent};
 use idem_tests::Gate;
 use idem_tests::TcpProxy as Proxy;
 use idem_tests::proxy::postgres_target;
-use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+use metrics_exporter_prometheus::PrometheusHandle;
 use serde_json::{Value, json};
 use sqlx::AssertSqlSafe;
 use sqlx::postgres::PgPoolOptions;
@@ -76,13 +76,7 @@ async fn large(Json(body): Json<Value>) -> (StatusCode, Vec<u8>) {
 }
 
 fn metrics() -> &'static PrometheusHandle {
-    static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
-    HANDLE.get_or_init(|| {
-        let recorder = PrometheusBuilder::new().build_recorder();
-        let handle = recorder.handle();
-        metrics::set_global_recorder(recorder).unwrap();
-        handle
-    })
+    idem_tests::metrics::recorder()
 }
 
 fn count(outcome: &str) -> u64 {
@@ -90,14 +84,7 @@ fn count(outcome: &str) -> u64 {
 }
 
 fn count_for(endpoint: &str, outcome: &str) -> u64 {
-    let text = metrics().render();
-    let needle = format!("outcome=\"{outcome}\"");
-    let endpoint = format!("endpoint=\"{endpoint}\"");
-    text.lines()
-        .filter(|l| l.starts_with("idempotency_requests_total{") && l.contains(&needle))
-        .filter(|l| l.contains(&endpoint))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
-        .sum()
+    idem_tests::metrics::requests(&metrics().render(), endpoint, outcome)
 }
 
 fn org(parts: &axum::http::request::Parts) -> Option<String> {

@@ -6,7 +6,7 @@
 //! process-wide subscriber.
 
 use std::io::Write;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::body::Body;
@@ -16,7 +16,7 @@ use axum::{Json, Router};
 use http_body_util::BodyExt;
 use idem_runtime::store::MemoryStore;
 use idem_runtime::{Idempotency, KeyMode, idempotent};
-use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+use idem_tests::metrics::{recorder as metrics, requests as count};
 use serde_json::Value;
 use tower::ServiceExt;
 
@@ -25,31 +25,6 @@ use tower::ServiceExt;
 mod stall;
 
 use stall::Stall;
-
-/// The process-wide Prometheus recorder, installed by the first test that asks.
-fn metrics() -> &'static PrometheusHandle {
-    static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
-    HANDLE.get_or_init(|| {
-        let recorder = PrometheusBuilder::new().build_recorder();
-        let handle = recorder.handle();
-        metrics::set_global_recorder(recorder).unwrap();
-        handle
-    })
-}
-
-/// `idempotency_requests_total{endpoint, outcome}` in `text`, 0 when absent.
-fn count(text: &str, endpoint: &str, outcome: &str) -> u64 {
-    let endpoint = format!("endpoint=\"{endpoint}\"");
-    let outcome = format!("outcome=\"{outcome}\"");
-    text.lines()
-        .find(|l| {
-            l.starts_with("idempotency_requests_total{")
-                && l.contains(&endpoint)
-                && l.contains(&outcome)
-        })
-        .and_then(|l| l.rsplit(' ').next())
-        .map_or(0, |n| n.parse().unwrap())
-}
 
 async fn plain_create(Json(body): Json<Value>) -> (StatusCode, Json<Value>) {
     let status = body["status"].as_u64().unwrap_or(201) as u16;
