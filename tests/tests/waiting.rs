@@ -2,8 +2,7 @@
 //! 250 ms: a few claims a second however long the first request runs, never a busy loop on the
 //! store; and it replays the first response once that lands.
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use axum::Router;
@@ -11,51 +10,16 @@ use axum::body::Body;
 use axum::extract::State;
 use axum::http::{Request, StatusCode};
 use axum::routing::post;
-use idem_runtime::clock::Timestamp;
-use idem_runtime::store::{Claim, ClaimRequest, Completion, Fence, LeaseToken, MemoryStore, Store};
-use idem_runtime::{Idempotency, RecordKey, StoreError, idempotent};
+use idem_runtime::store::MemoryStore;
+use idem_runtime::{Idempotency, idempotent};
 use idem_tests::Gate;
 use tower::ServiceExt;
 
-/// A memory store that counts the claims it answers.
-#[derive(Clone, Default)]
-struct Counting {
-    inner: MemoryStore,
-    claims: Arc<AtomicUsize>,
-}
+#[allow(dead_code)] // only the in-process wrapper, never stalled, is used here: it counts claims
+#[path = "hangups/stall.rs"]
+mod stall;
 
-impl Store for Counting {
-    async fn claim(&self, request: ClaimRequest<'_>) -> Result<Claim, StoreError> {
-        self.claims.fetch_add(1, Ordering::SeqCst);
-        self.inner.claim(request).await
-    }
-
-    async fn complete(
-        &self,
-        key: &RecordKey,
-        token: LeaseToken,
-        completion: Completion<'_>,
-    ) -> Result<Fence, StoreError> {
-        self.inner.complete(key, token, completion).await
-    }
-
-    async fn release(&self, key: &RecordKey, token: LeaseToken) -> Result<Fence, StoreError> {
-        self.inner.release(key, token).await
-    }
-
-    async fn renew(
-        &self,
-        key: &RecordKey,
-        token: LeaseToken,
-        lease_until: Timestamp,
-    ) -> Result<Fence, StoreError> {
-        self.inner.renew(key, token, lease_until).await
-    }
-
-    async fn purge_expired(&self, now: Timestamp, limit: u32) -> Result<u64, StoreError> {
-        self.inner.purge_expired(now, limit).await
-    }
-}
+use stall::Stall;
 
 /// Waits at the gate, then answers 201.
 #[idempotent(scope = "global", in_flight = "wait")]
@@ -79,8 +43,8 @@ fn request() -> Request<Body> {
 
 #[tokio::test]
 async fn a_waiting_duplicate_polls_with_backoff_and_replays() {
-    let store = Counting::default();
-    let claims = store.claims.clone();
+    let (store, _never) = Stall::wrapping(MemoryStore::new());
+    let claims = store.claims();
     let gate = Gate::default();
     let idempotency = Idempotency::builder()
         .store(store)

@@ -5,6 +5,8 @@
 //! claim sent is applied once the stall ends, whether or not its caller still waits, as a
 //! request already on its way to S3 would be.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use idem_runtime::clock::Timestamp;
@@ -44,6 +46,7 @@ impl Stall {
             Stalling {
                 inner: store,
                 stalled,
+                claims: Arc::default(),
             },
             Self::Wrapped(flag),
         )
@@ -134,10 +137,21 @@ impl Stall {
 pub(crate) struct Stalling<S> {
     inner: S,
     stalled: watch::Receiver<bool>,
+    /// How many claims were sent.
+    claims: Arc<AtomicUsize>,
+}
+
+impl<S> Stalling<S> {
+    /// How many claims this store (and its clones) were sent.
+    #[allow(dead_code)] // read by the waiting suite, which includes this file
+    pub(crate) fn claims(&self) -> Arc<AtomicUsize> {
+        self.claims.clone()
+    }
 }
 
 impl<S: Store + Clone> Store for Stalling<S> {
     async fn claim(&self, request: ClaimRequest<'_>) -> Result<Claim, StoreError> {
+        self.claims.fetch_add(1, Ordering::SeqCst);
         let (inner, mut stalled) = (self.inner.clone(), self.stalled.clone());
         let (key, fingerprint): (RecordKey, Fingerprint) = (*request.key, *request.fingerprint);
         let operation = request.operation.to_owned();
