@@ -5,10 +5,12 @@
 //! [`TestStore`] trait the store conformance suite is generic over. [`redis`] does the same for
 //! Redis ([`redis_store`]: a key prefix of its own on the server at [`redis_url`]) and starts
 //! private Redis servers; [`proxy`] puts a loopback TCP proxy that can be cut in front of any
-//! store's server. [`metrics`] reads what the process-wide recorder counted.
+//! store's server. [`metrics`] reads what the process-wide recorder counted; [`logs`] captures
+//! what was logged.
 
 pub mod db;
 pub mod gate;
+pub mod logs;
 pub mod metrics;
 pub mod proxy;
 pub mod redis;

@@ -8,6 +8,7 @@
 
 use axum::Router;
 use axum::body::Body;
+use axum::handler::Handler;
 use axum::http::{HeaderValue, Method, Request, StatusCode, Uri};
 use axum::routing::post;
 use bytes::Bytes;
@@ -15,7 +16,25 @@ use http_body_util::BodyExt;
 use idem_runtime::clock::{Clock, SystemClock};
 use idem_runtime::store::{Claim, ClaimRequest, Completion, Fence, LeaseToken, SqliteStore, Store};
 use idem_runtime::{Fingerprint, Idempotency, IdempotencyKey, RecordKey, StoredResponse};
+use idem_tests::logs::Logs;
 use tower::ServiceExt;
+
+/// A handler called as a service of its own, outside any router, with no `name`.
+mod unrouted {
+    use axum::http::StatusCode;
+    use idem_runtime::idempotent;
+
+    #[idempotent(scope = "global")]
+    pub(crate) async fn export(body: String) -> (StatusCode, String) {
+        (StatusCode::CREATED, format!("exported {body}"))
+    }
+
+    /// The same operation, routed, pinned to the unrouted handler's Rust path.
+    #[idempotent(scope = "global", name = "identity::unrouted::export")]
+    pub(crate) async fn export_routed(body: String) -> (StatusCode, String) {
+        (StatusCode::CREATED, format!("exported {body} (routed)"))
+    }
+}
 
 /// The first build: the handler as it was.
 mod before {
@@ -67,13 +86,19 @@ async fn idempotency(path: &std::path::Path) -> Idempotency {
     Idempotency::builder().store(store).build().unwrap()
 }
 
-async fn send(router: &Router, uri: &str, key: &str) -> (StatusCode, bool, String) {
-    let request = Request::post(uri)
+fn request(uri: &str, key: &str) -> Request<Body> {
+    Request::post(uri)
         .header("idempotency-key", key)
         .header("content-type", "text/plain")
         .body(Body::from("500"))
-        .unwrap();
-    let response = router.clone().oneshot(request).await.unwrap();
+        .unwrap()
+}
+
+async fn send(router: &Router, uri: &str, key: &str) -> (StatusCode, bool, String) {
+    read(router.clone().oneshot(request(uri, key)).await.unwrap()).await
+}
+
+async fn read(response: axum::response::Response) -> (StatusCode, bool, String) {
     let replayed = response.headers().contains_key("idempotent-replayed");
     let status = response.status();
     let body = response.into_body().collect().await.unwrap().to_bytes();
@@ -130,6 +155,15 @@ async fn a_retry_across_a_deploy_that_renames_and_moves_the_handler_replays() {
     let handlers: Vec<_> = idempotency.endpoints().map(|e| e.handler()).collect();
     assert!(handlers.contains(&"identity::before::create_charge"));
     assert!(handlers.contains(&"identity::after::billing::charge"));
+    let name_of = |handler: &str| {
+        let mut endpoints = idempotency.endpoints();
+        endpoints.find(|e| e.handler() == handler).unwrap().name()
+    };
+    assert_eq!(
+        name_of("identity::after::billing::refund"),
+        Some("refunds.create")
+    );
+    assert_eq!(name_of("identity::after::billing::charge"), None);
 }
 
 /// What the previous release wrote for a request to an unnamed `#[idempotent]` handler: a
@@ -212,5 +246,40 @@ async fn records_of_the_previous_default_identity_replay_under_a_pinned_name() {
             false,
             "charged 500 (next build)".into()
         )
+    );
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_handler_outside_a_route_is_keyed_by_its_rust_path_with_one_warning() {
+    const WARNING: &str = "ran outside a router's route and has no `name`";
+    let logs = Logs::default();
+    let _guard = logs.capture();
+    let path = idem_tests::db::sqlite_path();
+    let service = unrouted::export.with_state(idempotency(&path).await);
+    let call = |key: &'static str| {
+        let service = service.clone();
+        async move { read(service.oneshot(request("/export", key)).await.unwrap()).await }
+    };
+    let fresh = (StatusCode::CREATED, false, "exported 500".to_owned());
+    assert_eq!(call("k1").await, fresh);
+    assert_eq!(
+        call("k1").await,
+        (StatusCode::CREATED, true, "exported 500".into())
+    );
+    assert_eq!(call("k2").await, fresh);
+    let text = logs.text();
+    assert_eq!(text.matches(WARNING).count(), 1, "warned once: {text}");
+    assert!(
+        text.contains("handler=\"identity::unrouted::export\""),
+        "{text}"
+    );
+
+    // The records' identity is the Rust path: a route pinned to it replays them.
+    let pinned: Router = Router::new()
+        .route("/export", post(unrouted::export_routed))
+        .with_state(idempotency(&path).await);
+    assert_eq!(
+        send(&pinned, "/export", "k1").await,
+        (StatusCode::CREATED, true, "exported 500".into())
     );
 }

@@ -7,46 +7,10 @@
 //! cargo test -p idem-tests --test newer_schema
 //! ```
 
-use std::io::Write;
-use std::sync::{Arc, Mutex};
-
 use idem_runtime::store::SqliteStore;
+use idem_tests::logs::Logs;
 
 const WARNING: &str = "the idempotency store's schema was migrated by a newer release";
-
-/// Everything logged while the guard of [`Logs::capture`] lives, as text.
-#[derive(Clone, Default)]
-struct Logs(Arc<Mutex<Vec<u8>>>);
-
-impl Logs {
-    fn capture(&self) -> tracing::subscriber::DefaultGuard {
-        let writer = self.clone();
-        let subscriber = tracing_subscriber::fmt()
-            .with_max_level(tracing::Level::INFO)
-            .with_writer(move || writer.clone())
-            .with_ansi(false)
-            .finish();
-        tracing::subscriber::set_default(subscriber)
-    }
-
-    fn text(&self) -> String {
-        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
-    }
-
-    fn clear(&self) {
-        self.0.lock().unwrap().clear();
-    }
-}
-
-impl Write for Logs {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
 
 #[tokio::test]
 async fn an_instance_behind_a_newer_schema_starts_and_warns() {

@@ -2,43 +2,13 @@
 //! records, a server that persists nothing (a restart forgets every record), and that no sweeper
 //! is needed. Each on servers of the test's own: the shared one's configuration is not touched.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use idem_runtime::Idempotency;
 use idem_runtime::store::{RedisStore, Store};
 use idem_tests::TestStore;
+use idem_tests::logs::Logs;
 use idem_tests::redis::{RedisServer, redis_store_builder};
-
-/// Log lines written while the guard lives, on this thread.
-#[derive(Clone, Default)]
-struct Logs(Arc<std::sync::Mutex<Vec<u8>>>);
-
-impl std::io::Write for Logs {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl Logs {
-    fn capture(&self) -> tracing::subscriber::DefaultGuard {
-        let writer = self.clone();
-        let subscriber = tracing_subscriber::fmt()
-            .with_max_level(tracing::Level::INFO)
-            .with_writer(move || writer.clone())
-            .with_ansi(false)
-            .finish();
-        tracing::subscriber::set_default(subscriber)
-    }
-
-    fn text(&self) -> String {
-        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
-    }
-}
 
 // Current-thread runtime: the store's tasks log on the thread that holds the capture.
 #[tokio::test(flavor = "current_thread")]

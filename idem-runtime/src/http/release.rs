@@ -53,3 +53,23 @@ impl ClientErrors {
             .then(|| 1u128 << (status.as_u16() - 400))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_set_holds_client_errors_only_and_prints_them_in_order() {
+        let mut set = ClientErrors::NONE;
+        assert!(set.insert(StatusCode::UNPROCESSABLE_ENTITY));
+        assert!(set.insert(StatusCode::CONFLICT));
+        assert!(!set.insert(StatusCode::INTERNAL_SERVER_ERROR));
+        assert!(!set.insert(StatusCode::OK));
+        // What a `RouteSettings`' `Debug` shows of the statuses it releases.
+        assert_eq!(format!("{set:?}"), "{409, 422}");
+        assert!(releases(StatusCode::CONFLICT, set));
+        assert!(!releases(StatusCode::NOT_FOUND, set));
+        assert!(releases(StatusCode::BAD_GATEWAY, ClientErrors::NONE));
+        assert!(!releases(StatusCode::CONFLICT, ClientErrors::NONE));
+    }
+}
