@@ -1,6 +1,7 @@
 //! A duplicate in wait mode (`in_flight = "wait"`) polls the store with a backoff that grows to
 //! 250 ms: a few claims a second however long the first request runs, never a busy loop on the
-//! store; and it replays the first response once that lands.
+//! store; it replays the first response once that lands, and answers 409 at its wait timeout,
+//! not a backoff step later.
 
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -74,4 +75,34 @@ async fn a_waiting_duplicate_polls_with_backoff_and_replays() {
         (3..=20).contains(&polled),
         "the duplicate claimed {polled} times in 1.5 s"
     );
+}
+
+/// In tokio's paused time, where every sleep lasts exactly what it asks: a duplicate that waits
+/// in vain answers 409 at its `wait_timeout`, its last sleep cut short to end there.
+#[tokio::test(start_paused = true)]
+async fn a_waiting_duplicate_gives_up_at_its_wait_timeout_not_after() {
+    let gate = Gate::default();
+    let idempotency = Idempotency::builder()
+        .store(MemoryStore::new())
+        .wait_timeout(Duration::from_millis(1000))
+        .build()
+        .unwrap();
+    let router = Router::new().route("/slow", post(slow)).with_state(App {
+        idempotency,
+        gate: gate.clone(),
+    });
+
+    let first = tokio::spawn(router.clone().oneshot(request()));
+    gate.entered().await;
+    let started = tokio::time::Instant::now();
+    let duplicate = router.clone().oneshot(request()).await.unwrap();
+    let waited = started.elapsed();
+    assert_eq!(duplicate.status(), StatusCode::CONFLICT);
+    // Its sleeps (10, 20, 40, 80, 160, then 250 ms) overshoot 1 s by 60 ms uncut.
+    assert!(
+        (Duration::from_millis(1000)..Duration::from_millis(1005)).contains(&waited),
+        "the duplicate answered after {waited:?}"
+    );
+    gate.open();
+    assert_eq!(first.await.unwrap().unwrap().status(), StatusCode::CREATED);
 }

@@ -1,7 +1,11 @@
 //! Claiming a record until the claim settles: ownership, a result to replay, a key reused or
 //! still running (waited on in wait mode), or a store that failed.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+// Tokio's clock, which is the system's unless a runtime pauses time (as tests do to check the
+// wait's deadline to the millisecond): the wait is measured by the clock it sleeps on.
+use tokio::time::Instant;
 
 use bytes::Bytes;
 
