@@ -94,6 +94,15 @@ async fn escape(State(gate): State<Gate>, mut tx: Tx<Postgres>) -> Response {
     StatusCode::CREATED.into_response()
 }
 
+/// Refuses before touching its `Tx`, as a validation error does; the body counts its calls.
+#[idempotent(scope = "global")]
+async fn refuse(_tx: Tx<Postgres>) -> Response {
+    static CALLS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
+    let refusal = json!({ "code": "amount_not_positive", "call": call });
+    (StatusCode::UNPROCESSABLE_ENTITY, Json(refusal)).into_response()
+}
+
 #[idempotent(scope = "global", in_flight = "wait")]
 async fn one_waiting(
     State(gate): State<Gate>,
@@ -151,6 +160,7 @@ impl Harness {
             .route("/nested", post(nested))
             .route("/tamper", post(tamper))
             .route("/escape", post(escape))
+            .route("/refuse", post(refuse))
             .with_state(app);
         Self {
             router,
@@ -275,6 +285,20 @@ async fn a_tx_that_outlives_its_handler_commits_nothing() {
     assert_eq!(status, StatusCode::CREATED, "{answer}");
     assert_eq!(answer["name"], "retry");
     assert_eq!(h.rows().await, 1, "the escaped write rolled back");
+    h.finish().await;
+}
+
+/// A handler that answers without touching its `Tx` never takes the claim's transaction: the
+/// engine commits its answer with that transaction, and the retry replays it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_answer_given_without_touching_the_tx_is_stored_and_replayed() {
+    let h = Harness::new().await;
+    let (status, first) = h.send("/refuse", "k", json!({})).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{first}");
+    assert_eq!(first["call"], 1);
+    let (status, again) = h.send("/refuse", "k", json!({})).await;
+    assert_eq!((status, &again), (StatusCode::UNPROCESSABLE_ENTITY, &first));
+    assert_eq!(h.records_in_flight().await, 0);
     h.finish().await;
 }
 
