@@ -324,7 +324,39 @@ async fn a_tx_for_another_database_is_500_misconfigured() {
         let reply = send(&router, Method::POST, "/items", Some("k"), "{}").await;
         assert_eq!(reply.status, StatusCode::INTERNAL_SERVER_ERROR);
         assert_eq!(reply.body["code"], "idempotency_misconfigured");
+        let detail = reply.body["detail"].as_str().unwrap();
+        assert!(
+            detail.contains("offers no transactions on this handler's database"),
+            "{detail}"
+        );
         assert!(!reply.replayed);
+    }
+    stores::sqlite::discard(&store).await;
+}
+
+/// A handler taking two transactions: 500 saying so, and the key is released.
+#[tokio::test]
+async fn a_second_tx_is_500_misconfigured() {
+    async fn twice(
+        _one: idem_runtime::Tx<sqlx::Sqlite>,
+        _two: idem_runtime::Tx<sqlx::Sqlite>,
+    ) -> StatusCode {
+        StatusCode::CREATED
+    }
+    let (store, _) = stores::sqlite::create().await;
+    let idem = Idempotency::builder().store(store.clone()).build().unwrap();
+    let router = Router::new()
+        .route("/items", post(twice))
+        .layer(idem.layer());
+    for _ in 0..2 {
+        let reply = send(&router, Method::POST, "/items", Some("k"), "{}").await;
+        assert_eq!(reply.status, StatusCode::INTERNAL_SERVER_ERROR);
+        assert_eq!(reply.body["code"], "idempotency_misconfigured");
+        let detail = reply.body["detail"].as_str().unwrap();
+        assert!(
+            detail.contains("a handler takes at most one `Tx`"),
+            "{detail}"
+        );
     }
     stores::sqlite::discard(&store).await;
 }
