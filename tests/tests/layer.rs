@@ -361,6 +361,32 @@ async fn a_second_tx_is_500_misconfigured() {
     stores::sqlite::discard(&store).await;
 }
 
+/// A `Tx`'s `Debug` names its database and says whether it has begun.
+#[tokio::test]
+async fn a_tx_shows_its_database_and_whether_it_began() {
+    async fn show(mut tx: idem_runtime::Tx<sqlx::Sqlite>) -> axum::Json<Value> {
+        let before = format!("{tx:?}");
+        tx.conn().await.unwrap();
+        axum::Json(serde_json::json!({ "before": before, "after": format!("{tx:?}") }))
+    }
+    let (store, _) = stores::sqlite::create().await;
+    let idem = Idempotency::builder().store(store.clone()).build().unwrap();
+    let router = Router::new()
+        .route("/items", post(show))
+        .layer(idem.layer());
+    let reply = send(&router, Method::POST, "/items", Some("k"), "{}").await;
+    assert_eq!(reply.status, StatusCode::OK);
+    assert_eq!(
+        reply.body["before"],
+        r#"Tx { database: "SQLite", begun: false, .. }"#
+    );
+    assert_eq!(
+        reply.body["after"],
+        r#"Tx { database: "SQLite", begun: true, .. }"#
+    );
+    stores::sqlite::discard(&store).await;
+}
+
 /// Fresh stores with an `items` table in the store's own database, per backend.
 mod stores {
     pub(crate) mod sqlite {
