@@ -377,8 +377,20 @@ mod tests {
         assert_eq!(a, downstream_key(&seed, "charge"));
         assert_ne!(a, downstream_key(&seed, "refund"));
         assert_ne!(a, downstream_key(&[8u8; 32], "charge"));
-        assert_eq!(a.len(), 36);
-        assert_eq!(&a[14..15], "8", "version 8: {a}");
-        assert!(matches!(&a[19..20], "8" | "9" | "a" | "b"), "variant: {a}");
+        let keys: Vec<String> = (0..64u8)
+            .map(|i| downstream_key(&[i; 32], &format!("purpose {i}")))
+            .collect();
+        for key in &keys {
+            assert_eq!(key.len(), 36);
+            assert_eq!(&key[14..15], "8", "version 8: {key}");
+            assert!(
+                matches!(&key[19..20], "8" | "9" | "a" | "b"),
+                "variant: {key}"
+            );
+        }
+        // The variant's byte keeps its six other bits of the hash.
+        let variant_bytes: std::collections::HashSet<&str> =
+            keys.iter().map(|key| &key[19..21]).collect();
+        assert!(variant_bytes.len() > 16, "{variant_bytes:?}");
     }
 }
