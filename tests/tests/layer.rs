@@ -309,32 +309,38 @@ macro_rules! atomic_cases {
 atomic_cases!(sqlite, sqlx::Sqlite);
 atomic_cases!(postgres, sqlx::Postgres);
 
-/// A handler taking a transaction the store does not lend: 500, and the key is released.
-#[tokio::test]
-async fn a_tx_for_another_database_is_500_misconfigured() {
-    async fn wrong(_tx: idem_runtime::Tx<sqlx::Postgres>) -> StatusCode {
-        StatusCode::CREATED
-    }
+/// Sends twice to `route` under a layer on a SQLite store: each answer is 500
+/// `idempotency_misconfigured`, never replayed (the key is released), and its detail says
+/// `why`.
+async fn misconfigured(route: axum::routing::MethodRouter, why: &str) {
     let (store, _) = stores::sqlite::create().await;
     let idem = Idempotency::builder().store(store.clone()).build().unwrap();
-    let router = Router::new()
-        .route("/items", post(wrong))
-        .layer(idem.layer());
+    let router = Router::new().route("/items", route).layer(idem.layer());
     for _ in 0..2 {
         let reply = send(&router, Method::POST, "/items", Some("k"), "{}").await;
         assert_eq!(reply.status, StatusCode::INTERNAL_SERVER_ERROR);
         assert_eq!(reply.body["code"], "idempotency_misconfigured");
         let detail = reply.body["detail"].as_str().unwrap();
-        assert!(
-            detail.contains("offers no transactions on this handler's database"),
-            "{detail}"
-        );
+        assert!(detail.contains(why), "{detail}");
         assert!(!reply.replayed);
     }
     stores::sqlite::discard(&store).await;
 }
 
-/// A handler taking two transactions: 500 saying so, and the key is released.
+/// A handler taking a transaction the store does not lend.
+#[tokio::test]
+async fn a_tx_for_another_database_is_500_misconfigured() {
+    async fn wrong(_tx: idem_runtime::Tx<sqlx::Postgres>) -> StatusCode {
+        StatusCode::CREATED
+    }
+    misconfigured(
+        post(wrong),
+        "offers no transactions on this handler's database",
+    )
+    .await;
+}
+
+/// A handler taking two transactions.
 #[tokio::test]
 async fn a_second_tx_is_500_misconfigured() {
     async fn twice(
@@ -343,22 +349,7 @@ async fn a_second_tx_is_500_misconfigured() {
     ) -> StatusCode {
         StatusCode::CREATED
     }
-    let (store, _) = stores::sqlite::create().await;
-    let idem = Idempotency::builder().store(store.clone()).build().unwrap();
-    let router = Router::new()
-        .route("/items", post(twice))
-        .layer(idem.layer());
-    for _ in 0..2 {
-        let reply = send(&router, Method::POST, "/items", Some("k"), "{}").await;
-        assert_eq!(reply.status, StatusCode::INTERNAL_SERVER_ERROR);
-        assert_eq!(reply.body["code"], "idempotency_misconfigured");
-        let detail = reply.body["detail"].as_str().unwrap();
-        assert!(
-            detail.contains("a handler takes at most one `Tx`"),
-            "{detail}"
-        );
-    }
-    stores::sqlite::discard(&store).await;
+    misconfigured(post(twice), "a handler takes at most one `Tx`").await;
 }
 
 /// A `Tx`'s `Debug` names its database and says whether it has begun.

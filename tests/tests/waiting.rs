@@ -35,6 +35,16 @@ struct App {
     gate: Gate,
 }
 
+/// A router serving [`slow`] through `idempotency`, and the gate `slow` waits at.
+fn router(idempotency: Idempotency) -> (Router, Gate) {
+    let gate = Gate::default();
+    let router = Router::new().route("/slow", post(slow)).with_state(App {
+        idempotency,
+        gate: gate.clone(),
+    });
+    (router, gate)
+}
+
 fn request() -> Request<Body> {
     Request::post("/slow")
         .header("idempotency-key", "k")
@@ -46,16 +56,13 @@ fn request() -> Request<Body> {
 async fn a_waiting_duplicate_polls_with_backoff_and_replays() {
     let (store, _never) = Stall::wrapping(MemoryStore::new());
     let claims = store.claims();
-    let gate = Gate::default();
-    let idempotency = Idempotency::builder()
-        .store(store)
-        .wait_timeout(Duration::from_secs(10))
-        .build()
-        .unwrap();
-    let router = Router::new().route("/slow", post(slow)).with_state(App {
-        idempotency,
-        gate: gate.clone(),
-    });
+    let (router, gate) = router(
+        Idempotency::builder()
+            .store(store)
+            .wait_timeout(Duration::from_secs(10))
+            .build()
+            .unwrap(),
+    );
 
     let first = tokio::spawn(router.clone().oneshot(request()));
     gate.entered().await;
@@ -81,16 +88,13 @@ async fn a_waiting_duplicate_polls_with_backoff_and_replays() {
 /// in vain answers 409 at its `wait_timeout`, its last sleep cut short to end there.
 #[tokio::test(start_paused = true)]
 async fn a_waiting_duplicate_gives_up_at_its_wait_timeout_not_after() {
-    let gate = Gate::default();
-    let idempotency = Idempotency::builder()
-        .store(MemoryStore::new())
-        .wait_timeout(Duration::from_millis(1000))
-        .build()
-        .unwrap();
-    let router = Router::new().route("/slow", post(slow)).with_state(App {
-        idempotency,
-        gate: gate.clone(),
-    });
+    let (router, gate) = router(
+        Idempotency::builder()
+            .store(MemoryStore::new())
+            .wait_timeout(Duration::from_millis(1000))
+            .build()
+            .unwrap(),
+    );
 
     let first = tokio::spawn(router.clone().oneshot(request()));
     gate.entered().await;
