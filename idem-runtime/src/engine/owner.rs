@@ -349,89 +349,76 @@ mod tests {
 
     use super::*;
     use crate::core::clock::SystemClock;
-    use crate::core::fingerprint::Fingerprint;
     use crate::core::key::IdempotencyKey;
-    use crate::store::{Claim, ClaimRequest, MemoryStore, Store};
+    use crate::store::{Claim, ClaimRequest, Store};
 
-    /// A memory store whose first `fails` releases fail as an unreachable store's do.
+    /// A store whose first `fails` releases fail as an unreachable store's do, and whose later
+    /// releases and renewals hold: all the code under test calls.
     #[derive(Clone)]
     struct Blinking {
-        inner: MemoryStore,
         fails: usize,
         releases: Arc<AtomicUsize>,
     }
 
+    impl Blinking {
+        fn failing(fails: usize) -> Self {
+            Self {
+                fails,
+                releases: Arc::default(),
+            }
+        }
+
+        fn releases(&self) -> usize {
+            self.releases.load(Ordering::SeqCst)
+        }
+    }
+
     impl Store for Blinking {
-        async fn claim(&self, request: ClaimRequest<'_>) -> Result<Claim, StoreError> {
-            Store::claim(&self.inner, request).await
+        async fn claim(&self, _: ClaimRequest<'_>) -> Result<Claim, StoreError> {
+            unreachable!("releases and retries never claim")
         }
         async fn complete(
             &self,
-            key: &RecordKey,
-            token: LeaseToken,
-            completion: Completion<'_>,
+            _: &RecordKey,
+            _: LeaseToken,
+            _: Completion<'_>,
         ) -> Result<Fence, StoreError> {
-            Store::complete(&self.inner, key, token, completion).await
+            unreachable!("these retries release")
         }
-        async fn release(&self, key: &RecordKey, token: LeaseToken) -> Result<Fence, StoreError> {
+        async fn release(&self, _: &RecordKey, _: LeaseToken) -> Result<Fence, StoreError> {
             if self.releases.fetch_add(1, Ordering::SeqCst) < self.fails {
                 return Err(StoreError::Unavailable("the store blinked".into()));
             }
-            Store::release(&self.inner, key, token).await
+            Ok(Fence::Held)
         }
         async fn renew(
             &self,
-            key: &RecordKey,
-            token: LeaseToken,
-            lease_until: Timestamp,
+            _: &RecordKey,
+            _: LeaseToken,
+            _: Timestamp,
         ) -> Result<Fence, StoreError> {
-            Store::renew(&self.inner, key, token, lease_until).await
+            Ok(Fence::Held)
         }
-        async fn purge_expired(&self, now: Timestamp, limit: u32) -> Result<u64, StoreError> {
-            Store::purge_expired(&self.inner, now, limit).await
+        async fn purge_expired(&self, _: Timestamp, _: u32) -> Result<u64, StoreError> {
+            unreachable!("nothing here sweeps")
         }
     }
 
     const TOKEN: LeaseToken = LeaseToken::from_i64(7);
 
-    /// A store holding one record claimed with [`TOKEN`] for an hour, whose first `fails`
-    /// releases fail; and that record's key.
-    async fn claimed(fails: usize) -> (Blinking, RecordKey) {
-        let store = Blinking {
-            inner: MemoryStore::new(),
-            fails,
-            releases: Arc::default(),
-        };
-        let key = RecordKey::derive("global", "", "op", &IdempotencyKey::parse(b"k").unwrap());
-        let now = SystemClock.now();
-        let claim = Store::claim(
-            &store,
-            ClaimRequest {
-                key: &key,
-                fingerprint: &Fingerprint::of_bytes(b"request"),
-                token: TOKEN,
-                now,
-                lease_until: now.after(Duration::from_secs(3600)),
-                expires_at: now.after(Duration::from_secs(3600)),
-                operation: "op",
-                tenant: 0,
-            },
-        )
-        .await;
-        assert_eq!(claim.unwrap(), Claim::Acquired { took_over: false });
-        (store, key)
+    fn key() -> RecordKey {
+        RecordKey::derive("global", "", "op", &IdempotencyKey::parse(b"k").unwrap())
     }
 
     async fn release_unanswered_of(
         store: &Blinking,
-        key: RecordKey,
         until: Timestamp,
         retry: bool,
     ) -> Result<Fence, StoreError> {
         let release = release_unanswered(
             Arc::new(store.clone()),
             Arc::new(SystemClock),
-            (key, TOKEN),
+            (key(), TOKEN),
             until,
             retry,
         );
@@ -443,12 +430,12 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn an_unanswered_claim_is_released_once_the_store_answers_again() {
-        let (store, key) = claimed(3).await;
+        let store = Blinking::failing(3);
         let until = SystemClock.now().after(Duration::from_secs(3600));
         let started = tokio::time::Instant::now();
-        let released = release_unanswered_of(&store, key, until, true).await;
+        let released = release_unanswered_of(&store, until, true).await;
         assert_eq!(released.unwrap(), Fence::Held);
-        assert_eq!(store.releases.load(Ordering::SeqCst), 4);
+        assert_eq!(store.releases(), 4);
         // Paused time: the three waits between tries were exactly 50, 100 and 200 ms.
         let waited = started.elapsed();
         assert!(
@@ -459,41 +446,40 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn without_retries_an_unanswered_claim_is_released_at_most_once() {
-        let (store, key) = claimed(usize::MAX).await;
+        let store = Blinking::failing(usize::MAX);
         let until = SystemClock.now().after(Duration::from_secs(3600));
-        let released = release_unanswered_of(&store, key, until, false).await;
+        let released = release_unanswered_of(&store, until, false).await;
         assert!(matches!(released, Err(StoreError::Unavailable(_))));
-        assert_eq!(store.releases.load(Ordering::SeqCst), 1);
+        assert_eq!(store.releases(), 1);
     }
 
     #[tokio::test(start_paused = true)]
     async fn retries_of_an_unanswered_claim_stop_at_its_lease_end() {
-        let (store, key) = claimed(usize::MAX).await;
+        let store = Blinking::failing(usize::MAX);
         let lapsed = SystemClock.now();
-        let released = release_unanswered_of(&store, key, lapsed, true).await;
+        let released = release_unanswered_of(&store, lapsed, true).await;
         assert!(matches!(released, Err(StoreError::Unavailable(_))));
-        assert_eq!(store.releases.load(Ordering::SeqCst), 1);
+        assert_eq!(store.releases(), 1);
     }
 
     /// A release retried while the store keeps failing: 50 ms, then twice as long each time up
     /// to 2 s, so ten tries in the first ten seconds, not one every 50 ms.
     #[tokio::test(start_paused = true)]
     async fn a_retried_release_backs_off_to_two_seconds() {
-        let (store, key) = claimed(usize::MAX).await;
-        let now = SystemClock.now();
+        let store = Blinking::failing(usize::MAX);
         let retry = Retry {
             store: Arc::new(store.clone()),
             clock: Arc::new(SystemClock),
             lease: Duration::from_secs(3600),
-            key,
+            key: key(),
             token: TOKEN,
-            until: now.after(Duration::from_secs(3600)),
+            until: SystemClock.now().after(Duration::from_secs(3600)),
             pending: None,
         };
         let retrying = tokio::spawn(retry.run());
         // Tries at 0, 0.05, 0.15, 0.35, 0.75, 1.55, 3.15, 5.15, 7.15 and 9.15 s.
         tokio::time::sleep(Duration::from_secs(10)).await;
-        assert_eq!(store.releases.load(Ordering::SeqCst), 10);
+        assert_eq!(store.releases(), 10);
         retrying.abort();
     }
 }
