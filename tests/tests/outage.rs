@@ -82,6 +82,19 @@ async fn postgres_outage_fails_closed_and_service_resumes_without_restart() {
     idem_tests::db::drop_postgres_store(&direct).await;
 }
 
+/// Sends `key` until the answer is not the problem `code` (at most 20 tries, 250 ms apart), as
+/// a client retries: the last answer.
+async fn send_while(app: &Router, key: &str, code: &str) -> (StatusCode, Value) {
+    for _ in 0..20 {
+        let (status, _, body) = send(app, key).await;
+        if body["code"] != code {
+            return (status, body);
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    panic!("{key} was still answered `{code}` after 5 s");
+}
+
 /// Serves through `store`, whose server is behind `proxy`: one request before the outage, three
 /// during it (503, the handler does not run), then service resumes by itself.
 async fn outage_scenario(store: impl Store, proxy: &TcpProxy) {
@@ -113,33 +126,15 @@ async fn outage_scenario(store: impl Store, proxy: &TcpProxy) {
 
     proxy.set_up(true);
     // The store reconnects on its own; allow it a few attempts, bounded.
-    let mut recovered = None;
-    for _ in 0..20 {
-        let (status, _, body) = send(&app, "after").await;
-        if status != StatusCode::SERVICE_UNAVAILABLE {
-            recovered = Some((status, body));
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
-    let (status, body) = recovered.expect("service should resume once the store is back");
+    let (status, body) = send_while(&app, "after", "idempotency_store_unavailable").await;
     assert_eq!(status, StatusCode::CREATED);
     assert_eq!(body["key"], "after");
     // A request refused during the outage runs once when retried. Its claim may have reached
     // the store before the cut (its answer lost): then the engine releases it in the
     // background once the store is back, and meanwhile a retry is told 409, as any request in
     // flight, and retries, as a client does.
-    let mut retried = None;
-    for _ in 0..20 {
-        let (status, _, body) = send(&app, "during-1").await;
-        if status != StatusCode::CONFLICT {
-            retried = Some(status);
-            break;
-        }
-        assert_eq!(body["code"], "idempotency_key_in_progress");
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
-    assert_eq!(retried, Some(StatusCode::CREATED));
+    let (status, _) = send_while(&app, "during-1", "idempotency_key_in_progress").await;
+    assert_eq!(status, StatusCode::CREATED);
     assert_eq!(send(&app, "during-1").await.0, StatusCode::CREATED);
     // And what completed before the outage is still replayed, not run again.
     assert_eq!(send(&app, "before").await.0, StatusCode::CREATED);
