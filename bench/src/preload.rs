@@ -123,6 +123,8 @@ async fn one(
                 lease_until: now.after(Duration::from_secs(60)),
                 expires_at,
                 operation: "POST /preload",
+                scope: "global",
+                scope_value: "",
                 tenant: i % 1000,
             })
             .await

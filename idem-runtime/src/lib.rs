@@ -88,7 +88,7 @@ pub use crate::http::endpoint::{AtomicNeed, Endpoint, KeyMode};
 pub use crate::http::rejection::Rejection;
 pub use crate::http::response::{REPLAYED_HEADER, StoredResponse};
 pub use crate::http::settings::GLOBAL_SCOPE;
-pub use crate::idempotency::{BuildError, Builder, Idempotency};
+pub use crate::idempotency::{BuildError, Builder, Idempotency, RecordDetail, Records};
 
 #[doc = include_str!("docs/idempotent.md")]
 pub use idem_macros::idempotent;

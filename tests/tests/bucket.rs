@@ -151,6 +151,8 @@ async fn purges_racing_claims_never_delete_a_claimed_record() {
                     lease_until: at(now + 60_000),
                     expires_at: at(now + 3_600_000),
                     operation: "op",
+                    scope: "global",
+                    scope_value: "",
                     tenant: 0,
                 })
                 .await

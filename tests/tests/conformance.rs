@@ -5,6 +5,7 @@
 //! explicit `Timestamp`s: no sleeps, no timing assertions.
 //!
 //! A new backend is one `impl TestStore` in `tests/src/db.rs` and one `backend!` line below.
+//! [`records`] is what operators do with records (the `idem` command's store calls).
 //! [`sql`] holds what only the SQL stores have: migrations, connection settings; [`operators`]
 //! the upgrade from the first release's schema and the operator queries the README documents.
 //!
@@ -18,6 +19,8 @@ mod bulk;
 mod lifecycle;
 #[path = "conformance/operators.rs"]
 mod operators;
+#[path = "conformance/records.rs"]
+mod records;
 #[path = "conformance/sql.rs"]
 mod sql;
 #[path = "conformance/support.rs"]
@@ -78,6 +81,13 @@ macro_rules! backend {
                 bulk::large_bodies_round_trip_exactly,
                 bulk::binary_bodies_and_header_values_round_trip,
                 bulk::repeated_headers_keep_their_order,
+                records::records_list_what_operators_read,
+                records::filters_select_by_operation_state_scope_and_age,
+                records::a_record_is_read_with_its_payload,
+                records::forget_refuses_a_live_owner_and_deletes_the_rest,
+                records::forced_forget_fences_the_owner_out,
+                records::purge_takes_completed_records_of_one_window,
+                records::stats_count_by_operation_and_state,
             }
         }
     };

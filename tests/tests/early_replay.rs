@@ -184,6 +184,8 @@ async fn only_live_completed_records_are_peeked() {
         lease_until: Timestamp::from_millis(31_000),
         expires_at: Timestamp::from_millis(100_000),
         operation: "op",
+        scope: "global",
+        scope_value: "",
         tenant: 0,
     };
     assert_eq!(

@@ -234,6 +234,8 @@ async fn previous_release_record<S: Store>(store: &S, key: &str, completed: bool
         lease_until: now.after(Duration::from_millis(lease)),
         expires_at: now.after(Duration::from_secs(3600)),
         operation: "gestures.create",
+        scope: "global",
+        scope_value: "",
         tenant: 0,
     };
     assert_eq!(

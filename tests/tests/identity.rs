@@ -192,6 +192,8 @@ async fn previous_release_record(store: &SqliteStore, path: &str, key: &str) {
         lease_until: now.after(std::time::Duration::from_secs(30)),
         expires_at: now.after(std::time::Duration::from_secs(3600)),
         operation,
+        scope: "global",
+        scope_value: "",
         tenant: 0,
     };
     assert_eq!(

@@ -232,6 +232,8 @@ async fn run_case<S: Store>(store: &S, steps: &[Step]) -> Result<(), TestCaseErr
                         lease_until: at(now + lease),
                         expires_at: at(now + ttl),
                         operation: "model::step",
+                        scope: "global",
+                        scope_value: "",
                         tenant: 0,
                     })
                     .await

@@ -85,6 +85,8 @@ fn claim_of(
         lease_until: now.after(Duration::from_secs(30)),
         expires_at: now.after(ttl),
         operation: "redis_store::create_charge",
+        scope: "global",
+        scope_value: "",
         tenant: 0,
     }
 }

@@ -25,6 +25,8 @@ async fn claim(store: &SqliteStore, n: u8) -> Claim {
             lease_until: now.after(Duration::from_secs(60)),
             expires_at: now.after(Duration::from_secs(3600)),
             operation: "sqlite::in_memory",
+            scope: "global",
+            scope_value: "",
             tenant: 0,
         })
         .await

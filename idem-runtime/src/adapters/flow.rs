@@ -233,6 +233,8 @@ impl Started {
             fingerprint,
             previous,
             tenant: tenant_of(operation.scope, &scope_value),
+            scope: operation.scope,
+            scope_value,
             ttl: operation.ttl,
             in_flight: operation.in_flight,
             lending: self.lending.clone(),

@@ -34,6 +34,10 @@ pub enum StoreError {
     /// say). Checked before the backend is touched.
     #[error("invalid idempotency store configuration: {0}")]
     Config(Cow<'static, str>),
+    /// The store does not implement an operator's method (a store outside this crate that
+    /// kept the [`Store`](crate::store::Store) trait's defaults).
+    #[error("the idempotency store does not support {0}")]
+    Unsupported(&'static str),
     /// Applying the store's schema migrations failed.
     #[error("idempotency store migration {version} failed")]
     Migration {

@@ -22,6 +22,10 @@ pub(crate) struct Attempt {
     pub(crate) previous: Previous,
     /// The operation's identity, for metrics, traces and operators.
     pub(crate) operation: OpName,
+    /// The scope the key was given in, and its value (the tenant), kept for operators.
+    pub(crate) scope: &'static str,
+    /// The scope's value.
+    pub(crate) scope_value: String,
     /// The tenant (hash of scope and scope value) for stores that share a budget.
     pub(crate) tenant: u64,
     /// How long a completed result is replayed.

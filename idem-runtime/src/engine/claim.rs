@@ -206,6 +206,8 @@ impl Engine {
             lease_until: now.after(self.policy.lease),
             expires_at: now.after(attempt.ttl),
             operation: &attempt.operation,
+            scope: attempt.scope,
+            scope_value: &attempt.scope_value,
             tenant: attempt.tenant,
         }
     }

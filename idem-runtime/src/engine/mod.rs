@@ -118,6 +118,13 @@ impl Engine {
         self.store.needs_sweeping()
     }
 
+    /// The store, for operators' reads and deletes ([`Idempotency::records`]).
+    ///
+    /// [`Idempotency::records`]: crate::Idempotency::records
+    pub(crate) fn store(&self) -> &dyn DynStore {
+        &*self.store
+    }
+
     /// Deletes up to `limit` expired records now; returns how many.
     pub(crate) async fn purge_expired(&self, limit: u32) -> Result<u64, StoreError> {
         self.store.purge_expired(self.now(), limit).await

@@ -4,6 +4,10 @@
 //! it sooner (the engine's `store_timeout`), but the claim runs on, on the attempt's task, so
 //! that a claim landing late is answered and released instead of holding the key for a lease
 //! nobody renews. Past its lease, a claim that lands is born lapsed, and a retry takes it over.
+//!
+//! Operators' reads and deletes of one record get the engine's `store_timeout` too; listings,
+//! counts and purges read as much of the store as they select, and are bounded by their caller
+//! (the `idem` command's `--timeout`).
 
 use std::future::Future;
 use std::sync::Arc;
@@ -12,6 +16,7 @@ use std::time::Duration;
 use crate::core::clock::Timestamp;
 use crate::core::error::StoreError;
 use crate::core::key::RecordKey;
+use crate::store::records::{Forgotten, RecordFilter, RecordInfo, RecordStats};
 use crate::store::{BoxFuture, Claim, ClaimRequest, Completion, DynStore, Fence, LeaseToken};
 
 /// A store whose every call fails with [`StoreError::Timeout`] past its deadline: `claim` for
@@ -86,5 +91,45 @@ impl DynStore for Timed {
     }
     fn purge_expired(&self, now: Timestamp, limit: u32) -> BoxFuture<'_, Result<u64, StoreError>> {
         Box::pin(bounded(self.timeout, self.inner.purge_expired(now, limit)))
+    }
+    fn list_records<'a>(
+        &'a self,
+        filter: &'a RecordFilter,
+        now: Timestamp,
+        limit: u32,
+    ) -> BoxFuture<'a, Result<Vec<RecordInfo>, StoreError>> {
+        self.inner.list_records(filter, now, limit)
+    }
+    fn read_record<'a>(
+        &'a self,
+        key: &'a RecordKey,
+    ) -> BoxFuture<'a, Result<Option<(RecordInfo, Option<bytes::Bytes>)>, StoreError>> {
+        Box::pin(bounded(self.timeout, self.inner.read_record(key)))
+    }
+    fn forget_record<'a>(
+        &'a self,
+        key: &'a RecordKey,
+        now: Timestamp,
+        force: bool,
+    ) -> BoxFuture<'a, Result<Forgotten, StoreError>> {
+        Box::pin(bounded(
+            self.timeout,
+            self.inner.forget_record(key, now, force),
+        ))
+    }
+    fn purge_records<'a>(
+        &'a self,
+        filter: &'a RecordFilter,
+        now: Timestamp,
+        limit: u32,
+    ) -> BoxFuture<'a, Result<u64, StoreError>> {
+        self.inner.purge_records(filter, now, limit)
+    }
+    fn record_stats<'a>(
+        &'a self,
+        filter: &'a RecordFilter,
+        now: Timestamp,
+    ) -> BoxFuture<'a, Result<RecordStats, StoreError>> {
+        self.inner.record_stats(filter, now)
     }
 }

@@ -14,10 +14,12 @@ use crate::http::settings::HttpSettings;
 mod builder;
 mod checks;
 mod error;
+mod records;
 mod sweeper;
 
 pub use builder::Builder;
 pub use error::BuildError;
+pub use records::{RecordDetail, Records};
 
 /// The idempotency engine: a store plus the policy every `#[idempotent]` handler follows.
 ///

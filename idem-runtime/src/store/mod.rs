@@ -24,6 +24,8 @@ use crate::core::error::StoreError;
 use crate::core::fingerprint::Fingerprint;
 use crate::core::key::RecordKey;
 
+use records::{Forgotten, RecordFilter, RecordInfo, RecordStats};
+
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 pub mod atomic;
 mod capabilities;
@@ -34,6 +36,7 @@ mod migrate;
 mod object;
 #[cfg(feature = "postgres")]
 mod postgres;
+pub mod records;
 #[cfg(feature = "redis")]
 mod redis;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
@@ -99,6 +102,11 @@ pub struct ClaimRequest<'a> {
     /// (its `name`, or `POST /path` as routed, for the HTTP adapters; the caller's name for the
     /// programmatic API).
     pub operation: &'a str,
+    /// The scope the key was given in, kept for operators (`org`, `user`, `global`; the
+    /// programmatic API's records say `operation`).
+    pub scope: &'a str,
+    /// The scope's value (the tenant: an organisation's id, a user's id), kept for operators.
+    pub scope_value: &'a str,
     /// The tenant the record belongs to: an opaque hash of its scope and scope value. A store
     /// with a shared budget ([`MemoryStore`]) uses it so one tenant cannot fill it for all.
     pub tenant: u64,
@@ -224,6 +232,76 @@ pub trait Store: Send + Sync + 'static {
         false
     }
 
+    /// Operators: up to `limit` records that `filter` selects at `now`, the oldest (by creation)
+    /// first, without their payloads. Expired records not yet removed are listed as expired.
+    ///
+    /// The operator methods (this one, [`read_record`](Store::read_record),
+    /// [`forget_record`](Store::forget_record), [`purge_records`](Store::purge_records) and
+    /// [`record_stats`](Store::record_stats)) serve the `idem` command and
+    /// [`Idempotency::records`](crate::Idempotency::records); every store of this crate
+    /// implements them. The default answers [`StoreError::Unsupported`].
+    fn list_records(
+        &self,
+        filter: &RecordFilter,
+        now: Timestamp,
+        limit: u32,
+    ) -> impl Future<Output = Result<Vec<RecordInfo>, StoreError>> + Send {
+        let _ = (filter, now, limit);
+        async { Err(StoreError::Unsupported("listing records")) }
+    }
+
+    /// Operators: the record under `key`, in any state (expired ones too, until removed), with
+    /// its payload once completed.
+    fn read_record(
+        &self,
+        key: &RecordKey,
+    ) -> impl Future<Output = Result<Option<(RecordInfo, Option<Bytes>)>, StoreError>> + Send {
+        let _ = key;
+        async { Err(StoreError::Unsupported("reading records")) }
+    }
+
+    /// Operators: deletes the record under `key` so the next request with its key runs again.
+    ///
+    /// Without `force`, a record whose owner holds a lease live at `now`
+    /// ([`RecordInfo::is_leased`]) is left alone and reported as [`Forgotten::Leased`]; the
+    /// check and the delete are one atomic step. With `force` it is deleted anyway, and its owner
+    /// is fenced out: its completion, renewal or release finds no record of its own
+    /// ([`Fence::Lost`]) and changes nothing, even once a new request has claimed the key.
+    fn forget_record(
+        &self,
+        key: &RecordKey,
+        now: Timestamp,
+        force: bool,
+    ) -> impl Future<Output = Result<Forgotten, StoreError>> + Send {
+        let _ = (key, now, force);
+        async { Err(StoreError::Unsupported("forgetting records")) }
+    }
+
+    /// Operators: deletes up to `limit` records that `filter` selects at `now` and that are
+    /// completed and live at `now` (never one in flight, whatever the filter says); returns how
+    /// many. Each record is checked and deleted in one atomic step, so a record that changed
+    /// since (taken by a new request after it expired) is left alone.
+    fn purge_records(
+        &self,
+        filter: &RecordFilter,
+        now: Timestamp,
+        limit: u32,
+    ) -> impl Future<Output = Result<u64, StoreError>> + Send {
+        let _ = (filter, now, limit);
+        async { Err(StoreError::Unsupported("purging records")) }
+    }
+
+    /// Operators: how many records `filter` selects at `now`, by operation and state, and when
+    /// the oldest in-flight one among them was created.
+    fn record_stats(
+        &self,
+        filter: &RecordFilter,
+        now: Timestamp,
+    ) -> impl Future<Output = Result<RecordStats, StoreError>> + Send {
+        let _ = (filter, now);
+        async { Err(StoreError::Unsupported("counting records")) }
+    }
+
     /// The payload of the record under `key` if it is completed and live at `now`, read without
     /// changing anything; `None` otherwise, and always `None` from a store that does not
     /// [read in process](Store::reads_in_process) (the default). Called on the request's task:
@@ -260,6 +338,33 @@ pub(crate) trait DynStore: Send + Sync + 'static {
         lease_until: Timestamp,
     ) -> BoxFuture<'a, Result<Fence, StoreError>>;
     fn purge_expired(&self, now: Timestamp, limit: u32) -> BoxFuture<'_, Result<u64, StoreError>>;
+    fn list_records<'a>(
+        &'a self,
+        filter: &'a RecordFilter,
+        now: Timestamp,
+        limit: u32,
+    ) -> BoxFuture<'a, Result<Vec<RecordInfo>, StoreError>>;
+    fn read_record<'a>(
+        &'a self,
+        key: &'a RecordKey,
+    ) -> BoxFuture<'a, Result<Option<(RecordInfo, Option<Bytes>)>, StoreError>>;
+    fn forget_record<'a>(
+        &'a self,
+        key: &'a RecordKey,
+        now: Timestamp,
+        force: bool,
+    ) -> BoxFuture<'a, Result<Forgotten, StoreError>>;
+    fn purge_records<'a>(
+        &'a self,
+        filter: &'a RecordFilter,
+        now: Timestamp,
+        limit: u32,
+    ) -> BoxFuture<'a, Result<u64, StoreError>>;
+    fn record_stats<'a>(
+        &'a self,
+        filter: &'a RecordFilter,
+        now: Timestamp,
+    ) -> BoxFuture<'a, Result<RecordStats, StoreError>>;
 }
 
 impl<T: Store> DynStore for T {
@@ -300,5 +405,42 @@ impl<T: Store> DynStore for T {
     }
     fn purge_expired(&self, now: Timestamp, limit: u32) -> BoxFuture<'_, Result<u64, StoreError>> {
         Box::pin(Store::purge_expired(self, now, limit))
+    }
+    fn list_records<'a>(
+        &'a self,
+        filter: &'a RecordFilter,
+        now: Timestamp,
+        limit: u32,
+    ) -> BoxFuture<'a, Result<Vec<RecordInfo>, StoreError>> {
+        Box::pin(Store::list_records(self, filter, now, limit))
+    }
+    fn read_record<'a>(
+        &'a self,
+        key: &'a RecordKey,
+    ) -> BoxFuture<'a, Result<Option<(RecordInfo, Option<Bytes>)>, StoreError>> {
+        Box::pin(Store::read_record(self, key))
+    }
+    fn forget_record<'a>(
+        &'a self,
+        key: &'a RecordKey,
+        now: Timestamp,
+        force: bool,
+    ) -> BoxFuture<'a, Result<Forgotten, StoreError>> {
+        Box::pin(Store::forget_record(self, key, now, force))
+    }
+    fn purge_records<'a>(
+        &'a self,
+        filter: &'a RecordFilter,
+        now: Timestamp,
+        limit: u32,
+    ) -> BoxFuture<'a, Result<u64, StoreError>> {
+        Box::pin(Store::purge_records(self, filter, now, limit))
+    }
+    fn record_stats<'a>(
+        &'a self,
+        filter: &'a RecordFilter,
+        now: Timestamp,
+    ) -> BoxFuture<'a, Result<RecordStats, StoreError>> {
+        Box::pin(Store::record_stats(self, filter, now))
     }
 }

@@ -243,6 +243,8 @@ pub(crate) async fn expired_records_are_invisible<S: Store + Clone>(store: S) {
             lease_until: at(HOUR * 10),
             expires_at: at(HOUR),
             operation: OPERATION,
+            scope: "global",
+            scope_value: "",
             tenant: 0,
         })
         .await

@@ -73,6 +73,8 @@ fn claim_at(now: Timestamp, token: i64) -> ClaimRequest<'static> {
         lease_until: now.after(Duration::from_secs(30)),
         expires_at: now.after(Duration::from_secs(3600)),
         operation: "operators::create",
+        scope: "global",
+        scope_value: "",
         tenant: 0,
     }
 }
@@ -201,6 +203,8 @@ async fn operator_fixture(store: &impl Store) {
             lease_until: at.after(lease),
             expires_at: now.after(Duration::from_secs(86_400)),
             operation,
+            scope: "global",
+            scope_value: "",
             tenant: 0,
         };
         assert_eq!(

@@ -28,6 +28,8 @@ fn request(token: i64) -> ClaimRequest<'static> {
         lease_until: NOW.after(Duration::from_secs(30)),
         expires_at: NOW.after(Duration::from_secs(3600)),
         operation: "sql::create_charge",
+        scope: "global",
+        scope_value: "",
         tenant: 0,
     }
 }

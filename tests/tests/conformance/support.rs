@@ -13,6 +13,9 @@ pub(crate) const TTL: Duration = Duration::from_secs(24 * 3600);
 pub(crate) const HOUR: Duration = Duration::from_secs(3600);
 /// The operation every record of the suite belongs to.
 pub(crate) const OPERATION: &str = "conformance::create";
+/// The scope and tenant every record of the suite is claimed in.
+pub(crate) const SCOPE: &str = "org";
+pub(crate) const SCOPE_VALUE: &str = "acme";
 
 /// The suite's epoch plus `offset`: every time in the suite is one of these.
 pub(crate) fn at(offset: Duration) -> Timestamp {
@@ -86,6 +89,8 @@ pub(crate) async fn claim_until<S: Store>(
             lease_until: now.after(LEASE),
             expires_at,
             operation: OPERATION,
+            scope: SCOPE,
+            scope_value: SCOPE_VALUE,
             tenant: 0,
         })
         .await

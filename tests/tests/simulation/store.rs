@@ -139,6 +139,8 @@ impl StoreState {
                     lease_until: Timestamp::from_millis(lease_until),
                     expires_at: Timestamp::from_millis(expires_at),
                     operation: "sim",
+                    scope: "global",
+                    scope_value: "",
                     tenant,
                 };
                 let mut result = store.claim(claim).await?;

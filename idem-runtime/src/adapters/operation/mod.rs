@@ -195,6 +195,8 @@ impl Operation<'_> {
             previous: Previous::new(move || Fingerprint::of_input(&json, Version::PREVIOUS)),
             operation: self.name.clone(),
             tenant: tenant_of(RECORD_SCOPE, &self.scope),
+            scope: RECORD_SCOPE,
+            scope_value: self.scope.clone(),
             ttl: self.ttl,
             in_flight: if self.wait {
                 InFlightMode::Wait

@@ -9,8 +9,10 @@ use crate::core::clock::Timestamp;
 use crate::core::error::StoreError;
 use crate::core::fingerprint::Fingerprint;
 use crate::core::key::RecordKey;
+use crate::store::records::{Forgotten, RecordFilter, RecordInfo, RecordStats};
 use crate::store::{Claim, ClaimRequest, Completion, Fence, LeaseToken, Store};
 
+mod records;
 mod shard;
 mod usage;
 
@@ -51,8 +53,9 @@ const RECORD_OVERHEAD: usize = 256;
 /// ones without looking at the live ones: its cost does not grow with the records held.
 ///
 /// Records do not survive a restart and are not shared between processes: use `SqliteStore`,
-/// `PostgresStore` or `RedisStore` for that. The store keeps what the engine needs, not the
-/// operator's columns of the SQL stores (operation name, times), which nothing could read here.
+/// `PostgresStore` or `RedisStore` for that. Operators read them through the application
+/// ([`Idempotency::records`](crate::Idempotency::records)): the `idem` command cannot reach a
+/// process's memory.
 ///
 /// ```
 /// use idem_runtime::{Idempotency, store::MemoryStore};
@@ -97,6 +100,8 @@ struct Record {
     indexed: i64,
     tenant: u64,
     state: State,
+    /// What operators read.
+    about: records::About,
 }
 
 impl Record {
@@ -334,6 +339,7 @@ impl Store for MemoryStore {
             state: State::InFlight {
                 lease_until: req.lease_until,
             },
+            about: records::About::of(&req),
         };
         let mut usage = self.usage();
         if let Some(expired) = shard.remove(req.key) {
@@ -366,6 +372,7 @@ impl Store for MemoryStore {
         Ok(self.fenced(key, token, |shard| {
             if let Some(r) = shard.get_mut(key) {
                 r.state = State::Completed(Bytes::copy_from_slice(completion.payload));
+                r.about.completed(&completion);
             }
             shard.set_expiry(key, completion.expires_at);
         }))
@@ -392,6 +399,48 @@ impl Store for MemoryStore {
 
     async fn purge_expired(&self, now: Timestamp, limit: u32) -> Result<u64, StoreError> {
         Ok(self.drop_expired(now, limit as usize) as u64)
+    }
+
+    async fn list_records(
+        &self,
+        filter: &RecordFilter,
+        now: Timestamp,
+        limit: u32,
+    ) -> Result<Vec<RecordInfo>, StoreError> {
+        Ok(self.list(filter, now, limit))
+    }
+
+    async fn read_record(
+        &self,
+        key: &RecordKey,
+    ) -> Result<Option<(RecordInfo, Option<Bytes>)>, StoreError> {
+        Ok(self.read(key))
+    }
+
+    async fn forget_record(
+        &self,
+        key: &RecordKey,
+        now: Timestamp,
+        force: bool,
+    ) -> Result<Forgotten, StoreError> {
+        Ok(self.forget(key, now, force))
+    }
+
+    async fn purge_records(
+        &self,
+        filter: &RecordFilter,
+        now: Timestamp,
+        limit: u32,
+    ) -> Result<u64, StoreError> {
+        Ok(self.purge(filter, now, limit))
+    }
+
+    async fn record_stats(
+        &self,
+        filter: &RecordFilter,
+        now: Timestamp,
+    ) -> Result<RecordStats, StoreError> {
+        Ok(self.stats(filter, now))
     }
 
     fn reads_in_process(&self) -> bool {

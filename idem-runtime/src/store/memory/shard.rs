@@ -31,6 +31,11 @@ impl Shard {
         self.records.get(key)
     }
 
+    /// Every record, in no particular order.
+    pub(super) fn iter(&self) -> impl Iterator<Item = (&RecordKey, &Record)> {
+        self.records.iter()
+    }
+
     /// The record, to change anything but its expiry (see [`Shard::set_expiry`]).
     pub(super) fn get_mut(&mut self, key: &RecordKey) -> Option<&mut Record> {
         self.records.get_mut(key)

@@ -41,6 +41,8 @@ async fn claim(
             lease_until: at(now + 60_000),
             expires_at: at(now + ttl),
             operation: "op",
+            scope: "global",
+            scope_value: "",
             tenant: 0,
         })
         .await
