@@ -64,6 +64,8 @@ async fn claim_leased(
             lease_until: at(lease),
             expires_at: at(expires),
             operation: "memory::bounds",
+            scope: "global",
+            scope_value: "",
             tenant,
         })
         .await
@@ -324,6 +326,8 @@ mod memory {
                     lease_until: at(60_000),
                     expires_at: at(86_400_000),
                     operation: "charges.create",
+                    scope: "org",
+                    scope_value: "",
                     tenant,
                 };
                 store.claim(claim).await

@@ -155,6 +155,7 @@ impl<S: Store + Clone> Store for Stalling<S> {
         let (inner, mut stalled) = (self.inner.clone(), self.stalled.clone());
         let (key, fingerprint): (RecordKey, Fingerprint) = (*request.key, *request.fingerprint);
         let operation = request.operation.to_owned();
+        let (scope, scope_value) = (request.scope.to_owned(), request.scope_value.to_owned());
         let ClaimRequest {
             token,
             now,
@@ -174,6 +175,8 @@ impl<S: Store + Clone> Store for Stalling<S> {
                 lease_until,
                 expires_at,
                 operation: &operation,
+                scope: &scope,
+                scope_value: &scope_value,
                 tenant,
             };
             let _ = landed.send(inner.claim(request).await);
