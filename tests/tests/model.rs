@@ -104,6 +104,8 @@ struct Record {
     /// `Some(lease_until)` in flight, `None` completed.
     lease_until: Option<i64>,
     payload: Vec<u8>,
+    /// When it completed (meaningless in flight).
+    completed_at: i64,
 }
 
 /// The reference model: what every store must answer.
@@ -128,6 +130,7 @@ impl Model {
             expires_at,
             lease_until: Some(lease_until),
             payload: Vec::new(),
+            completed_at: 0,
         };
         match self.records.get_mut(&key).filter(|r| r.expires_at > now) {
             None => {
@@ -138,6 +141,7 @@ impl Model {
                 None => Claim::Completed {
                     fingerprint: fingerprint(r.fp),
                     payload: Bytes::from(r.payload.clone()),
+                    completed_at: Some(Timestamp::from_millis(r.completed_at)),
                 },
                 Some(lease) if lease > now || r.fp != fp => Claim::InFlight {
                     fingerprint: fingerprint(r.fp),
@@ -259,6 +263,7 @@ async fn run_case<S: Store>(store: &S, steps: &[Step]) -> Result<(), TestCaseErr
                     r.lease_until = None;
                     r.expires_at = now + ttl;
                     r.payload = bytes.clone();
+                    r.completed_at = now;
                 });
                 let completion = Completion {
                     payload: &bytes,

@@ -252,7 +252,8 @@ async fn a_claim_run_again_after_a_lost_reply_still_owns_the_record() {
         store.claim(takeover).await.unwrap(),
         Claim::Completed {
             fingerprint: fp,
-            payload: Bytes::from_static(b"done")
+            payload: Bytes::from_static(b"done"),
+            completed_at: Some(lapsed),
         }
     );
     store.discard().await;
@@ -305,7 +306,8 @@ async fn a_claim_whose_reply_is_lost_on_the_wire_is_sent_again_and_owns_the_reco
         store.claim(claim_at(now, 23, &fp, HOUR)).await.unwrap(),
         Claim::Completed {
             fingerprint: fp,
-            payload: Bytes::from_static(b"first")
+            payload: Bytes::from_static(b"first"),
+            completed_at: Some(now),
         }
     );
     store.discard().await;

@@ -136,6 +136,9 @@ pub enum Claim {
         fingerprint: Fingerprint,
         /// The stored payload, as the face encoded it.
         payload: Bytes,
+        /// When it completed, where the store kept it (records written before a store kept
+        /// completion times have none): the engine measures the age of what it replays.
+        completed_at: Option<Timestamp>,
     },
 }
 

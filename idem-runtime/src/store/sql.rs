@@ -29,6 +29,7 @@ pub(crate) fn held_by(
         ("completed", Some(payload)) => Ok(Claim::Completed {
             fingerprint,
             payload: Bytes::from(payload),
+            completed_at: None,
         }),
         ("completed", None) => Err(StoreError::Corrupt(
             "completed record without a payload".into(),

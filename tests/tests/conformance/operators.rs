@@ -84,6 +84,7 @@ async fn replays_the_old_record(store: &impl Store) {
         Claim::Completed {
             fingerprint,
             payload,
+            ..
         } => {
             assert_eq!(fingerprint, FINGERPRINT);
             assert_eq!(StoredResponse::decode(&payload).unwrap(), response());

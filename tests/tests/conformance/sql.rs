@@ -66,6 +66,7 @@ async fn replays_one(store: &impl Store) {
         Claim::Completed {
             fingerprint: FINGERPRINT,
             payload: Bytes::from(response().encode()),
+            completed_at: Some(NOW.after(Duration::from_millis(250))),
         }
     );
 }

@@ -111,6 +111,7 @@ pub(crate) fn completed(fingerprint: Fingerprint, response: &StoredResponse) -> 
     Claim::Completed {
         fingerprint,
         payload: Bytes::from(response.encode()),
+        completed_at: Some(at(ms(0))),
     }
 }
 
@@ -165,6 +166,7 @@ pub(crate) async fn round_trip<S: Store>(
         Claim::Completed {
             fingerprint,
             payload,
+            ..
         } => {
             assert_eq!(fingerprint, f);
             StoredResponse::decode(&payload).expect("the payload decodes")

@@ -73,6 +73,7 @@ enum Reply {
     Completed {
         fingerprint: [u8; 32],
         payload: Vec<u8>,
+        completed_at: Option<i64>,
     },
     Fence(bool),
     Failed(String),
@@ -185,9 +186,11 @@ impl StoreState {
                     Claim::Completed {
                         fingerprint,
                         payload,
+                        completed_at,
                     } => Reply::Completed {
                         fingerprint: *fingerprint.as_bytes(),
                         payload: payload.to_vec(),
+                        completed_at: completed_at.map(Timestamp::as_millis),
                     },
                     other => Reply::Failed(format!("unknown claim outcome {other:?}")),
                 };
@@ -387,9 +390,11 @@ impl Store for SimStore {
             Reply::Completed {
                 fingerprint,
                 payload,
+                completed_at,
             } => Claim::Completed {
                 fingerprint: Fingerprint::from_bytes(fingerprint),
                 payload: Bytes::from(payload),
+                completed_at: completed_at.map(Timestamp::from_millis),
             },
             other => return Err(unexpected(&other)),
         })

@@ -306,6 +306,7 @@ impl Store for MemoryStore {
                 State::Completed(payload) => Claim::Completed {
                     fingerprint: record.fingerprint,
                     payload: payload.clone(),
+                    completed_at: record.about.completed_at(),
                 },
                 State::InFlight { lease_until }
                     if *lease_until > req.now || record.fingerprint != *req.fingerprint =>

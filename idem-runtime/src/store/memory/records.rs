@@ -41,6 +41,10 @@ impl About {
         self.status = completion.status;
     }
 
+    pub(super) fn completed_at(&self) -> Option<Timestamp> {
+        self.completed_at
+    }
+
     fn names(&self) -> [&str; 3] {
         let [a, b] = self.splits;
         [&self.names[..a], &self.names[a..b], &self.names[b..]]

@@ -295,6 +295,7 @@ impl Store for BucketStore {
                 return Ok(Claim::Completed {
                     fingerprint: record.fingerprint,
                     payload: completed.payload,
+                    completed_at: None,
                 });
             }
             if record.lease_until > req.now || record.fingerprint != *req.fingerprint {

@@ -381,6 +381,7 @@ fn decode_claim(reply: Value) -> Result<Claim, StoreError> {
                 Some(Value::BulkString(payload)) => Ok(Claim::Completed {
                     fingerprint,
                     payload: Bytes::from(payload),
+                    completed_at: None,
                 }),
                 _ => Err(corrupt("completed record without a payload")),
             }
@@ -479,6 +480,7 @@ mod tests {
             Claim::Completed {
                 fingerprint: Fingerprint::from_bytes([7; 32]),
                 payload: Bytes::from_static(b"\0\xff"),
+                completed_at: None,
             }
         );
         for bad in [
