@@ -17,7 +17,9 @@ use crate::core::clock::Timestamp;
 use crate::core::error::StoreError;
 use crate::core::key::RecordKey;
 use crate::store::records::{Forgotten, RecordFilter, RecordInfo, RecordStats};
-use crate::store::{BoxFuture, Claim, ClaimRequest, Completion, DynStore, Fence, LeaseToken};
+use crate::store::{
+    BoxFuture, Claim, ClaimRequest, Completion, DynStore, Fence, Found, LeaseToken,
+};
 
 /// A store whose every call fails with [`StoreError::Timeout`] past its deadline: `claim` for
 /// claims, `timeout` for the rest.
@@ -100,10 +102,7 @@ impl DynStore for Timed {
     ) -> BoxFuture<'a, Result<Vec<RecordInfo>, StoreError>> {
         self.inner.list_records(filter, now, limit)
     }
-    fn read_record<'a>(
-        &'a self,
-        key: &'a RecordKey,
-    ) -> BoxFuture<'a, Result<Option<(RecordInfo, Option<bytes::Bytes>)>, StoreError>> {
+    fn read_record<'a>(&'a self, key: &'a RecordKey) -> BoxFuture<'a, Result<Found, StoreError>> {
         Box::pin(bounded(self.timeout, self.inner.read_record(key)))
     }
     fn forget_record<'a>(

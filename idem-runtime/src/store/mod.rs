@@ -317,6 +317,9 @@ pub trait Store: Send + Sync + 'static {
 
 pub(crate) type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
+/// What [`Store::read_record`] finds: the record and its payload once completed.
+pub(crate) type Found = Option<(RecordInfo, Option<Bytes>)>;
+
 /// Object-safe mirror of [`Store`], so the engine can hold any store behind one pointer.
 pub(crate) trait DynStore: Send + Sync + 'static {
     fn needs_sweeping(&self) -> bool;
@@ -347,10 +350,7 @@ pub(crate) trait DynStore: Send + Sync + 'static {
         now: Timestamp,
         limit: u32,
     ) -> BoxFuture<'a, Result<Vec<RecordInfo>, StoreError>>;
-    fn read_record<'a>(
-        &'a self,
-        key: &'a RecordKey,
-    ) -> BoxFuture<'a, Result<Option<(RecordInfo, Option<Bytes>)>, StoreError>>;
+    fn read_record<'a>(&'a self, key: &'a RecordKey) -> BoxFuture<'a, Result<Found, StoreError>>;
     fn forget_record<'a>(
         &'a self,
         key: &'a RecordKey,
@@ -417,10 +417,7 @@ impl<T: Store> DynStore for T {
     ) -> BoxFuture<'a, Result<Vec<RecordInfo>, StoreError>> {
         Box::pin(Store::list_records(self, filter, now, limit))
     }
-    fn read_record<'a>(
-        &'a self,
-        key: &'a RecordKey,
-    ) -> BoxFuture<'a, Result<Option<(RecordInfo, Option<Bytes>)>, StoreError>> {
+    fn read_record<'a>(&'a self, key: &'a RecordKey) -> BoxFuture<'a, Result<Found, StoreError>> {
         Box::pin(Store::read_record(self, key))
     }
     fn forget_record<'a>(

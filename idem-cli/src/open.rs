@@ -1,0 +1,128 @@
+//! Opening the store a URL names, with the same store code the engine runs on, and the handle
+//! whose [`Records`] the commands use.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use idem_runtime::store::{BucketStore, PostgresStore, RedisStore, SqliteStore};
+use idem_runtime::{Idempotency, Records, StoreError};
+use object_store::ObjectStore;
+use object_store::aws::AmazonS3Builder;
+use object_store::prefix::PrefixStore;
+
+use crate::args::Cli;
+use crate::fail::Failure;
+
+/// The records of the store `cli.store` names.
+///
+/// Opening a SQL store applies its pending migrations, as an application starting on it would
+/// (the schema changes are additive); a SQLite file that does not exist is refused rather than
+/// created.
+pub(crate) async fn records(cli: &Cli) -> Result<Records, Failure> {
+    let url = cli.store.as_str();
+    let builder = Idempotency::builder().store_timeout(cli.timeout);
+    let builder = match scheme(url) {
+        "sqlite" => {
+            builder.store(SqliteStore::from_pool(sqlite_pool(url, cli.timeout).await?).await?)
+        }
+        "postgres" | "postgresql" => {
+            let pool = postgres_pool(url, cli.timeout).await?;
+            let store = PostgresStore::builder(pool)
+                .schema(&cli.schema)
+                .table(&cli.table)
+                .build()
+                .await?;
+            builder.store(store)
+        }
+        "redis" | "rediss" => builder.store(redis(cli, url).await?),
+        "s3" => builder.store(bucket(cli, url).await?),
+        _ => {
+            return Err(Failure::Usage(format!(
+                "unknown store URL `{url}`: use sqlite://FILE, postgres://..., redis://HOST, \
+                 s3://BUCKET/PREFIX"
+            )));
+        }
+    };
+    let idempotency = builder
+        .skip_endpoint_checks()
+        .build()
+        .map_err(|e| Failure::Usage(e.to_string()))?;
+    Ok(idempotency.records())
+}
+
+fn scheme(url: &str) -> &str {
+    url.split_once("://").map_or("", |(scheme, _)| scheme)
+}
+
+/// The SQLite database at `url`, which must exist: a typo must not create an empty database and
+/// report no records. Its journal mode is left as the application set it.
+async fn sqlite_pool(url: &str, timeout: Duration) -> Result<sqlx::SqlitePool, Failure> {
+    let options = url
+        .parse::<sqlx::sqlite::SqliteConnectOptions>()
+        .map_err(|e| Failure::Usage(format!("bad SQLite URL: {e}")))?
+        .create_if_missing(false)
+        .busy_timeout(timeout);
+    sqlx::sqlite::SqlitePoolOptions::new()
+        .max_connections(1)
+        .acquire_timeout(timeout)
+        .connect_with(options)
+        .await
+        .map_err(|e| Failure::Store(StoreError::unavailable(e)))
+}
+
+/// One connection whose statements may run as long as the command may (a listing reads the
+/// table), and no longer.
+async fn postgres_pool(url: &str, timeout: Duration) -> Result<sqlx::PgPool, Failure> {
+    let unavailable = |e| Failure::Store(StoreError::unavailable(e));
+    let limit = format!("{}ms", timeout.as_millis());
+    let options = url
+        .parse::<sqlx::postgres::PgConnectOptions>()
+        .map_err(|e| Failure::Usage(format!("bad PostgreSQL URL: {e}")))?
+        .options([("statement_timeout", limit.as_str())]);
+    sqlx::postgres::PgPoolOptions::new()
+        .max_connections(1)
+        .acquire_timeout(timeout)
+        .connect_with(options)
+        .await
+        .map_err(unavailable)
+}
+
+async fn redis(cli: &Cli, url: &str) -> Result<RedisStore, Failure> {
+    let builder = if cli.cluster {
+        RedisStore::cluster_builder(url.split(',').map(str::trim))
+    } else {
+        RedisStore::builder(url)
+    };
+    let builder = match &cli.prefix {
+        Some(prefix) => builder.prefix(prefix),
+        None => builder,
+    };
+    let response = cli.timeout.min(Duration::from_secs(5));
+    Ok(builder
+        .connect_timeout(response)
+        .response_timeout(response)
+        .build()
+        .await?)
+}
+
+async fn bucket(cli: &Cli, url: &str) -> Result<BucketStore, Failure> {
+    let rest = url.strip_prefix("s3://").unwrap_or_default();
+    let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
+    if bucket.is_empty() {
+        return Err(Failure::Usage("no bucket: use s3://BUCKET/PREFIX".into()));
+    }
+    let s3 = AmazonS3Builder::from_env()
+        .with_bucket_name(bucket)
+        .build()
+        .map_err(|e| Failure::Usage(format!("S3: {e}")))?;
+    let prefix = prefix.trim_matches('/');
+    let store: Arc<dyn ObjectStore> = if prefix.is_empty() {
+        Arc::new(s3)
+    } else {
+        Arc::new(PrefixStore::new(s3, prefix))
+    };
+    Ok(match &cli.prefix {
+        Some(folder) => BucketStore::with_prefix(store, folder.as_str()).await?,
+        None => BucketStore::new(store).await?,
+    })
+}

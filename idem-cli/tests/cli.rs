@@ -1,0 +1,196 @@
+//! The `idem` command on every store, against records the real engine made: one completed, one
+//! in flight under a running handler, one expired. What an operator does with them (list, filter,
+//! count, show, forget, purge), the exit codes, and `forget --force` racing the running owner:
+//! the owner's late completion neither brings the record back nor overwrites the retry's.
+//!
+//! ```text
+//! cargo test -p idem-cli
+//! ```
+//! S3 runs on the moto server `.ci/run` starts (`JOBS_TEST_S3_ENDPOINT`); outside CI without
+//! one, that test says so and passes.
+
+#[path = "cli/scenario.rs"]
+mod scenario;
+#[path = "cli/support.rs"]
+mod support;
+
+use std::sync::Arc;
+
+use idem_runtime::store::{BucketStore, RedisStore};
+use idem_tests::db::{self, sqlite_url};
+use idem_tests::redis::{cluster_node, delete_prefix, redis_url, unique_prefix};
+use scenario::operators_see_explain_and_fix;
+use support::Target;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_sqlite() {
+    let store = idem_tests::sqlite_store().await;
+    let path = store.pool().connect_options().get_filename().to_owned();
+    operators_see_explain_and_fix(store.clone(), Target::new(&sqlite_url(&path))).await;
+    db::remove_sqlite_store(&store).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_postgres() {
+    let store = idem_tests::postgres_store().await;
+    let target = Target::new(&idem_tests::postgres_url())
+        .arg("--schema")
+        .arg(store.schema())
+        .arg("--table")
+        .arg(store.table());
+    operators_see_explain_and_fix(store.clone(), target).await;
+    db::drop_postgres_store(&store).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_redis() {
+    let store = idem_tests::redis_store().await;
+    let prefix = store.prefix().to_owned();
+    let target = Target::new(&redis_url()).arg("--prefix").arg(&prefix);
+    operators_see_explain_and_fix(store, target).await;
+    delete_prefix(&redis_url(), &prefix).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_redis_cluster() {
+    let node = cluster_node();
+    let prefix = unique_prefix();
+    let store = RedisStore::cluster_builder([node.url()])
+        .prefix(&prefix)
+        .build()
+        .await
+        .expect("the test cluster answers");
+    let target = Target::new(node.url())
+        .arg("--cluster")
+        .arg("--prefix")
+        .arg(&prefix);
+    operators_see_explain_and_fix(store, target).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_s3() {
+    let Some(endpoint) = s3_endpoint() else {
+        return;
+    };
+    let bucket = format!("idem-cli-{:08x}", fastrand::u32(..));
+    create_bucket(&endpoint, &bucket).await;
+    let s3 = object_store::aws::AmazonS3Builder::new()
+        .with_endpoint(&endpoint)
+        .with_allow_http(true)
+        .with_bucket_name(&bucket)
+        .with_region("us-east-1")
+        .with_access_key_id("testing")
+        .with_secret_access_key("testing")
+        .build()
+        .expect("an S3 client");
+    let store = BucketStore::with_prefix(Arc::new(s3), "idem")
+        .await
+        .expect("moto supports conditional PUTs");
+    let mut target = Target::new(&format!("s3://{bucket}/idem"));
+    target.env = [
+        ("AWS_ENDPOINT_URL", endpoint.as_str()),
+        ("AWS_ALLOW_HTTP", "true"),
+        ("AWS_REGION", "us-east-1"),
+        ("AWS_ACCESS_KEY_ID", "testing"),
+        ("AWS_SECRET_ACCESS_KEY", "testing"),
+    ]
+    .map(|(k, v)| (k.to_owned(), v.to_owned()))
+    .to_vec();
+    operators_see_explain_and_fix(store, target).await;
+}
+
+/// Exit 1, and a sentence, when the store cannot be reached or stalls; a SQLite file that does
+/// not exist is not created.
+#[tokio::test]
+async fn an_unreachable_or_stalled_store_exits_1() {
+    let closed = Target::new("redis://127.0.0.1:1").expect(1, &["ls"]).await;
+    assert!(closed.stderr.contains("unavailable"), "{closed:?}");
+    let postgres = Target::new("postgres://postgres@127.0.0.1:1/test");
+    postgres.expect(1, &["stats"]).await;
+    let path = db::sqlite_path();
+    let missing = Target::new(&sqlite_url(&path)).expect(1, &["ls"]).await;
+    assert!(missing.stderr.contains("unable to open"), "{missing:?}");
+    assert!(!path.exists(), "a typo must not create a database");
+    // A server that accepts connections and never answers: the command gives up at --timeout.
+    let silent = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = silent.local_addr().unwrap();
+    let hold = tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((socket, _)) = silent.accept().await {
+            held.push(socket);
+        }
+    });
+    let stalled = Target::new(&format!("redis://{addr}"))
+        .arg("--timeout")
+        .arg("1s")
+        .expect(1, &["ls"])
+        .await;
+    assert!(
+        stalled.stderr.contains("did not answer") || stalled.stderr.contains("timed out"),
+        "{stalled:?}"
+    );
+    hold.abort();
+}
+
+/// Exit 2 and what is wrong, before any store is touched.
+#[tokio::test]
+async fn bad_arguments_exit_2() {
+    let nowhere = Target::new("redis://127.0.0.1:1");
+    for args in [
+        &["ls", "--state", "stuck"][..],
+        &["ls", "--older-than", "ten minutes"],
+        &["purge"],
+        &[
+            "purge",
+            "--operation",
+            "x",
+            "--completed-between",
+            "yesterday",
+            "today",
+        ],
+        &["show", "--operation", "x", "--scope", "org"],
+        &["frobnicate"],
+    ] {
+        let ran = nowhere.expect(2, args).await;
+        assert!(!ran.stderr.is_empty(), "{args:?} says why: {ran:?}");
+    }
+    let unknown = Target::new("mysql://db/app").expect(2, &["ls"]).await;
+    assert!(unknown.stderr.contains("unknown store URL"), "{unknown:?}");
+    let sqlite = Target::new(&sqlite_url(&db::sqlite_path()));
+    let key = [&["show"], &support::record("has space")[..]].concat();
+    let bad_key = sqlite.expect(2, &key).await;
+    assert!(bad_key.stderr.contains("--key"), "{bad_key:?}");
+    let backwards = [
+        "purge",
+        "--operation",
+        "x",
+        "--completed-between",
+        "2026-11-27T11:00:00Z",
+        "2026-11-27T10:00:00Z",
+    ];
+    let ran = sqlite.expect(2, &backwards).await;
+    assert!(ran.stderr.contains("T1 must be before T2"), "{ran:?}");
+}
+
+/// The moto server's URL, or `None` (skipped, said on stderr) outside CI when none runs.
+fn s3_endpoint() -> Option<String> {
+    match std::env::var("JOBS_TEST_S3_ENDPOINT") {
+        Ok(url) if !url.is_empty() => Some(url),
+        _ if std::env::var("CI").is_ok_and(|ci| ci == "true") => {
+            panic!("CI=true but JOBS_TEST_S3_ENDPOINT is not set: .ci/run starts moto and sets it")
+        }
+        _ => {
+            eprintln!("skipped: no S3 server (set JOBS_TEST_S3_ENDPOINT, as .ci/run does)");
+            None
+        }
+    }
+}
+
+async fn create_bucket(endpoint: &str, bucket: &str) {
+    let response = reqwest::Client::new()
+        .put(format!("{endpoint}/{bucket}"))
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("the S3 server at {endpoint} is not answering: {e}"));
+    assert!(response.status().is_success(), "creating bucket {bucket}");
+}
