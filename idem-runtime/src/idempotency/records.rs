@@ -107,9 +107,11 @@ impl Records {
     }
 
     /// Deletes the record under `key` even while its owner runs. That owner is fenced out: its
-    /// result is not stored (its caller still gets it), and it can touch neither this key's
-    /// next record nor any other; a retry runs the operation again, possibly while the first
-    /// run has not finished. Use it for an owner known to be dead or stuck.
+    /// result is not stored (an HTTP client still gets its response; the programmatic API's
+    /// caller gets [`OperationError::LeaseLost`](crate::OperationError::LeaseLost)), and it can
+    /// touch neither this key's next record nor any other; a retry runs the operation again,
+    /// possibly while the first run has not finished. Use it for an owner known to be dead or
+    /// stuck.
     pub async fn force_forget(&self, key: &RecordKey) -> Result<Forgotten, StoreError> {
         self.forget_record(key, true).await
     }

@@ -40,7 +40,9 @@ pub enum OperationError<E> {
     #[error("the stored output could not be decoded")]
     Corrupt(#[source] PayloadError),
     /// The closure ran but its lease was taken over by another run (it outlived its lease
-    /// without renewing it) before its output was stored: this output was not stored. In atomic
+    /// without renewing it), or an operator forgot its record
+    /// ([`Records::force_forget`](crate::Records::force_forget)), before its output was stored:
+    /// this output was not stored. In atomic
     /// mode its writes were rolled back; otherwise its effects happened, and the other run
     /// repeats them.
     #[error("the operation's lease was taken over before its output was stored")]
