@@ -19,6 +19,7 @@ use std::sync::Arc;
 use idem_runtime::store::{BucketStore, RedisStore};
 use idem_tests::db::{self, sqlite_url};
 use idem_tests::redis::{cluster_node, delete_prefix, redis_url, unique_prefix};
+use idem_tests::s3;
 use scenario::operators_see_explain_and_fix;
 use support::Target;
 
@@ -69,33 +70,16 @@ async fn on_redis_cluster() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_s3() {
-    let Some(endpoint) = s3_endpoint() else {
+    let Some(endpoint) = s3::s3_endpoint() else {
         return;
     };
     let bucket = format!("idem-cli-{:08x}", fastrand::u32(..));
-    create_bucket(&endpoint, &bucket).await;
-    let s3 = object_store::aws::AmazonS3Builder::new()
-        .with_endpoint(&endpoint)
-        .with_allow_http(true)
-        .with_bucket_name(&bucket)
-        .with_region("us-east-1")
-        .with_access_key_id("testing")
-        .with_secret_access_key("testing")
-        .build()
-        .expect("an S3 client");
-    let store = BucketStore::with_prefix(Arc::new(s3), "idem")
+    s3::create_bucket(&endpoint, &bucket).await;
+    let store = BucketStore::with_prefix(Arc::new(s3::s3(&endpoint, &bucket)), "idem")
         .await
         .expect("moto supports conditional PUTs");
     let mut target = Target::new(&format!("s3://{bucket}/idem"));
-    target.env = [
-        ("AWS_ENDPOINT_URL", endpoint.as_str()),
-        ("AWS_ALLOW_HTTP", "true"),
-        ("AWS_REGION", "us-east-1"),
-        ("AWS_ACCESS_KEY_ID", "testing"),
-        ("AWS_SECRET_ACCESS_KEY", "testing"),
-    ]
-    .map(|(k, v)| (k.to_owned(), v.to_owned()))
-    .to_vec();
+    target.env = s3::s3_env(&endpoint);
     operators_see_explain_and_fix(store, target).await;
 }
 
@@ -170,27 +154,4 @@ async fn bad_arguments_exit_2() {
     ];
     let ran = sqlite.expect(2, &backwards).await;
     assert!(ran.stderr.contains("T1 must be before T2"), "{ran:?}");
-}
-
-/// The moto server's URL, or `None` (skipped, said on stderr) outside CI when none runs.
-fn s3_endpoint() -> Option<String> {
-    match std::env::var("JOBS_TEST_S3_ENDPOINT") {
-        Ok(url) if !url.is_empty() => Some(url),
-        _ if std::env::var("CI").is_ok_and(|ci| ci == "true") => {
-            panic!("CI=true but JOBS_TEST_S3_ENDPOINT is not set: .ci/run starts moto and sets it")
-        }
-        _ => {
-            eprintln!("skipped: no S3 server (set JOBS_TEST_S3_ENDPOINT, as .ci/run does)");
-            None
-        }
-    }
-}
-
-async fn create_bucket(endpoint: &str, bucket: &str) {
-    let response = reqwest::Client::new()
-        .put(format!("{endpoint}/{bucket}"))
-        .send()
-        .await
-        .unwrap_or_else(|e| panic!("the S3 server at {endpoint} is not answering: {e}"));
-    assert!(response.status().is_success(), "creating bucket {bucket}");
 }

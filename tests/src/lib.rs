@@ -6,7 +6,7 @@
 //! Redis ([`redis_store`]: a key prefix of its own on the server at [`redis_url`]) and starts
 //! private Redis servers; [`proxy`] puts a loopback TCP proxy that can be cut in front of any
 //! store's server. [`metrics`] reads what the process-wide recorder counted; [`logs`] captures
-//! what was logged.
+//! what was logged. [`s3`] finds the moto S3 server CI starts and makes buckets on it.
 
 pub mod db;
 pub mod gate;
@@ -14,6 +14,7 @@ pub mod logs;
 pub mod metrics;
 pub mod proxy;
 pub mod redis;
+pub mod s3;
 
 pub use db::{TestStore, postgres_store, postgres_url, sqlite_store};
 pub use gate::Gate;

@@ -10,6 +10,7 @@ use async_trait::async_trait;
 use futures_core::stream::BoxStream;
 use idem_examples::jobs::{Queue, Swap};
 use idem_runtime::clock::ManualClock;
+pub(crate) use idem_tests::s3::{create_bucket, s3, s3_endpoint};
 use object_store::path::Path;
 use object_store::{
     CopyOptions, GetOptions, GetResult, ListResult, MultipartUpload, ObjectMeta, ObjectStore,
@@ -25,21 +26,6 @@ pub(crate) enum Backend {
     Folder,
     /// A fresh bucket on the moto S3 server `.ci/run` starts (`JOBS_TEST_S3_ENDPOINT`).
     S3,
-}
-
-/// The moto server's URL, or `None` (the test is skipped) outside CI when none is running.
-/// Under CI (`CI=true`) a missing server fails the test.
-pub(crate) fn s3_endpoint() -> Option<String> {
-    match std::env::var("JOBS_TEST_S3_ENDPOINT") {
-        Ok(url) if !url.is_empty() => Some(url),
-        _ if std::env::var("CI").is_ok_and(|ci| ci == "true") => {
-            panic!("CI=true but JOBS_TEST_S3_ENDPOINT is not set: .ci/run starts moto and sets it")
-        }
-        _ => {
-            eprintln!("skipped: no S3 server (set JOBS_TEST_S3_ENDPOINT, as .ci/run does)");
-            None
-        }
-    }
 }
 
 fn unique(prefix: &str) -> String {
@@ -122,32 +108,6 @@ impl Drop for Harness {
             let _ = std::fs::remove_dir_all(folder);
         }
     }
-}
-
-/// An S3 client for the moto server: path-style, plain HTTP, any credentials.
-pub(crate) fn s3(endpoint: &str, bucket: &str) -> object_store::aws::AmazonS3 {
-    object_store::aws::AmazonS3Builder::new()
-        .with_endpoint(endpoint)
-        .with_allow_http(true)
-        .with_bucket_name(bucket)
-        .with_region("us-east-1")
-        .with_access_key_id("testing")
-        .with_secret_access_key("testing")
-        .build()
-        .unwrap()
-}
-
-async fn create_bucket(endpoint: &str, bucket: &str) {
-    let response = reqwest::Client::new()
-        .put(format!("{endpoint}/{bucket}"))
-        .send()
-        .await
-        .unwrap_or_else(|e| panic!("the S3 server at {endpoint} is not answering: {e}"));
-    assert!(
-        response.status().is_success(),
-        "creating bucket {bucket}: {}",
-        response.status()
-    );
 }
 
 /// Forwards to a store, logging each request (`PUT create tasks`, `GET idempotency`, `HEAD
