@@ -15,12 +15,14 @@ pub(crate) fn fence(rows_affected: Result<u64, sqlx::Error>) -> Result<Fence, St
     }
 }
 
-/// A live record that a claim may not take, as the claim reports it.
+/// A live record that a claim may not take, as the claim reports it. `completed_at` is NULL
+/// for records completed before the store kept completion times.
 pub(crate) fn held_by(
     fingerprint: Vec<u8>,
     state: String,
     lease_until: i64,
     response: Option<Vec<u8>>,
+    completed_at: Option<i64>,
 ) -> Result<Claim, StoreError> {
     let fingerprint = <[u8; 32]>::try_from(fingerprint.as_slice())
         .map(Fingerprint::from_bytes)
@@ -29,7 +31,7 @@ pub(crate) fn held_by(
         ("completed", Some(payload)) => Ok(Claim::Completed {
             fingerprint,
             payload: Bytes::from(payload),
-            completed_at: None,
+            completed_at: completed_at.map(Timestamp::from_millis),
         }),
         ("completed", None) => Err(StoreError::Corrupt(
             "completed record without a payload".into(),

@@ -134,7 +134,7 @@ async fn sqlite_records_of_the_first_release_replay_after_the_upgrade() {
             .fetch_all(&pool)
             .await
             .unwrap();
-    assert_eq!(versions, [1, 2]);
+    assert_eq!(versions, [1, 2, 3]);
     db::remove_sqlite_store(&store).await;
 }
 

@@ -119,7 +119,7 @@ async fn sqlite_creates_the_file_in_wal_mode_and_reopens_it_without_migrating_ag
         .fetch_all(reopened.pool())
         .await
         .unwrap();
-    assert_eq!(applied, [1, 2]);
+    assert_eq!(applied, [1, 2, 3]);
     assert_eq!(
         sqlite_tables(reopened.pool()).await,
         ["idem_migrations", "idem_records"]
@@ -189,7 +189,7 @@ async fn sqlite_processes_opening_one_new_file_at_once_all_start() {
             .fetch_one(stores[0].pool())
             .await
             .unwrap();
-        assert_eq!(applied, 2);
+        assert_eq!(applied, 3);
         stores.swap_remove(0).discard().await;
     }
 }
@@ -279,7 +279,7 @@ async fn postgres_connect_uses_the_idem_schema_and_its_own_migrations_table() {
                 .into()
         )
         .await,
-        2
+        3
     );
     pool.close().await;
     database.drop().await;
@@ -299,7 +299,7 @@ async fn postgres_restart_applies_nothing_and_keeps_records() {
         "SELECT count(*) FROM \"{}\".idem_migrations",
         store.schema()
     );
-    assert_eq!(count(store.pool(), migrations).await, 2);
+    assert_eq!(count(store.pool(), migrations).await, 3);
     restarted.pool().close().await;
     store.discard().await;
 }
@@ -321,7 +321,7 @@ async fn postgres_instances_starting_at_once_migrate_once() {
         stores.push(starter.await.unwrap().expect("every instance starts"));
     }
     let migrations = format!("SELECT count(*) FROM \"{schema}\".idem_migrations");
-    assert_eq!(count(stores[0].pool(), migrations).await, 2);
+    assert_eq!(count(stores[0].pool(), migrations).await, 3);
     store_one(&stores[0]).await;
     replays_one(&stores[7]).await;
     for store in &stores[1..] {
@@ -352,8 +352,8 @@ async fn postgres_stores_can_share_a_schema_with_their_own_tables() {
     );
     assert_eq!(
         count(first.pool(), migrations).await,
-        4,
-        "two migrations per table"
+        6,
+        "three migrations per table"
     );
     first.discard().await;
 }

@@ -252,11 +252,12 @@ impl Statements {
 }
 
 /// Takes the record when it is absent, expired (a new life: one owner) or in flight under a
-/// lapsed lease of the same request (a takeover: one more owner), returning the new `owners`;
+/// lapsed lease of the same request (a takeover: one more owner, which keeps what the record
+/// says about itself: its operation, scope and creation time), returning the new `owners`;
 /// otherwise returns the record that stopped it, in one statement.
 ///
 /// `$1` key, `$2` fingerprint, `$3` token, `$4` lease_until, `$5` expires_at, `$6` now,
-/// `$7` operation.
+/// `$7` operation, `$8` scope, `$9` scope value.
 ///
 /// `held` reads first: when the statement's snapshot already shows a live record that cannot be
 /// claimed (a completed response to replay, or an owner in flight), the `INSERT` gets no row to
@@ -269,15 +270,16 @@ impl Statements {
 /// part returns a row and the caller runs the statement again with a new snapshot.
 const CLAIM: &str = "\
 WITH held AS (
-    SELECT r.fingerprint, r.state, r.lease_until, r.response
+    SELECT r.fingerprint, r.state, r.lease_until, r.response, r.completed_at
     FROM {records} AS r
     WHERE r.key = $1
       AND r.expires_at > $6
       AND NOT (r.state = 'in_flight' AND r.lease_until <= $6 AND r.fingerprint = $2)
 ), claimed AS (
     INSERT INTO {records} AS r
-        (key, fingerprint, token, state, owners, lease_until, expires_at, operation, created_at)
-    SELECT $1, $2, $3, 'in_flight', 1, $4, $5, $7, $6
+        (key, fingerprint, token, state, owners, lease_until, expires_at, operation, created_at,
+         scope, scope_value)
+    SELECT $1, $2, $3, 'in_flight', 1, $4, $5, $7, $6, $8, $9
     WHERE NOT EXISTS (SELECT FROM held)
     ON CONFLICT (key) DO UPDATE SET
         fingerprint = excluded.fingerprint,
@@ -287,7 +289,10 @@ WITH held AS (
         created_at = CASE WHEN r.expires_at <= $6 THEN $6 ELSE r.created_at END,
         lease_until = excluded.lease_until,
         expires_at = excluded.expires_at,
-        operation = excluded.operation,
+        operation = CASE WHEN r.expires_at <= $6 THEN excluded.operation ELSE r.operation END,
+        scope = CASE WHEN r.expires_at <= $6 THEN excluded.scope ELSE r.scope END,
+        scope_value = CASE WHEN r.expires_at <= $6 THEN excluded.scope_value
+                           ELSE r.scope_value END,
         response = NULL,
         status = NULL,
         completed_at = NULL
@@ -296,10 +301,10 @@ WITH held AS (
     RETURNING r.owners
 )
 SELECT owners, NULL::bytea AS fingerprint, NULL::text AS state, NULL::bigint AS lease_until,
-       NULL::bytea AS response
+       NULL::bytea AS response, NULL::bigint AS completed_at
 FROM claimed
 UNION ALL
-SELECT NULL, fingerprint, state, lease_until, response
+SELECT NULL, fingerprint, state, lease_until, response, completed_at
 FROM held";
 
 const COMPLETE: &str = "\
@@ -330,6 +335,7 @@ type ClaimRow = (
     Option<String>,
     Option<i64>,
     Option<Vec<u8>>,
+    Option<i64>,
 );
 
 /// How many times a claim runs again when its snapshot could not report the record that
@@ -347,6 +353,8 @@ impl Store for PostgresStore {
                 .bind(req.expires_at.as_millis())
                 .bind(req.now.as_millis())
                 .bind(req.operation)
+                .bind(req.scope)
+                .bind(req.scope_value)
                 .fetch_optional(&self.pool)
                 .await
                 .map_err(StoreError::unavailable)?;
@@ -356,9 +364,14 @@ impl Store for PostgresStore {
                 Some((Some(owners), ..)) => Ok(Claim::Acquired {
                     took_over: owners > 1,
                 }),
-                Some((None, Some(fingerprint), Some(state), Some(lease_until), response)) => {
-                    held_by(fingerprint, state, lease_until, response)
-                }
+                Some((
+                    None,
+                    Some(fingerprint),
+                    Some(state),
+                    Some(lease_until),
+                    response,
+                    completed_at,
+                )) => held_by(fingerprint, state, lease_until, response, completed_at),
                 Some(_) => Err(StoreError::Corrupt("record with missing columns".into())),
             };
         }

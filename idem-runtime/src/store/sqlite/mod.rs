@@ -137,7 +137,7 @@ impl SqliteStore {
     /// claim must be tried again.
     async fn existing(&self, req: &ClaimRequest<'_>) -> Result<Option<Claim>, StoreError> {
         let row: Option<HeldRow> = sqlx::query_as(
-            "SELECT fingerprint, state, lease_until, response FROM idem_records \
+            "SELECT fingerprint, state, lease_until, response, completed_at FROM idem_records \
              WHERE key = ?1 AND expires_at > ?2 \
                AND NOT (state = 'in_flight' AND lease_until <= ?2 AND fingerprint = ?3)",
         )
@@ -147,15 +147,17 @@ impl SqliteStore {
         .fetch_optional(&self.pool)
         .await
         .map_err(StoreError::unavailable)?;
-        row.map(|(fingerprint, state, lease_until, response)| {
-            held_by(fingerprint, state, lease_until, response)
-        })
+        row.map(
+            |(fingerprint, state, lease_until, response, completed_at)| {
+                held_by(fingerprint, state, lease_until, response, completed_at)
+            },
+        )
         .transpose()
     }
 }
 
-/// A record that stopped a claim: fingerprint, state, lease_until, response.
-type HeldRow = (Vec<u8>, String, i64, Option<Vec<u8>>);
+/// A record that stopped a claim: fingerprint, state, lease_until, response, completed_at.
+type HeldRow = (Vec<u8>, String, i64, Option<Vec<u8>>, Option<i64>);
 
 /// How many times a claim is retried when the record changes between its upsert and the read
 /// that reports it: each retry needs another writer to commit in that gap.
@@ -165,12 +167,13 @@ impl Store for SqliteStore {
     async fn claim(&self, req: ClaimRequest<'_>) -> Result<Claim, StoreError> {
         for _ in 0..CLAIM_ATTEMPTS {
             // Inserts an absent record; replaces an expired one (a new life: one owner) or takes
-            // over a lapsed lease of the same request (one more owner). A live record is left
-            // alone and nothing is returned.
+            // over a lapsed lease of the same request (one more owner), which keeps what the
+            // record says about itself (its operation, scope and creation time). A live record
+            // is left alone and nothing is returned.
             let owners: Option<i64> = sqlx::query_scalar(
                 "INSERT INTO idem_records (key, fingerprint, token, state, owners, lease_until, \
-                    expires_at, operation, created_at) \
-                 VALUES (?1, ?2, ?3, 'in_flight', 1, ?4, ?5, ?7, ?6) \
+                    expires_at, operation, created_at, scope, scope_value) \
+                 VALUES (?1, ?2, ?3, 'in_flight', 1, ?4, ?5, ?7, ?6, ?8, ?9) \
                  ON CONFLICT (key) DO UPDATE SET \
                     fingerprint = excluded.fingerprint, \
                     token = excluded.token, \
@@ -181,7 +184,13 @@ impl Store for SqliteStore {
                                       ELSE idem_records.created_at END, \
                     lease_until = excluded.lease_until, \
                     expires_at = excluded.expires_at, \
-                    operation = excluded.operation, \
+                    operation = CASE WHEN idem_records.expires_at <= ?6 THEN excluded.operation \
+                                     ELSE idem_records.operation END, \
+                    scope = CASE WHEN idem_records.expires_at <= ?6 THEN excluded.scope \
+                                 ELSE idem_records.scope END, \
+                    scope_value = CASE WHEN idem_records.expires_at <= ?6 \
+                                       THEN excluded.scope_value \
+                                       ELSE idem_records.scope_value END, \
                     response = NULL, status = NULL, completed_at = NULL \
                  WHERE idem_records.expires_at <= ?6 \
                     OR (idem_records.state = 'in_flight' AND idem_records.lease_until <= ?6 \
@@ -195,6 +204,8 @@ impl Store for SqliteStore {
             .bind(req.expires_at.as_millis())
             .bind(req.now.as_millis())
             .bind(req.operation)
+            .bind(req.scope)
+            .bind(req.scope_value)
             .fetch_optional(&self.pool)
             .await
             .map_err(StoreError::unavailable)?;
