@@ -3,6 +3,7 @@
 use std::fmt;
 use std::sync::Arc;
 
+use bytes::Bytes;
 use sqlx::postgres::PgPoolOptions;
 use sqlx::{AssertSqlSafe, PgPool};
 
@@ -10,13 +11,15 @@ use crate::core::clock::Timestamp;
 use crate::core::error::StoreError;
 use crate::core::key::RecordKey;
 use crate::store::atomic::AtomicStore;
-use crate::store::sql::{fence, held_by};
+use crate::store::records::{Forgotten, RecordFilter, RecordInfo, RecordStats};
+use crate::store::sql::{RecordStatements, fence, held_by};
 use crate::store::{
     BoxFuture, Capabilities, Claim, ClaimRequest, Completion, Fence, LeaseToken, Store,
 };
 
 mod gate;
 mod one_commit;
+mod records;
 mod schema;
 
 use gate::KeyGates;
@@ -37,7 +40,16 @@ use schema::{Names, migrate};
 /// ([`Commits::One`](crate::Commits)) the claim is made in that transaction too, sent with its
 /// `BEGIN`, and the completion goes with the `COMMIT`: one commit per fresh request.
 ///
-/// Operators can read the table (times are milliseconds since the Unix epoch):
+/// Beside what the engine needs, each row keeps for operators `operation`, `scope`,
+/// `scope_value`, `state` (`in_flight` or `completed`), `status`, `created_at`, `completed_at`,
+/// `lease_until` and `expires_at`; a record written before a column existed shows it empty
+/// (`''`, 0 or NULL). The operator methods ([`Store::list_records`] and the rest) read and
+/// change these rows, selecting them in SQL exactly as [`RecordFilter::matches`] does. Listing,
+/// counting and purging read the table (no index serves them, so claims pay for none): on
+/// millions of records they take seconds.
+///
+/// Operators can also query the table themselves (times are milliseconds since the Unix
+/// epoch):
 ///
 /// ```sql
 /// -- Which keys are stuck in flight, per endpoint (the owner's lease lapsed)? Endpoints in
@@ -233,6 +245,8 @@ struct Statements {
     release: Arc<str>,
     renew: Arc<str>,
     purge: Arc<str>,
+    /// The operators' statements.
+    operators: RecordStatements,
 }
 
 impl Statements {
@@ -244,6 +258,7 @@ impl Statements {
             release: render(RELEASE),
             renew: render(RENEW),
             purge: render(PURGE),
+            operators: RecordStatements::new(&names.render("{records}"), "FOR UPDATE SKIP LOCKED"),
             records: names.render("{records}"),
             schema: names.schema,
             table: names.table,
@@ -426,6 +441,48 @@ impl Store for PostgresStore {
     fn offer_capabilities(self: &Arc<Self>, capabilities: &mut Capabilities) {
         capabilities.offer_claim_in_transaction::<sqlx::Postgres, _>(self.clone());
     }
+
+    async fn list_records(
+        &self,
+        filter: &RecordFilter,
+        now: Timestamp,
+        limit: u32,
+    ) -> Result<Vec<RecordInfo>, StoreError> {
+        self.list(filter, now, limit).await
+    }
+
+    async fn read_record(
+        &self,
+        key: &RecordKey,
+    ) -> Result<Option<(RecordInfo, Option<Bytes>)>, StoreError> {
+        self.read(key).await
+    }
+
+    async fn forget_record(
+        &self,
+        key: &RecordKey,
+        now: Timestamp,
+        force: bool,
+    ) -> Result<Forgotten, StoreError> {
+        self.forget(key, now, force).await
+    }
+
+    async fn purge_records(
+        &self,
+        filter: &RecordFilter,
+        now: Timestamp,
+        limit: u32,
+    ) -> Result<u64, StoreError> {
+        self.purge(filter, now, limit).await
+    }
+
+    async fn record_stats(
+        &self,
+        filter: &RecordFilter,
+        now: Timestamp,
+    ) -> Result<RecordStats, StoreError> {
+        self.stats(filter, now).await
+    }
 }
 
 impl AtomicStore<sqlx::Postgres> for PostgresStore {
@@ -458,6 +515,11 @@ mod tests {
             &sql.release,
             &sql.renew,
             &sql.purge,
+            &sql.operators.list,
+            &sql.operators.read,
+            &sql.operators.forget,
+            &sql.operators.purge,
+            &sql.operators.stats,
         ] {
             assert!(statement.contains(r#""a"."b""#), "{statement}");
             assert!(!statement.contains('{'), "{statement}");

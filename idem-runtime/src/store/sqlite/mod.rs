@@ -1,8 +1,10 @@
 //! A store in a SQLite database: the embedded default, nothing to run beside the app.
 
 use std::str::FromStr;
+use std::sync::LazyLock;
 use std::time::Duration;
 
+use bytes::Bytes;
 use sqlx::SqlitePool;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
 
@@ -10,14 +12,20 @@ use crate::core::clock::Timestamp;
 use crate::core::error::StoreError;
 use crate::core::key::RecordKey;
 use crate::store::atomic::AtomicStore;
-use crate::store::sql::{fence, held_by};
+use crate::store::records::{Forgotten, RecordFilter, RecordInfo, RecordStats};
+use crate::store::sql::{RecordStatements, fence, held_by};
 use crate::store::{
     BoxFuture, Capabilities, Claim, ClaimRequest, Completion, Fence, LeaseToken, Store,
 };
 
+mod records;
 mod schema;
 
 use schema::{migrate, while_busy};
+
+/// The operators' statements over `idem_records`, rendered once per process.
+static RECORDS: LazyLock<RecordStatements> =
+    LazyLock::new(|| RecordStatements::new("idem_records", ""));
 
 /// Records in a SQLite database, in the table `idem_records`, on sqlx.
 ///
@@ -34,7 +42,16 @@ use schema::{migrate, while_busy};
 /// The store offers atomic mode ([`Tx<sqlx::Sqlite>`](crate::Tx)): a handler's writes and the
 /// record's completion commit in one transaction on this database.
 ///
-/// Operators can read the table (times are milliseconds since the Unix epoch):
+/// Beside what the engine needs, each row keeps for operators `operation`, `scope`,
+/// `scope_value`, `state` (`in_flight` or `completed`), `status`, `created_at`, `completed_at`,
+/// `lease_until` and `expires_at`; a record written before a column existed shows it empty
+/// (`''`, 0 or NULL). The operator methods ([`Store::list_records`] and the rest) read and
+/// change these rows, selecting them in SQL exactly as [`RecordFilter::matches`] does. Listing,
+/// counting and purging read the table (no index serves them, so claims pay for none): on
+/// millions of records they take seconds.
+///
+/// Operators can also query the table themselves (times are milliseconds since the Unix
+/// epoch):
 ///
 /// ```sql
 /// -- Which keys are stuck in flight, per endpoint (the owner's lease lapsed)?
@@ -277,6 +294,48 @@ impl Store for SqliteStore {
 
     fn offer_capabilities(self: &std::sync::Arc<Self>, capabilities: &mut Capabilities) {
         capabilities.offer_atomic::<sqlx::Sqlite>(self.clone());
+    }
+
+    async fn list_records(
+        &self,
+        filter: &RecordFilter,
+        now: Timestamp,
+        limit: u32,
+    ) -> Result<Vec<RecordInfo>, StoreError> {
+        self.list(filter, now, limit).await
+    }
+
+    async fn read_record(
+        &self,
+        key: &RecordKey,
+    ) -> Result<Option<(RecordInfo, Option<Bytes>)>, StoreError> {
+        self.read(key).await
+    }
+
+    async fn forget_record(
+        &self,
+        key: &RecordKey,
+        now: Timestamp,
+        force: bool,
+    ) -> Result<Forgotten, StoreError> {
+        self.forget(key, now, force).await
+    }
+
+    async fn purge_records(
+        &self,
+        filter: &RecordFilter,
+        now: Timestamp,
+        limit: u32,
+    ) -> Result<u64, StoreError> {
+        self.purge(filter, now, limit).await
+    }
+
+    async fn record_stats(
+        &self,
+        filter: &RecordFilter,
+        now: Timestamp,
+    ) -> Result<RecordStats, StoreError> {
+        self.stats(filter, now).await
     }
 }
 
