@@ -22,6 +22,9 @@ use sqlx::postgres::PgPoolOptions;
 use sqlx::{PgPool, Postgres};
 use tower::ServiceExt;
 
+#[path = "atomic_one_commit/strings.rs"]
+mod strings;
+
 #[derive(Clone, FromRef)]
 struct App {
     idem: Idempotency,
@@ -145,6 +148,9 @@ impl Harness {
         let idem = Idempotency::builder()
             .store(store)
             .clock(clock.clone())
+            .scope("org", |parts| {
+                parts.headers.get("x-org")?.to_str().ok().map(str::to_owned)
+            })
             .wait_timeout(Duration::from_secs(5))
             .build()
             .unwrap();
@@ -161,6 +167,7 @@ impl Harness {
             .route("/tamper", post(tamper))
             .route("/escape", post(escape))
             .route("/refuse", post(refuse))
+            .route("/org", post(strings::for_org))
             .with_state(app);
         Self {
             router,

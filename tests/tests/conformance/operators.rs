@@ -1,12 +1,14 @@
 //! What operators rely on in the SQL stores: records written by the first release (schema 1)
-//! keep replaying after the upgrade, and the README's two questions ("which keys are stuck in
-//! flight, per endpoint?", "how many completed in the last hour?") are one query each.
+//! keep replaying after the upgrade and are listed with the fields they never had empty, and
+//! the README's two questions ("which keys are stuck in flight, per endpoint?", "how many
+//! completed in the last hour?") are one query each.
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use http::StatusCode;
 use idem_runtime::clock::Timestamp;
+use idem_runtime::store::records::{RecordFilter, RecordState};
 use idem_runtime::store::{
     Claim, ClaimRequest, Completion, LeaseToken, PostgresStore, SqliteStore, Store,
 };
@@ -79,6 +81,30 @@ fn claim_at(now: Timestamp, token: i64) -> ClaimRequest<'static> {
     }
 }
 
+/// The first release's record, listed after the upgrade: the fields it never had show empty.
+async fn lists_the_old_record(store: &impl Store) {
+    let listed = store
+        .list_records(&RecordFilter::new(), now(), 10)
+        .await
+        .unwrap();
+    let [record] = listed.as_slice() else {
+        panic!("one record expected, got {listed:?}");
+    };
+    assert_eq!(record.key, KEY);
+    assert_eq!(
+        (
+            record.operation.as_str(),
+            record.scope.as_str(),
+            record.scope_value.as_str()
+        ),
+        ("", "", ""),
+        "written before the store kept them"
+    );
+    assert_eq!(record.created_at, Timestamp::from_millis(0));
+    assert_eq!(record.completed_at, None);
+    assert_eq!(record.state(now()), RecordState::Completed);
+}
+
 async fn replays_the_old_record(store: &impl Store) {
     match store.claim(claim_at(now(), 2)).await.unwrap() {
         Claim::Completed {
@@ -128,13 +154,14 @@ async fn sqlite_records_of_the_first_release_replay_after_the_upgrade() {
     let store = SqliteStore::from_pool(pool.clone())
         .await
         .expect("the upgrade applies");
+    lists_the_old_record(&store).await;
     replays_the_old_record(&store).await;
     let versions: Vec<i64> =
         sqlx::query_scalar("SELECT version FROM idem_migrations ORDER BY version")
             .fetch_all(&pool)
             .await
             .unwrap();
-    assert_eq!(versions, [1, 2]);
+    assert_eq!(versions, [1, 2, 3]);
     db::remove_sqlite_store(&store).await;
 }
 
@@ -182,6 +209,7 @@ async fn postgres_records_of_the_first_release_replay_after_the_upgrade() {
         .build()
         .await
         .expect("the upgrade applies");
+    lists_the_old_record(&store).await;
     replays_the_old_record(&store).await;
     db::drop_postgres_store(&store).await;
 }

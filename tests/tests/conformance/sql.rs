@@ -1,5 +1,6 @@
 //! What only the SQL stores have: embedded migrations in their own table, connection settings,
-//! configurable names, and backend errors reported as `StoreError::Unavailable`.
+//! configurable names, backend errors reported as `StoreError::Unavailable` and corrupt rows as
+//! `StoreError::Corrupt`, and the scope a claim keeps for operators.
 
 use std::time::Duration;
 
@@ -7,6 +8,7 @@ use bytes::Bytes;
 use http::StatusCode;
 use idem_runtime::StoreError;
 use idem_runtime::clock::Timestamp;
+use idem_runtime::store::records::{Forgotten, RecordFilter};
 use idem_runtime::store::{
     Claim, ClaimRequest, Completion, Fence, LeaseToken, PostgresStore, SqliteStore, Store,
 };
@@ -119,7 +121,7 @@ async fn sqlite_creates_the_file_in_wal_mode_and_reopens_it_without_migrating_ag
         .fetch_all(reopened.pool())
         .await
         .unwrap();
-    assert_eq!(applied, [1, 2]);
+    assert_eq!(applied, [1, 2, 3]);
     assert_eq!(
         sqlite_tables(reopened.pool()).await,
         ["idem_migrations", "idem_records"]
@@ -132,6 +134,15 @@ async fn sqlite_in_memory_database_works_across_calls() {
     let store = SqliteStore::connect("sqlite::memory:").await.unwrap();
     store_one(&store).await;
     replays_one(&store).await;
+    // An operator's forget takes the one connection and gives it back, whatever it answers.
+    let forgotten = store.forget_record(&KEY, NOW, false).await.unwrap();
+    assert!(matches!(forgotten, Forgotten::Deleted(_)), "{forgotten:?}");
+    assert_eq!(
+        store.claim(request(4)).await.unwrap(),
+        Claim::Acquired { took_over: false }
+    );
+    let forgotten = store.forget_record(&KEY, NOW, false).await.unwrap();
+    assert!(matches!(forgotten, Forgotten::Leased(_)), "{forgotten:?}");
     // Each in-memory store is its own database.
     let other = SqliteStore::connect("sqlite::memory:").await.unwrap();
     assert_eq!(
@@ -189,7 +200,7 @@ async fn sqlite_processes_opening_one_new_file_at_once_all_start() {
             .fetch_one(stores[0].pool())
             .await
             .unwrap();
-        assert_eq!(applied, 2);
+        assert_eq!(applied, 3);
         stores.swap_remove(0).discard().await;
     }
 }
@@ -279,7 +290,7 @@ async fn postgres_connect_uses_the_idem_schema_and_its_own_migrations_table() {
                 .into()
         )
         .await,
-        2
+        3
     );
     pool.close().await;
     database.drop().await;
@@ -299,7 +310,7 @@ async fn postgres_restart_applies_nothing_and_keeps_records() {
         "SELECT count(*) FROM \"{}\".idem_migrations",
         store.schema()
     );
-    assert_eq!(count(store.pool(), migrations).await, 2);
+    assert_eq!(count(store.pool(), migrations).await, 3);
     restarted.pool().close().await;
     store.discard().await;
 }
@@ -321,7 +332,7 @@ async fn postgres_instances_starting_at_once_migrate_once() {
         stores.push(starter.await.unwrap().expect("every instance starts"));
     }
     let migrations = format!("SELECT count(*) FROM \"{schema}\".idem_migrations");
-    assert_eq!(count(stores[0].pool(), migrations).await, 2);
+    assert_eq!(count(stores[0].pool(), migrations).await, 3);
     store_one(&stores[0]).await;
     replays_one(&stores[7]).await;
     for store in &stores[1..] {
@@ -352,8 +363,8 @@ async fn postgres_stores_can_share_a_schema_with_their_own_tables() {
     );
     assert_eq!(
         count(first.pool(), migrations).await,
-        4,
-        "two migrations per table"
+        6,
+        "three migrations per table"
     );
     first.discard().await;
 }
@@ -427,5 +438,129 @@ async fn postgres_errors_are_unavailable() {
         store.purge_expired(NOW, 10).await,
         Err(StoreError::Unavailable(_))
     ));
+    store.discard().await;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Both: what a claim keeps for operators, and corrupt rows
+
+/// A claim of [`KEY`] at `now` in `scope`, `scope_value`, leased for 30 s, live for an hour.
+fn scoped(
+    now: Timestamp,
+    token: i64,
+    scope: &'static str,
+    value: &'static str,
+) -> ClaimRequest<'static> {
+    ClaimRequest {
+        now,
+        lease_until: now.after(Duration::from_secs(30)),
+        expires_at: now.after(Duration::from_secs(3600)),
+        scope,
+        scope_value: value,
+        ..request(token)
+    }
+}
+
+async fn listed_scope(store: &impl Store, now: Timestamp) -> (String, String, Timestamp) {
+    let listed = store
+        .list_records(&RecordFilter::new(), now, 10)
+        .await
+        .unwrap();
+    let [record] = listed.as_slice() else {
+        panic!("one record expected, got {listed:?}");
+    };
+    (
+        record.scope.clone(),
+        record.scope_value.clone(),
+        record.created_at,
+    )
+}
+
+/// A takeover of a lapsed lease keeps what the record says about itself; a claim that replaces
+/// an expired record writes its own.
+async fn claims_keep_the_scope_of_the_record_they_take(store: &impl Store) {
+    assert_eq!(
+        store.claim(scoped(NOW, 1, "org", "acme")).await.unwrap(),
+        Claim::Acquired { took_over: false }
+    );
+    let lapsed = NOW.after(Duration::from_secs(60));
+    assert_eq!(
+        store.claim(scoped(lapsed, 2, "user", "u-1")).await.unwrap(),
+        Claim::Acquired { took_over: true }
+    );
+    assert_eq!(
+        listed_scope(store, lapsed).await,
+        ("org".into(), "acme".into(), NOW)
+    );
+    let expired = lapsed.after(Duration::from_secs(3600));
+    assert_eq!(
+        store
+            .claim(scoped(expired, 3, "user", "u-1"))
+            .await
+            .unwrap(),
+        Claim::Acquired { took_over: false }
+    );
+    assert_eq!(
+        listed_scope(store, expired).await,
+        ("user".into(), "u-1".into(), expired)
+    );
+}
+
+#[tokio::test]
+async fn sqlite_claims_keep_the_scope_of_the_record_they_take() {
+    let store = db::sqlite_store().await;
+    claims_keep_the_scope_of_the_record_they_take(&store).await;
+    store.discard().await;
+}
+
+#[tokio::test]
+async fn postgres_claims_keep_the_scope_of_the_record_they_take() {
+    let store = postgres_store().await;
+    claims_keep_the_scope_of_the_record_they_take(&store).await;
+    store.discard().await;
+}
+
+/// A row no release writes is reported as corrupt by every operator method that reads it.
+fn is_corrupt<T: std::fmt::Debug>(result: Result<T, StoreError>) {
+    assert!(
+        matches!(result, Err(StoreError::Corrupt(_))),
+        "expected Corrupt, got {result:?}"
+    );
+}
+
+async fn corrupt_rows_are_errors(store: &impl Store) {
+    let now = NOW.after(Duration::from_secs(1));
+    is_corrupt(store.list_records(&RecordFilter::new(), now, 10).await);
+    is_corrupt(store.read_record(&KEY).await);
+    is_corrupt(store.forget_record(&KEY, now, true).await);
+    // The forget deleted nothing: the row is there, as corrupt as it was.
+    is_corrupt(store.read_record(&KEY).await);
+}
+
+#[tokio::test]
+async fn sqlite_corrupt_rows_are_errors_not_panics() {
+    let store = db::sqlite_store().await;
+    store_one(&store).await;
+    sqlx::query("UPDATE idem_records SET status = 70000")
+        .execute(store.pool())
+        .await
+        .unwrap();
+    corrupt_rows_are_errors(&store).await;
+    store.discard().await;
+}
+
+#[tokio::test]
+async fn postgres_corrupt_rows_are_errors_not_panics() {
+    let store = postgres_store().await;
+    store_one(&store).await;
+    let corrupt = format!(
+        "UPDATE \"{}\".idempotency_records SET status = -1",
+        store.schema()
+    );
+    sqlx::raw_sql(AssertSqlSafe(corrupt))
+        .execute(store.pool())
+        .await
+        .unwrap();
+    corrupt_rows_are_errors(&store).await;
     store.discard().await;
 }

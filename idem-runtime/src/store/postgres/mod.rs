@@ -3,6 +3,7 @@
 use std::fmt;
 use std::sync::Arc;
 
+use bytes::Bytes;
 use sqlx::postgres::PgPoolOptions;
 use sqlx::{AssertSqlSafe, PgPool};
 
@@ -10,13 +11,15 @@ use crate::core::clock::Timestamp;
 use crate::core::error::StoreError;
 use crate::core::key::RecordKey;
 use crate::store::atomic::AtomicStore;
-use crate::store::sql::{fence, held_by};
+use crate::store::records::{Forgotten, RecordFilter, RecordInfo, RecordStats};
+use crate::store::sql::{RecordStatements, fence, held_by};
 use crate::store::{
     BoxFuture, Capabilities, Claim, ClaimRequest, Completion, Fence, LeaseToken, Store,
 };
 
 mod gate;
 mod one_commit;
+mod records;
 mod schema;
 
 use gate::KeyGates;
@@ -37,7 +40,16 @@ use schema::{Names, migrate};
 /// ([`Commits::One`](crate::Commits)) the claim is made in that transaction too, sent with its
 /// `BEGIN`, and the completion goes with the `COMMIT`: one commit per fresh request.
 ///
-/// Operators can read the table (times are milliseconds since the Unix epoch):
+/// Beside what the engine needs, each row keeps for operators `operation`, `scope`,
+/// `scope_value`, `state` (`in_flight` or `completed`), `status`, `created_at`, `completed_at`,
+/// `lease_until` and `expires_at`; a record written before a column existed shows it empty
+/// (`''`, 0 or NULL). The operator methods ([`Store::list_records`] and the rest) read and
+/// change these rows, selecting them in SQL exactly as [`RecordFilter::matches`] does. Listing,
+/// counting and purging read the table (no index serves them, so claims pay for none): on
+/// millions of records they take seconds.
+///
+/// Operators can also query the table themselves (times are milliseconds since the Unix
+/// epoch):
 ///
 /// ```sql
 /// -- Which keys are stuck in flight, per endpoint (the owner's lease lapsed)? Endpoints in
@@ -233,6 +245,8 @@ struct Statements {
     release: Arc<str>,
     renew: Arc<str>,
     purge: Arc<str>,
+    /// The operators' statements.
+    operators: RecordStatements,
 }
 
 impl Statements {
@@ -244,6 +258,7 @@ impl Statements {
             release: render(RELEASE),
             renew: render(RENEW),
             purge: render(PURGE),
+            operators: RecordStatements::new(&names.render("{records}"), "FOR UPDATE SKIP LOCKED"),
             records: names.render("{records}"),
             schema: names.schema,
             table: names.table,
@@ -252,11 +267,12 @@ impl Statements {
 }
 
 /// Takes the record when it is absent, expired (a new life: one owner) or in flight under a
-/// lapsed lease of the same request (a takeover: one more owner), returning the new `owners`;
+/// lapsed lease of the same request (a takeover: one more owner, which keeps what the record
+/// says about itself: its operation, scope and creation time), returning the new `owners`;
 /// otherwise returns the record that stopped it, in one statement.
 ///
 /// `$1` key, `$2` fingerprint, `$3` token, `$4` lease_until, `$5` expires_at, `$6` now,
-/// `$7` operation.
+/// `$7` operation, `$8` scope, `$9` scope value.
 ///
 /// `held` reads first: when the statement's snapshot already shows a live record that cannot be
 /// claimed (a completed response to replay, or an owner in flight), the `INSERT` gets no row to
@@ -269,15 +285,16 @@ impl Statements {
 /// part returns a row and the caller runs the statement again with a new snapshot.
 const CLAIM: &str = "\
 WITH held AS (
-    SELECT r.fingerprint, r.state, r.lease_until, r.response
+    SELECT r.fingerprint, r.state, r.lease_until, r.response, r.completed_at
     FROM {records} AS r
     WHERE r.key = $1
       AND r.expires_at > $6
       AND NOT (r.state = 'in_flight' AND r.lease_until <= $6 AND r.fingerprint = $2)
 ), claimed AS (
     INSERT INTO {records} AS r
-        (key, fingerprint, token, state, owners, lease_until, expires_at, operation, created_at)
-    SELECT $1, $2, $3, 'in_flight', 1, $4, $5, $7, $6
+        (key, fingerprint, token, state, owners, lease_until, expires_at, operation, created_at,
+         scope, scope_value)
+    SELECT $1, $2, $3, 'in_flight', 1, $4, $5, $7, $6, $8, $9
     WHERE NOT EXISTS (SELECT FROM held)
     ON CONFLICT (key) DO UPDATE SET
         fingerprint = excluded.fingerprint,
@@ -287,7 +304,10 @@ WITH held AS (
         created_at = CASE WHEN r.expires_at <= $6 THEN $6 ELSE r.created_at END,
         lease_until = excluded.lease_until,
         expires_at = excluded.expires_at,
-        operation = excluded.operation,
+        operation = CASE WHEN r.expires_at <= $6 THEN excluded.operation ELSE r.operation END,
+        scope = CASE WHEN r.expires_at <= $6 THEN excluded.scope ELSE r.scope END,
+        scope_value = CASE WHEN r.expires_at <= $6 THEN excluded.scope_value
+                           ELSE r.scope_value END,
         response = NULL,
         status = NULL,
         completed_at = NULL
@@ -296,10 +316,10 @@ WITH held AS (
     RETURNING r.owners
 )
 SELECT owners, NULL::bytea AS fingerprint, NULL::text AS state, NULL::bigint AS lease_until,
-       NULL::bytea AS response
+       NULL::bytea AS response, NULL::bigint AS completed_at
 FROM claimed
 UNION ALL
-SELECT NULL, fingerprint, state, lease_until, response
+SELECT NULL, fingerprint, state, lease_until, response, completed_at
 FROM held";
 
 const COMPLETE: &str = "\
@@ -330,6 +350,7 @@ type ClaimRow = (
     Option<String>,
     Option<i64>,
     Option<Vec<u8>>,
+    Option<i64>,
 );
 
 /// How many times a claim runs again when its snapshot could not report the record that
@@ -347,6 +368,8 @@ impl Store for PostgresStore {
                 .bind(req.expires_at.as_millis())
                 .bind(req.now.as_millis())
                 .bind(req.operation)
+                .bind(req.scope)
+                .bind(req.scope_value)
                 .fetch_optional(&self.pool)
                 .await
                 .map_err(StoreError::unavailable)?;
@@ -356,9 +379,14 @@ impl Store for PostgresStore {
                 Some((Some(owners), ..)) => Ok(Claim::Acquired {
                     took_over: owners > 1,
                 }),
-                Some((None, Some(fingerprint), Some(state), Some(lease_until), response)) => {
-                    held_by(fingerprint, state, lease_until, response)
-                }
+                Some((
+                    None,
+                    Some(fingerprint),
+                    Some(state),
+                    Some(lease_until),
+                    response,
+                    completed_at,
+                )) => held_by(fingerprint, state, lease_until, response, completed_at),
                 Some(_) => Err(StoreError::Corrupt("record with missing columns".into())),
             };
         }
@@ -413,6 +441,48 @@ impl Store for PostgresStore {
     fn offer_capabilities(self: &Arc<Self>, capabilities: &mut Capabilities) {
         capabilities.offer_claim_in_transaction::<sqlx::Postgres, _>(self.clone());
     }
+
+    async fn list_records(
+        &self,
+        filter: &RecordFilter,
+        now: Timestamp,
+        limit: u32,
+    ) -> Result<Vec<RecordInfo>, StoreError> {
+        self.list(filter, now, limit).await
+    }
+
+    async fn read_record(
+        &self,
+        key: &RecordKey,
+    ) -> Result<Option<(RecordInfo, Option<Bytes>)>, StoreError> {
+        self.read(key).await
+    }
+
+    async fn forget_record(
+        &self,
+        key: &RecordKey,
+        now: Timestamp,
+        force: bool,
+    ) -> Result<Forgotten, StoreError> {
+        self.forget(key, now, force).await
+    }
+
+    async fn purge_records(
+        &self,
+        filter: &RecordFilter,
+        now: Timestamp,
+        limit: u32,
+    ) -> Result<u64, StoreError> {
+        self.purge(filter, now, limit).await
+    }
+
+    async fn record_stats(
+        &self,
+        filter: &RecordFilter,
+        now: Timestamp,
+    ) -> Result<RecordStats, StoreError> {
+        self.stats(filter, now).await
+    }
 }
 
 impl AtomicStore<sqlx::Postgres> for PostgresStore {
@@ -445,6 +515,11 @@ mod tests {
             &sql.release,
             &sql.renew,
             &sql.purge,
+            &sql.operators.list,
+            &sql.operators.read,
+            &sql.operators.forget,
+            &sql.operators.purge,
+            &sql.operators.stats,
         ] {
             assert!(statement.contains(r#""a"."b""#), "{statement}");
             assert!(!statement.contains('{'), "{statement}");

@@ -12,7 +12,7 @@
 //! Both ends take one round trip. The claim travels as one simple-protocol message with the
 //! `BEGIN`; the completion with the `COMMIT`. The simple protocol binds no parameters, so the
 //! values are written into the text, and only values that cannot carry SQL: integers, and bytes
-//! as hex digits (digests, the payload, the operation name as UTF-8).
+//! as hex digits (digests, the payload, and the operation, scope and scope value as UTF-8).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -136,9 +136,9 @@ impl PostgresStore {
             "BEGIN; \
              SET LOCAL lock_timeout = {lock_ms}; \
              INSERT INTO {records} (key, fingerprint, token, state, owners, lease_until, \
-             expires_at, operation, created_at) VALUES (decode('{key}', 'hex'), \
-             decode('{fingerprint}', 'hex'), {token}, 'in_flight', 1, {lease_until}, \
-             {expires_at}, convert_from(decode('{operation}', 'hex'), 'UTF8'), {now}); \
+             expires_at, operation, created_at, scope, scope_value) VALUES \
+             (decode('{key}', 'hex'), decode('{fingerprint}', 'hex'), {token}, 'in_flight', 1, \
+             {lease_until}, {expires_at}, {operation}, {now}, {scope}, {scope_value}); \
              SET LOCAL lock_timeout = {statement_ms}; SET LOCAL statement_timeout = {statement_ms}",
             // 0 would wait forever.
             lock_ms = lock_wait.as_millis().clamp(1, i32::MAX as u128),
@@ -149,7 +149,9 @@ impl PostgresStore {
             token = request.token.as_i64(),
             lease_until = request.lease_until.as_millis(),
             expires_at = request.expires_at.as_millis(),
-            operation = hex(request.operation.as_bytes()),
+            operation = text(request.operation),
+            scope = text(request.scope),
+            scope_value = text(request.scope_value),
             now = request.now.as_millis(),
         );
         let error = match Manager::begin(&mut conn, Some(AssertSqlSafe(sql).into_sql_str())).await {
@@ -184,10 +186,38 @@ impl PostgresStore {
     }
 }
 
+/// `value` as a SQL expression of type text that carries nothing of it but hex digits: its UTF-8
+/// bytes in hex, decoded by the server. Client-chosen strings (the operation, the scope and its
+/// value) go into the claim's text only this way, since its protocol binds no parameters.
+fn text(value: &str) -> String {
+    format!(
+        "convert_from(decode('{}', 'hex'), 'UTF8')",
+        hex(value.as_bytes())
+    )
+}
+
 /// The SQLSTATE of a database error.
 fn sqlstate(error: &sqlx::Error) -> Option<String> {
     match error {
         sqlx::Error::Database(e) => e.code().map(|c| c.into_owned()),
         _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn client_strings_reach_the_sql_text_as_hex_digits_only() {
+        let nasty = r"o'brien\'); DROP TABLE x; --";
+        let sql = text(nasty);
+        let inner = sql
+            .strip_prefix("convert_from(decode('")
+            .and_then(|s| s.strip_suffix("', 'hex'), 'UTF8')"))
+            .expect("the decoding expression around the digits");
+        assert!(inner.bytes().all(|b| b.is_ascii_hexdigit()), "{sql}");
+        assert_eq!(inner, hex(nasty.as_bytes()));
+        assert_eq!(text(""), "convert_from(decode('', 'hex'), 'UTF8')");
     }
 }

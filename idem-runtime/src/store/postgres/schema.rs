@@ -119,6 +119,17 @@ ALTER TABLE {records}
     ADD COLUMN completed_at bigint;
 CREATE INDEX {in_flight_index} ON {records} (operation, lease_until) WHERE state = 'in_flight';",
     },
+    Migration {
+        version: 3,
+        description: "columns for operators: the scope and its value",
+        // Constant defaults again: nothing is rewritten, and records written before show an
+        // empty scope. No index: operators' listings read the table, and the claims' writes
+        // stay as cheap as they were.
+        sql: "\
+ALTER TABLE {records}
+    ADD COLUMN scope       text NOT NULL DEFAULT '',
+    ADD COLUMN scope_value text NOT NULL DEFAULT '';",
+    },
 ];
 
 /// The advisory lock serialising migrations of one schema: 64 bits of SHA-256 of its name.

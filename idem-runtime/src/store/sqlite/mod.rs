@@ -1,8 +1,10 @@
 //! A store in a SQLite database: the embedded default, nothing to run beside the app.
 
 use std::str::FromStr;
+use std::sync::LazyLock;
 use std::time::Duration;
 
+use bytes::Bytes;
 use sqlx::SqlitePool;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
 
@@ -10,11 +12,20 @@ use crate::core::clock::Timestamp;
 use crate::core::error::StoreError;
 use crate::core::key::RecordKey;
 use crate::store::atomic::AtomicStore;
-use crate::store::migrate::{self, Migration, failed};
-use crate::store::sql::{fence, held_by};
+use crate::store::records::{Forgotten, RecordFilter, RecordInfo, RecordStats};
+use crate::store::sql::{RecordStatements, fence, held_by};
 use crate::store::{
     BoxFuture, Capabilities, Claim, ClaimRequest, Completion, Fence, LeaseToken, Store,
 };
+
+mod records;
+mod schema;
+
+use schema::{migrate, while_busy};
+
+/// The operators' statements over `idem_records`, rendered once per process.
+static RECORDS: LazyLock<RecordStatements> =
+    LazyLock::new(|| RecordStatements::new("idem_records", ""));
 
 /// Records in a SQLite database, in the table `idem_records`, on sqlx.
 ///
@@ -31,7 +42,16 @@ use crate::store::{
 /// The store offers atomic mode ([`Tx<sqlx::Sqlite>`](crate::Tx)): a handler's writes and the
 /// record's completion commit in one transaction on this database.
 ///
-/// Operators can read the table (times are milliseconds since the Unix epoch):
+/// Beside what the engine needs, each row keeps for operators `operation`, `scope`,
+/// `scope_value`, `state` (`in_flight` or `completed`), `status`, `created_at`, `completed_at`,
+/// `lease_until` and `expires_at`; a record written before a column existed shows it empty
+/// (`''`, 0 or NULL). The operator methods ([`Store::list_records`] and the rest) read and
+/// change these rows, selecting them in SQL exactly as [`RecordFilter::matches`] does. Listing,
+/// counting and purging read the table (no index serves them, so claims pay for none): on
+/// millions of records they take seconds.
+///
+/// Operators can also query the table themselves (times are milliseconds since the Unix
+/// epoch):
 ///
 /// ```sql
 /// -- Which keys are stuck in flight, per endpoint (the owner's lease lapsed)?
@@ -134,7 +154,7 @@ impl SqliteStore {
     /// claim must be tried again.
     async fn existing(&self, req: &ClaimRequest<'_>) -> Result<Option<Claim>, StoreError> {
         let row: Option<HeldRow> = sqlx::query_as(
-            "SELECT fingerprint, state, lease_until, response FROM idem_records \
+            "SELECT fingerprint, state, lease_until, response, completed_at FROM idem_records \
              WHERE key = ?1 AND expires_at > ?2 \
                AND NOT (state = 'in_flight' AND lease_until <= ?2 AND fingerprint = ?3)",
         )
@@ -144,15 +164,17 @@ impl SqliteStore {
         .fetch_optional(&self.pool)
         .await
         .map_err(StoreError::unavailable)?;
-        row.map(|(fingerprint, state, lease_until, response)| {
-            held_by(fingerprint, state, lease_until, response)
-        })
+        row.map(
+            |(fingerprint, state, lease_until, response, completed_at)| {
+                held_by(fingerprint, state, lease_until, response, completed_at)
+            },
+        )
         .transpose()
     }
 }
 
-/// A record that stopped a claim: fingerprint, state, lease_until, response.
-type HeldRow = (Vec<u8>, String, i64, Option<Vec<u8>>);
+/// A record that stopped a claim: fingerprint, state, lease_until, response, completed_at.
+type HeldRow = (Vec<u8>, String, i64, Option<Vec<u8>>, Option<i64>);
 
 /// How many times a claim is retried when the record changes between its upsert and the read
 /// that reports it: each retry needs another writer to commit in that gap.
@@ -162,12 +184,13 @@ impl Store for SqliteStore {
     async fn claim(&self, req: ClaimRequest<'_>) -> Result<Claim, StoreError> {
         for _ in 0..CLAIM_ATTEMPTS {
             // Inserts an absent record; replaces an expired one (a new life: one owner) or takes
-            // over a lapsed lease of the same request (one more owner). A live record is left
-            // alone and nothing is returned.
+            // over a lapsed lease of the same request (one more owner), which keeps what the
+            // record says about itself (its operation, scope and creation time). A live record
+            // is left alone and nothing is returned.
             let owners: Option<i64> = sqlx::query_scalar(
                 "INSERT INTO idem_records (key, fingerprint, token, state, owners, lease_until, \
-                    expires_at, operation, created_at) \
-                 VALUES (?1, ?2, ?3, 'in_flight', 1, ?4, ?5, ?7, ?6) \
+                    expires_at, operation, created_at, scope, scope_value) \
+                 VALUES (?1, ?2, ?3, 'in_flight', 1, ?4, ?5, ?7, ?6, ?8, ?9) \
                  ON CONFLICT (key) DO UPDATE SET \
                     fingerprint = excluded.fingerprint, \
                     token = excluded.token, \
@@ -178,7 +201,13 @@ impl Store for SqliteStore {
                                       ELSE idem_records.created_at END, \
                     lease_until = excluded.lease_until, \
                     expires_at = excluded.expires_at, \
-                    operation = excluded.operation, \
+                    operation = CASE WHEN idem_records.expires_at <= ?6 THEN excluded.operation \
+                                     ELSE idem_records.operation END, \
+                    scope = CASE WHEN idem_records.expires_at <= ?6 THEN excluded.scope \
+                                 ELSE idem_records.scope END, \
+                    scope_value = CASE WHEN idem_records.expires_at <= ?6 \
+                                       THEN excluded.scope_value \
+                                       ELSE idem_records.scope_value END, \
                     response = NULL, status = NULL, completed_at = NULL \
                  WHERE idem_records.expires_at <= ?6 \
                     OR (idem_records.state = 'in_flight' AND idem_records.lease_until <= ?6 \
@@ -192,6 +221,8 @@ impl Store for SqliteStore {
             .bind(req.expires_at.as_millis())
             .bind(req.now.as_millis())
             .bind(req.operation)
+            .bind(req.scope)
+            .bind(req.scope_value)
             .fetch_optional(&self.pool)
             .await
             .map_err(StoreError::unavailable)?;
@@ -264,6 +295,48 @@ impl Store for SqliteStore {
     fn offer_capabilities(self: &std::sync::Arc<Self>, capabilities: &mut Capabilities) {
         capabilities.offer_atomic::<sqlx::Sqlite>(self.clone());
     }
+
+    async fn list_records(
+        &self,
+        filter: &RecordFilter,
+        now: Timestamp,
+        limit: u32,
+    ) -> Result<Vec<RecordInfo>, StoreError> {
+        self.list(filter, now, limit).await
+    }
+
+    async fn read_record(
+        &self,
+        key: &RecordKey,
+    ) -> Result<Option<(RecordInfo, Option<Bytes>)>, StoreError> {
+        self.read(key).await
+    }
+
+    async fn forget_record(
+        &self,
+        key: &RecordKey,
+        now: Timestamp,
+        force: bool,
+    ) -> Result<Forgotten, StoreError> {
+        self.forget(key, now, force).await
+    }
+
+    async fn purge_records(
+        &self,
+        filter: &RecordFilter,
+        now: Timestamp,
+        limit: u32,
+    ) -> Result<u64, StoreError> {
+        self.purge(filter, now, limit).await
+    }
+
+    async fn record_stats(
+        &self,
+        filter: &RecordFilter,
+        now: Timestamp,
+    ) -> Result<RecordStats, StoreError> {
+        self.stats(filter, now).await
+    }
 }
 
 impl AtomicStore<sqlx::Sqlite> for SqliteStore {
@@ -303,119 +376,4 @@ async fn complete_with<'e>(
     .execute(executor)
     .await;
     fence(done.map(|d| d.rows_affected()))
-}
-
-/// The schema, in order. Never edit a shipped migration: add the next one.
-const MIGRATIONS: &[Migration] = &[
-    Migration {
-        version: 1,
-        description: "create idem_records",
-        // `owners` counts the requests that held the record since it was (re)created: more than
-        // one means a lapsed lease was taken over. A rowid table, since responses can be large.
-        sql: "CREATE TABLE idem_records (
-            key         BLOB    NOT NULL PRIMARY KEY CHECK (length(key) = 32),
-            fingerprint BLOB    NOT NULL CHECK (length(fingerprint) = 32),
-            token       INTEGER NOT NULL,
-            state       TEXT    NOT NULL CHECK (state IN ('in_flight', 'completed')),
-            owners      INTEGER NOT NULL,
-            lease_until INTEGER NOT NULL,
-            expires_at  INTEGER NOT NULL,
-            response    BLOB,
-            CHECK ((state = 'completed') = (response IS NOT NULL))
-        );
-        CREATE INDEX idem_records_expires_at ON idem_records (expires_at);",
-    },
-    Migration {
-        version: 2,
-        description: "columns for operators: operation, status, created and completed times",
-        // Records written before this migration keep replaying: their new columns take the
-        // defaults (operation '', created_at 0).
-        sql: "ALTER TABLE idem_records ADD COLUMN operation TEXT NOT NULL DEFAULT '';
-        ALTER TABLE idem_records ADD COLUMN status INTEGER;
-        ALTER TABLE idem_records ADD COLUMN created_at INTEGER NOT NULL DEFAULT 0;
-        ALTER TABLE idem_records ADD COLUMN completed_at INTEGER;
-        CREATE INDEX idem_records_in_flight ON idem_records (operation, lease_until)
-            WHERE state = 'in_flight';",
-    },
-];
-
-/// Runs `attempt` again while SQLite answers `SQLITE_BUSY` before its busy handler could wait
-/// (as when several processes open one new file at once and race to switch it to WAL), with
-/// backoff, for at most [`SqliteStore::BUSY_TIMEOUT`].
-async fn while_busy<T, F>(mut attempt: impl FnMut() -> F) -> Result<T, sqlx::Error>
-where
-    F: std::future::Future<Output = Result<T, sqlx::Error>>,
-{
-    let deadline = std::time::Instant::now() + SqliteStore::BUSY_TIMEOUT;
-    let mut backoff = Duration::from_millis(5);
-    loop {
-        match attempt().await {
-            Err(error) if is_busy(&error) && std::time::Instant::now() < deadline => {
-                tracing::debug!(
-                    error = &error as &dyn std::error::Error,
-                    "SQLite is busy; retrying"
-                );
-                tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(Duration::from_millis(200));
-            }
-            other => return other,
-        }
-    }
-}
-
-/// Whether SQLite answered `SQLITE_BUSY` (5), or one of its extended codes.
-fn is_busy(error: &sqlx::Error) -> bool {
-    let sqlx::Error::Database(error) = error else {
-        return false;
-    };
-    error
-        .code()
-        .and_then(|code| code.parse::<i32>().ok())
-        .is_some_and(|code| code & 0xff == 5)
-}
-
-/// Applies the missing [`MIGRATIONS`]. `BEGIN IMMEDIATE` takes the write lock up front, so
-/// processes opening one file at once take turns (within the busy timeout).
-async fn migrate(pool: &SqlitePool) -> Result<(), StoreError> {
-    let mut tx = while_busy(|| pool.begin_with("BEGIN IMMEDIATE"))
-        .await
-        .map_err(StoreError::unavailable)?;
-    sqlx::raw_sql(
-        "CREATE TABLE IF NOT EXISTS idem_migrations (
-            version     INTEGER NOT NULL PRIMARY KEY,
-            description TEXT    NOT NULL,
-            checksum    BLOB    NOT NULL,
-            applied_at  TEXT    NOT NULL DEFAULT CURRENT_TIMESTAMP
-        )",
-    )
-    .execute(&mut *tx)
-    .await
-    .map_err(StoreError::unavailable)?;
-    let applied: Vec<(i64, Vec<u8>)> =
-        sqlx::query_as("SELECT version, checksum FROM idem_migrations")
-            .fetch_all(&mut *tx)
-            .await
-            .map_err(StoreError::unavailable)?;
-    for migration in migrate::plan(MIGRATIONS, &applied)? {
-        let version = migration.version;
-        sqlx::raw_sql(migration.sql)
-            .execute(&mut *tx)
-            .await
-            .map_err(failed(version))?;
-        sqlx::query(
-            "INSERT INTO idem_migrations (version, description, checksum) VALUES (?, ?, ?)",
-        )
-        .bind(version)
-        .bind(migration.description)
-        .bind(migration.checksum())
-        .execute(&mut *tx)
-        .await
-        .map_err(failed(version))?;
-        tracing::info!(
-            version,
-            migration.description,
-            "applied idempotency store migration"
-        );
-    }
-    tx.commit().await.map_err(StoreError::unavailable)
 }
