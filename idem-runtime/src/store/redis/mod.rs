@@ -4,19 +4,19 @@ use std::fmt;
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
-use bytes::Bytes;
 use redis::{RedisError, Script, Value};
 
 use crate::core::clock::Timestamp;
 use crate::core::error::StoreError;
-use crate::core::fingerprint::Fingerprint;
-use crate::core::key::RecordKey;
+use crate::core::key::{RecordKey, hex};
 use crate::store::{Claim, ClaimRequest, Completion, Fence, LeaseToken, Store};
 
 mod builder;
+mod codec;
 mod conn;
 
 pub use builder::RedisStoreBuilder;
+use codec::decode_claim;
 use conn::Conn;
 
 static CLAIM: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("claim.lua")));
@@ -231,7 +231,9 @@ impl Store for RedisStore {
             .arg(req.lease_until.as_millis())
             .arg(req.expires_at.as_millis())
             .arg(px(req.now, req.expires_at))
-            .arg(req.operation);
+            .arg(req.operation)
+            .arg(req.scope)
+            .arg(req.scope_value);
         let reply: Value = self
             .within(async {
                 match self.conn.invoke(&script).await {
@@ -342,161 +344,9 @@ impl Store for RedisStore {
     }
 }
 
-/// Reads the claim script's reply (see `claim.lua`).
-fn decode_claim(reply: Value) -> Result<Claim, StoreError> {
-    let corrupt = |what: &str| StoreError::Corrupt(format!("claim reply: {what}").into());
-    let Value::Array(items) = reply else {
-        return Err(corrupt("not an array"));
-    };
-    let mut items = items.into_iter();
-    let tag = match items.next() {
-        Some(Value::BulkString(tag)) => tag,
-        Some(Value::SimpleString(tag)) => tag.into_bytes(),
-        _ => return Err(corrupt("no outcome")),
-    };
-    match tag.as_slice() {
-        b"acquired" => match items.next() {
-            Some(Value::Int(owners)) => Ok(Claim::Acquired {
-                took_over: owners > 1,
-            }),
-            _ => Err(corrupt("acquired without an owner count")),
-        },
-        b"in_flight" => {
-            let fingerprint = fingerprint(items.next())?;
-            let lease_until = match items.next() {
-                Some(Value::BulkString(ms)) => std::str::from_utf8(&ms)
-                    .ok()
-                    .and_then(|ms| ms.parse().ok())
-                    .ok_or_else(|| corrupt("lease_until is not a number"))?,
-                _ => return Err(corrupt("in flight without lease_until")),
-            };
-            Ok(Claim::InFlight {
-                fingerprint,
-                lease_until: Timestamp::from_millis(lease_until),
-            })
-        }
-        b"completed" => {
-            let fingerprint = fingerprint(items.next())?;
-            match items.next() {
-                Some(Value::BulkString(payload)) => Ok(Claim::Completed {
-                    fingerprint,
-                    payload: Bytes::from(payload),
-                    completed_at: None,
-                }),
-                _ => Err(corrupt("completed record without a payload")),
-            }
-        }
-        other => Err(corrupt(&format!(
-            "unknown outcome {:?}",
-            String::from_utf8_lossy(other)
-        ))),
-    }
-}
-
-/// A fingerprint stored as 64 hex digits.
-fn fingerprint(value: Option<Value>) -> Result<Fingerprint, StoreError> {
-    let bad = || StoreError::Corrupt("fingerprint is not 64 hex digits".into());
-    let Some(Value::BulkString(digits)) = value else {
-        return Err(bad());
-    };
-    let mut bytes = [0u8; 32];
-    if digits.len() != 64 {
-        return Err(bad());
-    }
-    for (byte, pair) in bytes.iter_mut().zip(digits.chunks_exact(2)) {
-        let pair = std::str::from_utf8(pair).map_err(|_| bad())?;
-        *byte = u8::from_str_radix(pair, 16).map_err(|_| bad())?;
-    }
-    Ok(Fingerprint::from_bytes(bytes))
-}
-
-fn hex(bytes: &[u8]) -> String {
-    use std::fmt::Write;
-    bytes.iter().fold(String::with_capacity(64), |mut s, b| {
-        let _ = write!(s, "{b:02x}");
-        s
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn bulk(s: &[u8]) -> Value {
-        Value::BulkString(s.to_vec())
-    }
-
-    #[test]
-    fn fingerprints_round_trip_through_hex() {
-        let fp = Fingerprint::from_bytes(std::array::from_fn(|i| (i * 37) as u8));
-        let stored = hex(fp.as_bytes());
-        assert_eq!(stored.len(), 64);
-        assert_eq!(fingerprint(Some(bulk(stored.as_bytes()))).unwrap(), fp);
-        for bad in [&b"00"[..], &[b'g'; 64], &[b'0'; 65]] {
-            assert!(matches!(
-                fingerprint(Some(bulk(bad))),
-                Err(StoreError::Corrupt(_))
-            ));
-        }
-    }
-
-    #[test]
-    fn claim_replies_decode_and_malformed_ones_are_corrupt() {
-        let fp = hex(&[7; 32]);
-        let acquired = |owners| Value::Array(vec![bulk(b"acquired"), Value::Int(owners)]);
-        assert_eq!(
-            decode_claim(acquired(1)).unwrap(),
-            Claim::Acquired { took_over: false }
-        );
-        assert_eq!(
-            decode_claim(acquired(3)).unwrap(),
-            Claim::Acquired { took_over: true }
-        );
-        // A server that answers the outcome as a status string (RESP3 servers may) reads the same.
-        let status = Value::Array(vec![Value::SimpleString("acquired".into()), Value::Int(1)]);
-        assert_eq!(
-            decode_claim(status).unwrap(),
-            Claim::Acquired { took_over: false }
-        );
-        let in_flight = Value::Array(vec![
-            bulk(b"in_flight"),
-            bulk(fp.as_bytes()),
-            bulk(b"1750000030000"),
-        ]);
-        assert_eq!(
-            decode_claim(in_flight).unwrap(),
-            Claim::InFlight {
-                fingerprint: Fingerprint::from_bytes([7; 32]),
-                lease_until: Timestamp::from_millis(1_750_000_030_000),
-            }
-        );
-        let completed = Value::Array(vec![
-            bulk(b"completed"),
-            bulk(fp.as_bytes()),
-            bulk(b"\0\xff"),
-        ]);
-        assert_eq!(
-            decode_claim(completed).unwrap(),
-            Claim::Completed {
-                fingerprint: Fingerprint::from_bytes([7; 32]),
-                payload: Bytes::from_static(b"\0\xff"),
-                completed_at: None,
-            }
-        );
-        for bad in [
-            Value::Nil,
-            Value::Array(vec![]),
-            Value::Array(vec![bulk(b"acquired")]),
-            Value::Array(vec![bulk(b"stolen"), Value::Int(1)]),
-            Value::Array(vec![bulk(b"completed"), bulk(fp.as_bytes())]),
-            Value::Array(vec![bulk(b"in_flight"), bulk(fp.as_bytes()), bulk(b"soon")]),
-        ] {
-            assert!(
-                matches!(decode_claim(bad.clone()), Err(StoreError::Corrupt(_))),
-                "{bad:?}"
-            );
-        }
-    }
 
     #[test]
     fn keys_live_from_now_until_expiry_and_at_least_a_millisecond() {
