@@ -4,16 +4,20 @@ use std::fmt;
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
+use bytes::Bytes;
 use redis::{RedisError, Script, Value};
 
 use crate::core::clock::Timestamp;
 use crate::core::error::StoreError;
 use crate::core::key::{RecordKey, hex};
+use crate::store::records::{Forgotten, RecordFilter, RecordInfo, RecordStats};
 use crate::store::{Claim, ClaimRequest, Completion, Fence, LeaseToken, Store};
 
 mod builder;
 mod codec;
 mod conn;
+mod records;
+mod scan;
 
 pub use builder::RedisStoreBuilder;
 use codec::decode_claim;
@@ -304,39 +308,65 @@ impl Store for RedisStore {
     /// ahead, as a `ManualClock` does in tests). It walks the prefix's keys with `SCAN` on every
     /// node, so it costs a pass over the keyspace: the sweeper never calls it on this store.
     async fn purge_expired(&self, now: Timestamp, limit: u32) -> Result<u64, StoreError> {
-        let pattern = format!("{}{{*", self.prefix);
         let mut purged = 0u64;
         if limit == 0 {
             return Ok(0);
         }
-        let nodes = self.within(self.conn.nodes()).await?;
-        for node in &nodes {
-            let mut cursor = 0u64;
-            loop {
-                let mut scan = redis::cmd("SCAN");
-                scan.arg(cursor)
-                    .arg("MATCH")
-                    .arg(&pattern)
-                    .arg("COUNT")
-                    .arg(1000);
-                let (next, keys): (u64, Vec<Vec<u8>>) =
-                    self.within(self.conn.on(node, scan)).await?;
-                for key in keys {
-                    let mut script = PURGE.prepare_invoke();
-                    script.key(key).arg(now.as_millis());
-                    let deleted: i64 = self.within(self.conn.invoke(&script)).await?;
-                    purged += u64::from(deleted == 1);
-                    if purged >= u64::from(limit) {
-                        return Ok(purged);
-                    }
+        let mut keys = scan::Keys::new(self).await?;
+        while let Some(batch) = keys.next().await? {
+            for key in batch {
+                let mut script = PURGE.prepare_invoke();
+                script.key(self.record_key(&key)).arg(now.as_millis());
+                let deleted: i64 = self.within(self.conn.invoke(&script)).await?;
+                purged += u64::from(deleted == 1);
+                if purged >= u64::from(limit) {
+                    return Ok(purged);
                 }
-                if next == 0 {
-                    break;
-                }
-                cursor = next;
             }
         }
         Ok(purged)
+    }
+
+    async fn list_records(
+        &self,
+        filter: &RecordFilter,
+        now: Timestamp,
+        limit: u32,
+    ) -> Result<Vec<RecordInfo>, StoreError> {
+        self.list(filter, now, limit).await
+    }
+
+    async fn read_record(
+        &self,
+        key: &RecordKey,
+    ) -> Result<Option<(RecordInfo, Option<Bytes>)>, StoreError> {
+        self.read(key).await
+    }
+
+    async fn forget_record(
+        &self,
+        key: &RecordKey,
+        now: Timestamp,
+        force: bool,
+    ) -> Result<Forgotten, StoreError> {
+        self.forget(key, now, force).await
+    }
+
+    async fn purge_records(
+        &self,
+        filter: &RecordFilter,
+        now: Timestamp,
+        limit: u32,
+    ) -> Result<u64, StoreError> {
+        self.purge(filter, now, limit).await
+    }
+
+    async fn record_stats(
+        &self,
+        filter: &RecordFilter,
+        now: Timestamp,
+    ) -> Result<RecordStats, StoreError> {
+        self.stats(filter, now).await
     }
 
     fn needs_sweeping(&self) -> bool {
