@@ -42,9 +42,9 @@ const FIELDS: [&str; 10] = [
     "expires_at",
 ];
 
-/// How many records are read at once: one `HMGET` each, in flight together on the multiplexed
-/// connection (and, on a cluster, each sent to the node of its key).
-const READ_AT_ONCE: usize = 256;
+/// How many records are read, or deleted by a purge, at once: one command each, in flight
+/// together on the multiplexed connection (and, on a cluster, each sent to the node of its key).
+const AT_ONCE: usize = 256;
 
 /// A record as a walk read it: what operators see, and the lease token a purge's delete checks.
 #[derive(Debug)]
@@ -169,22 +169,24 @@ impl RedisStore {
         }
         let mut keys = Keys::new(self).await?;
         while let Some(batch) = keys.next().await? {
-            for stored in self.read_many(&batch).await? {
-                let info = &stored.info;
-                if info.state(now) != RecordState::Completed || !filter.matches(info, now) {
-                    continue;
+            let mut chosen = self.read_many(&batch).await?.into_iter().filter(|stored| {
+                stored.info.state(now) == RecordState::Completed
+                    && filter.matches(&stored.info, now)
+            });
+            // Never more deletes at once than are left to do, so the limit holds exactly.
+            loop {
+                let left = usize::try_from(u64::from(limit) - purged).unwrap_or(usize::MAX);
+                let deletes: Vec<_> = chosen
+                    .by_ref()
+                    .take(left.min(AT_ONCE))
+                    .map(|stored| self.delete_if_unchanged(stored, now))
+                    .collect();
+                if deletes.is_empty() {
+                    break;
                 }
-                let mut script = PURGE_COMPLETED.prepare_invoke();
-                script
-                    .key(self.record_key(&info.key))
-                    .arg(&stored.token)
-                    .arg(
-                        info.completed_at
-                            .map_or_else(String::new, |at| at.as_millis().to_string()),
-                    )
-                    .arg(now.as_millis());
-                let deleted: i64 = self.within(self.conn.invoke(&script)).await?;
-                purged += u64::from(deleted == 1);
+                for deleted in self.all(deletes).await? {
+                    purged += u64::from(deleted.map_err(StoreError::unavailable)? == 1);
+                }
                 if purged >= u64::from(limit) {
                     return Ok(purged);
                 }
@@ -210,34 +212,20 @@ impl RedisStore {
         Ok(stats)
     }
 
-    /// Reads the records under `keys`, [`READ_AT_ONCE`] at a time; a record that is gone by
-    /// now (deleted, or dropped by Redis, since the scan) is left out.
+    /// Reads the records under `keys`, [`AT_ONCE`] at a time; a record that is gone by now
+    /// (deleted, or dropped by Redis, since the scan) is left out.
     async fn read_many(&self, keys: &[RecordKey]) -> Result<Vec<Stored>, StoreError> {
         let mut read = Vec::with_capacity(keys.len());
-        for chunk in keys.chunks(READ_AT_ONCE) {
-            let mut reads = JoinSet::new();
-            for key in chunk {
+        for chunk in keys.chunks(AT_ONCE) {
+            let reads = chunk.iter().map(|key| {
                 let (key, name, conn) = (*key, self.record_key(key), self.conn.clone());
-                reads.spawn(async move {
+                async move {
                     let mut hmget = redis::cmd("HMGET");
                     hmget.arg(&name).arg(&FIELDS[..]);
-                    let values = corrupt_if_not_a_hash(conn.query(&hmget).await, &name);
-                    (key, values)
-                });
-            }
-            let replies = self
-                .within(async {
-                    let mut replies = Vec::with_capacity(chunk.len());
-                    while let Some(reply) = reads.join_next().await {
-                        match reply {
-                            Ok(reply) => replies.push(reply),
-                            Err(failed) => std::panic::resume_unwind(failed.into_panic()),
-                        }
-                    }
-                    Ok::<_, RedisError>(replies)
-                })
-                .await?;
-            for (key, values) in replies {
+                    (key, corrupt_if_not_a_hash(conn.query(&hmget).await, &name))
+                }
+            });
+            for (key, values) in self.all(reads.collect()).await? {
                 let values = values.map_err(StoreError::unavailable)??;
                 if let Some(stored) = decode(key, &values)? {
                     read.push(stored);
@@ -245,6 +233,51 @@ impl RedisStore {
             }
         }
         Ok(read)
+    }
+
+    /// Deletes the record a purge read and chose, if it is still that record, completed and
+    /// live at `now` (`purge_completed.lua`): 1 when deleted, else 0.
+    fn delete_if_unchanged(
+        &self,
+        stored: Stored,
+        now: Timestamp,
+    ) -> impl Future<Output = RedisResult<i64>> + Send + 'static {
+        let conn = self.conn.clone();
+        let mut script = PURGE_COMPLETED.prepare_invoke();
+        script
+            .key(self.record_key(&stored.info.key))
+            .arg(stored.token)
+            .arg(
+                stored
+                    .info
+                    .completed_at
+                    .map_or_else(String::new, |at| at.as_millis().to_string()),
+            )
+            .arg(now.as_millis());
+        async move { conn.invoke(&script).await }
+    }
+
+    /// Runs `tasks` at once (their commands in flight together on the multiplexed connection,
+    /// each to its key's node on a cluster) and returns their outputs, within the deadline of
+    /// one operation.
+    async fn all<T, F>(&self, tasks: Vec<F>) -> Result<Vec<T>, StoreError>
+    where
+        T: Send + 'static,
+        F: Future<Output = T> + Send + 'static,
+    {
+        let count = tasks.len();
+        let mut running: JoinSet<T> = tasks.into_iter().collect();
+        self.within(async {
+            let mut done = Vec::with_capacity(count);
+            while let Some(task) = running.join_next().await {
+                match task {
+                    Ok(output) => done.push(output),
+                    Err(failed) => std::panic::resume_unwind(failed.into_panic()),
+                }
+            }
+            Ok::<_, RedisError>(done)
+        })
+        .await
     }
 }
 
