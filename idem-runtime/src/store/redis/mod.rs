@@ -58,15 +58,33 @@ static PURGE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("purg
 /// is a hash tag, so on Redis Cluster every key of a record lives in one slot and the same
 /// scripts run unchanged. Its fields: `state` (`in_flight` or `completed`), `fingerprint` (hex),
 /// `token`, `owners` (more than 1: a lapsed lease was taken over), `lease_until`, `expires_at`,
-/// `operation` (the endpoint), `created_at`, and once completed `completed_at`, `status` and
-/// `payload` (the stored response, binary). Times are milliseconds since the Unix epoch.
+/// `operation` (the endpoint), `scope` and `scope_value` (the scope the key was given in and its
+/// value, the tenant; a takeover keeps them), `created_at`, and once completed `completed_at`,
+/// `status` and `payload` (the stored response, binary). Times are milliseconds since the Unix
+/// epoch. Records written before the store kept `scope` and `scope_value` read them empty.
 ///
 /// ```sh
 /// redis-cli --scan --pattern 'idem:{*'                # every record
 /// redis-cli HGETALL 'idem:{3f1c...}'                  # one record
-/// redis-cli HMGET 'idem:{3f1c...}' state operation status created_at completed_at
+/// redis-cli HMGET 'idem:{3f1c...}' state operation scope scope_value status created_at
 /// redis-cli PTTL 'idem:{3f1c...}'                     # milliseconds until Redis drops it
 /// ```
+///
+/// The operators' methods ([`Store::list_records`] and the rest), which the `idem` command
+/// (`idem --store redis://... ls|show|forget|purge|stats`) and
+/// [`Idempotency::records`](crate::Idempotency::records) call, read and change these hashes.
+/// Listing, counting and purging walk every key of the database that matches
+/// `<prefix>{*` with `SCAN` (on every primary of a cluster; the prefix's glob characters are
+/// escaped), read each record's fields but not its payload, and select in process: their cost
+/// grows with the number of keys in the database, not with the number selected, and they keep
+/// each record key seen in memory, so that a key `SCAN` returns twice counts once. A record
+/// is expired when the engine's `now` has passed its `expires_at`, whatever Redis's clock says;
+/// one Redis already dropped is not listed. Forgetting is one script (a live lease refuses it
+/// unless forced), and a purge deletes each record it chose with a script that checks the record
+/// is still that completed, live record (same token and completion time), so a record claimed
+/// afresh meanwhile is left alone. A key named like a record that is not a record's hash is
+/// [`StoreError::Corrupt`] and left in place (a forced forget deletes a hash that is not a
+/// record's, and says so).
 ///
 /// # Guarantees, and what Redis does not promise
 ///
