@@ -15,8 +15,10 @@ use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use bytes::Bytes;
 use idem_runtime::RecordKey;
 use idem_runtime::clock::Timestamp;
+use idem_runtime::store::records::{Forgotten, RecordFilter, RecordInfo, RecordStats};
 use idem_runtime::store::{
     Claim, ClaimRequest, Completion, Fence, LeaseToken, RedisStore, RedisStoreBuilder, Store,
 };
@@ -301,6 +303,48 @@ impl Store for RedisClusterStore {
 
     fn needs_sweeping(&self) -> bool {
         self.0.needs_sweeping()
+    }
+
+    async fn list_records(
+        &self,
+        filter: &RecordFilter,
+        now: Timestamp,
+        limit: u32,
+    ) -> Result<Vec<RecordInfo>, idem_runtime::StoreError> {
+        self.0.list_records(filter, now, limit).await
+    }
+
+    async fn read_record(
+        &self,
+        key: &RecordKey,
+    ) -> Result<Option<(RecordInfo, Option<Bytes>)>, idem_runtime::StoreError> {
+        self.0.read_record(key).await
+    }
+
+    async fn forget_record(
+        &self,
+        key: &RecordKey,
+        now: Timestamp,
+        force: bool,
+    ) -> Result<Forgotten, idem_runtime::StoreError> {
+        self.0.forget_record(key, now, force).await
+    }
+
+    async fn purge_records(
+        &self,
+        filter: &RecordFilter,
+        now: Timestamp,
+        limit: u32,
+    ) -> Result<u64, idem_runtime::StoreError> {
+        self.0.purge_records(filter, now, limit).await
+    }
+
+    async fn record_stats(
+        &self,
+        filter: &RecordFilter,
+        now: Timestamp,
+    ) -> Result<RecordStats, idem_runtime::StoreError> {
+        self.0.record_stats(filter, now).await
     }
 }
 

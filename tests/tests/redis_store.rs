@@ -121,6 +121,8 @@ async fn records_are_hashes_an_operator_reads_and_redis_expires() {
     assert_eq!(field("token"), "-42");
     assert_eq!(field("owners"), "1");
     assert_eq!(field("operation"), "redis_store::create_charge");
+    assert_eq!(field("scope"), "global");
+    assert_eq!(field("scope_value"), "");
     assert_eq!(field("created_at"), now.as_millis().to_string());
     assert_eq!(field("expires_at"), now.after(HOUR).as_millis().to_string());
     assert!(!record.contains_key("payload"));

@@ -52,6 +52,15 @@ impl Conn {
         }
     }
 
+    /// Runs `cmd`, a command about one key, where that key lives.
+    pub(super) async fn query<T: FromRedisValue>(&self, cmd: &Cmd) -> RedisResult<T> {
+        match self {
+            Self::Single(conn) => cmd.query_async(&mut conn.clone()).await,
+            #[cfg(feature = "cluster")]
+            Self::Cluster { conn, .. } => cmd.query_async(&mut conn.clone()).await,
+        }
+    }
+
     /// The nodes holding records: the server, or every primary of the cluster.
     pub(super) async fn nodes(&self) -> RedisResult<Vec<Node>> {
         match self {

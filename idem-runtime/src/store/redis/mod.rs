@@ -9,14 +9,18 @@ use redis::{RedisError, Script, Value};
 
 use crate::core::clock::Timestamp;
 use crate::core::error::StoreError;
-use crate::core::fingerprint::Fingerprint;
-use crate::core::key::RecordKey;
+use crate::core::key::{RecordKey, hex};
+use crate::store::records::{Forgotten, RecordFilter, RecordInfo, RecordStats};
 use crate::store::{Claim, ClaimRequest, Completion, Fence, LeaseToken, Store};
 
 mod builder;
+mod codec;
 mod conn;
+mod records;
+mod scan;
 
 pub use builder::RedisStoreBuilder;
+use codec::decode_claim;
 use conn::Conn;
 
 static CLAIM: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("claim.lua")));
@@ -54,15 +58,33 @@ static PURGE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("purg
 /// is a hash tag, so on Redis Cluster every key of a record lives in one slot and the same
 /// scripts run unchanged. Its fields: `state` (`in_flight` or `completed`), `fingerprint` (hex),
 /// `token`, `owners` (more than 1: a lapsed lease was taken over), `lease_until`, `expires_at`,
-/// `operation` (the endpoint), `created_at`, and once completed `completed_at`, `status` and
-/// `payload` (the stored response, binary). Times are milliseconds since the Unix epoch.
+/// `operation` (the endpoint), `scope` and `scope_value` (the scope the key was given in and its
+/// value, the tenant; a takeover keeps them), `created_at`, and once completed `completed_at`,
+/// `status` and `payload` (the stored response, binary). Times are milliseconds since the Unix
+/// epoch. Records written before the store kept `scope` and `scope_value` read them empty.
 ///
 /// ```sh
 /// redis-cli --scan --pattern 'idem:{*'                # every record
 /// redis-cli HGETALL 'idem:{3f1c...}'                  # one record
-/// redis-cli HMGET 'idem:{3f1c...}' state operation status created_at completed_at
+/// redis-cli HMGET 'idem:{3f1c...}' state operation scope scope_value status created_at
 /// redis-cli PTTL 'idem:{3f1c...}'                     # milliseconds until Redis drops it
 /// ```
+///
+/// The operators' methods ([`Store::list_records`] and the rest), which the `idem` command
+/// (`idem --store redis://... ls|show|forget|purge|stats`) and
+/// [`Idempotency::records`](crate::Idempotency::records) call, read and change these hashes.
+/// Listing, counting and purging walk every key of the database that matches
+/// `<prefix>{*` with `SCAN` (on every primary of a cluster; the prefix's glob characters are
+/// escaped), read each record's fields but not its payload, and select in process: their cost
+/// grows with the number of keys in the database, not with the number selected, and they keep
+/// each record key seen in memory, so that a key `SCAN` returns twice counts once. A record
+/// is expired when the engine's `now` has passed its `expires_at`, whatever Redis's clock says;
+/// one Redis already dropped is not listed. Forgetting is one script (a live lease refuses it
+/// unless forced), and a purge deletes each record it chose with a script that checks the record
+/// is still that completed, live record (same token and completion time), so a record claimed
+/// afresh meanwhile is left alone. A key named like a record that is not a record's hash is
+/// [`StoreError::Corrupt`] and left in place (a forced forget deletes a hash that is not a
+/// record's, and says so).
 ///
 /// # Guarantees, and what Redis does not promise
 ///
@@ -231,7 +253,9 @@ impl Store for RedisStore {
             .arg(req.lease_until.as_millis())
             .arg(req.expires_at.as_millis())
             .arg(px(req.now, req.expires_at))
-            .arg(req.operation);
+            .arg(req.operation)
+            .arg(req.scope)
+            .arg(req.scope_value);
         let reply: Value = self
             .within(async {
                 match self.conn.invoke(&script).await {
@@ -302,39 +326,65 @@ impl Store for RedisStore {
     /// ahead, as a `ManualClock` does in tests). It walks the prefix's keys with `SCAN` on every
     /// node, so it costs a pass over the keyspace: the sweeper never calls it on this store.
     async fn purge_expired(&self, now: Timestamp, limit: u32) -> Result<u64, StoreError> {
-        let pattern = format!("{}{{*", self.prefix);
         let mut purged = 0u64;
         if limit == 0 {
             return Ok(0);
         }
-        let nodes = self.within(self.conn.nodes()).await?;
-        for node in &nodes {
-            let mut cursor = 0u64;
-            loop {
-                let mut scan = redis::cmd("SCAN");
-                scan.arg(cursor)
-                    .arg("MATCH")
-                    .arg(&pattern)
-                    .arg("COUNT")
-                    .arg(1000);
-                let (next, keys): (u64, Vec<Vec<u8>>) =
-                    self.within(self.conn.on(node, scan)).await?;
-                for key in keys {
-                    let mut script = PURGE.prepare_invoke();
-                    script.key(key).arg(now.as_millis());
-                    let deleted: i64 = self.within(self.conn.invoke(&script)).await?;
-                    purged += u64::from(deleted == 1);
-                    if purged >= u64::from(limit) {
-                        return Ok(purged);
-                    }
+        let mut keys = scan::Keys::new(self).await?;
+        while let Some(batch) = keys.next().await? {
+            for key in batch {
+                let mut script = PURGE.prepare_invoke();
+                script.key(self.record_key(&key)).arg(now.as_millis());
+                let deleted: i64 = self.within(self.conn.invoke(&script)).await?;
+                purged += u64::from(deleted == 1);
+                if purged >= u64::from(limit) {
+                    return Ok(purged);
                 }
-                if next == 0 {
-                    break;
-                }
-                cursor = next;
             }
         }
         Ok(purged)
+    }
+
+    async fn list_records(
+        &self,
+        filter: &RecordFilter,
+        now: Timestamp,
+        limit: u32,
+    ) -> Result<Vec<RecordInfo>, StoreError> {
+        self.list(filter, now, limit).await
+    }
+
+    async fn read_record(
+        &self,
+        key: &RecordKey,
+    ) -> Result<Option<(RecordInfo, Option<Bytes>)>, StoreError> {
+        self.read(key).await
+    }
+
+    async fn forget_record(
+        &self,
+        key: &RecordKey,
+        now: Timestamp,
+        force: bool,
+    ) -> Result<Forgotten, StoreError> {
+        self.forget(key, now, force).await
+    }
+
+    async fn purge_records(
+        &self,
+        filter: &RecordFilter,
+        now: Timestamp,
+        limit: u32,
+    ) -> Result<u64, StoreError> {
+        self.purge(filter, now, limit).await
+    }
+
+    async fn record_stats(
+        &self,
+        filter: &RecordFilter,
+        now: Timestamp,
+    ) -> Result<RecordStats, StoreError> {
+        self.stats(filter, now).await
     }
 
     fn needs_sweeping(&self) -> bool {
@@ -342,161 +392,9 @@ impl Store for RedisStore {
     }
 }
 
-/// Reads the claim script's reply (see `claim.lua`).
-fn decode_claim(reply: Value) -> Result<Claim, StoreError> {
-    let corrupt = |what: &str| StoreError::Corrupt(format!("claim reply: {what}").into());
-    let Value::Array(items) = reply else {
-        return Err(corrupt("not an array"));
-    };
-    let mut items = items.into_iter();
-    let tag = match items.next() {
-        Some(Value::BulkString(tag)) => tag,
-        Some(Value::SimpleString(tag)) => tag.into_bytes(),
-        _ => return Err(corrupt("no outcome")),
-    };
-    match tag.as_slice() {
-        b"acquired" => match items.next() {
-            Some(Value::Int(owners)) => Ok(Claim::Acquired {
-                took_over: owners > 1,
-            }),
-            _ => Err(corrupt("acquired without an owner count")),
-        },
-        b"in_flight" => {
-            let fingerprint = fingerprint(items.next())?;
-            let lease_until = match items.next() {
-                Some(Value::BulkString(ms)) => std::str::from_utf8(&ms)
-                    .ok()
-                    .and_then(|ms| ms.parse().ok())
-                    .ok_or_else(|| corrupt("lease_until is not a number"))?,
-                _ => return Err(corrupt("in flight without lease_until")),
-            };
-            Ok(Claim::InFlight {
-                fingerprint,
-                lease_until: Timestamp::from_millis(lease_until),
-            })
-        }
-        b"completed" => {
-            let fingerprint = fingerprint(items.next())?;
-            match items.next() {
-                Some(Value::BulkString(payload)) => Ok(Claim::Completed {
-                    fingerprint,
-                    payload: Bytes::from(payload),
-                    completed_at: None,
-                }),
-                _ => Err(corrupt("completed record without a payload")),
-            }
-        }
-        other => Err(corrupt(&format!(
-            "unknown outcome {:?}",
-            String::from_utf8_lossy(other)
-        ))),
-    }
-}
-
-/// A fingerprint stored as 64 hex digits.
-fn fingerprint(value: Option<Value>) -> Result<Fingerprint, StoreError> {
-    let bad = || StoreError::Corrupt("fingerprint is not 64 hex digits".into());
-    let Some(Value::BulkString(digits)) = value else {
-        return Err(bad());
-    };
-    let mut bytes = [0u8; 32];
-    if digits.len() != 64 {
-        return Err(bad());
-    }
-    for (byte, pair) in bytes.iter_mut().zip(digits.chunks_exact(2)) {
-        let pair = std::str::from_utf8(pair).map_err(|_| bad())?;
-        *byte = u8::from_str_radix(pair, 16).map_err(|_| bad())?;
-    }
-    Ok(Fingerprint::from_bytes(bytes))
-}
-
-fn hex(bytes: &[u8]) -> String {
-    use std::fmt::Write;
-    bytes.iter().fold(String::with_capacity(64), |mut s, b| {
-        let _ = write!(s, "{b:02x}");
-        s
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn bulk(s: &[u8]) -> Value {
-        Value::BulkString(s.to_vec())
-    }
-
-    #[test]
-    fn fingerprints_round_trip_through_hex() {
-        let fp = Fingerprint::from_bytes(std::array::from_fn(|i| (i * 37) as u8));
-        let stored = hex(fp.as_bytes());
-        assert_eq!(stored.len(), 64);
-        assert_eq!(fingerprint(Some(bulk(stored.as_bytes()))).unwrap(), fp);
-        for bad in [&b"00"[..], &[b'g'; 64], &[b'0'; 65]] {
-            assert!(matches!(
-                fingerprint(Some(bulk(bad))),
-                Err(StoreError::Corrupt(_))
-            ));
-        }
-    }
-
-    #[test]
-    fn claim_replies_decode_and_malformed_ones_are_corrupt() {
-        let fp = hex(&[7; 32]);
-        let acquired = |owners| Value::Array(vec![bulk(b"acquired"), Value::Int(owners)]);
-        assert_eq!(
-            decode_claim(acquired(1)).unwrap(),
-            Claim::Acquired { took_over: false }
-        );
-        assert_eq!(
-            decode_claim(acquired(3)).unwrap(),
-            Claim::Acquired { took_over: true }
-        );
-        // A server that answers the outcome as a status string (RESP3 servers may) reads the same.
-        let status = Value::Array(vec![Value::SimpleString("acquired".into()), Value::Int(1)]);
-        assert_eq!(
-            decode_claim(status).unwrap(),
-            Claim::Acquired { took_over: false }
-        );
-        let in_flight = Value::Array(vec![
-            bulk(b"in_flight"),
-            bulk(fp.as_bytes()),
-            bulk(b"1750000030000"),
-        ]);
-        assert_eq!(
-            decode_claim(in_flight).unwrap(),
-            Claim::InFlight {
-                fingerprint: Fingerprint::from_bytes([7; 32]),
-                lease_until: Timestamp::from_millis(1_750_000_030_000),
-            }
-        );
-        let completed = Value::Array(vec![
-            bulk(b"completed"),
-            bulk(fp.as_bytes()),
-            bulk(b"\0\xff"),
-        ]);
-        assert_eq!(
-            decode_claim(completed).unwrap(),
-            Claim::Completed {
-                fingerprint: Fingerprint::from_bytes([7; 32]),
-                payload: Bytes::from_static(b"\0\xff"),
-                completed_at: None,
-            }
-        );
-        for bad in [
-            Value::Nil,
-            Value::Array(vec![]),
-            Value::Array(vec![bulk(b"acquired")]),
-            Value::Array(vec![bulk(b"stolen"), Value::Int(1)]),
-            Value::Array(vec![bulk(b"completed"), bulk(fp.as_bytes())]),
-            Value::Array(vec![bulk(b"in_flight"), bulk(fp.as_bytes()), bulk(b"soon")]),
-        ] {
-            assert!(
-                matches!(decode_claim(bad.clone()), Err(StoreError::Corrupt(_))),
-                "{bad:?}"
-            );
-        }
-    }
 
     #[test]
     fn keys_live_from_now_until_expiry_and_at_least_a_millisecond() {
