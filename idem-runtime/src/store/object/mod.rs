@@ -260,6 +260,8 @@ impl Store for BucketStore {
             created_at: req.now,
             completed: None,
             operation: req.operation.to_owned(),
+            scope: req.scope.to_owned(),
+            scope_value: req.scope_value.to_owned(),
         });
         let started = Instant::now();
         for _ in 0..ATTEMPTS {
@@ -295,7 +297,7 @@ impl Store for BucketStore {
                 return Ok(Claim::Completed {
                     fingerprint: record.fingerprint,
                     payload: completed.payload,
-                    completed_at: None,
+                    completed_at: Some(completed.at),
                 });
             }
             if record.lease_until > req.now || record.fingerprint != *req.fingerprint {
