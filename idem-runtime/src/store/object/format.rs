@@ -280,7 +280,11 @@ mod tests {
         bytes.extend_from_slice(&1_000i64.to_be_bytes()); // lease_until
         bytes.extend_from_slice(&2_000i64.to_be_bytes()); // expires_at
         bytes.extend_from_slice(&500i64.to_be_bytes()); // created_at
-        let (at, status) = if state == COMPLETED { (900i64, 201u16) } else { (0, 0) };
+        let (at, status) = if state == COMPLETED {
+            (900i64, 201u16)
+        } else {
+            (0, 0)
+        };
         bytes.extend_from_slice(&at.to_be_bytes()); // completed_at
         bytes.extend_from_slice(&status.to_be_bytes());
         bytes.extend_from_slice(&(operation.len() as u16).to_be_bytes());

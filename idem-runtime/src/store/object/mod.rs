@@ -1,19 +1,23 @@
 //! Records in an object store (S3, GCS, Azure Blob, in memory) through the `object_store` crate:
 //! one object per record, every change a conditional PUT.
 
+use std::pin::pin;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use futures_util::TryStreamExt;
 use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload, UpdateVersion};
 
 use crate::core::clock::Timestamp;
 use crate::core::error::StoreError;
 use crate::core::key::RecordKey;
+use crate::store::records::{Forgotten, RecordFilter, RecordInfo, RecordStats};
 use crate::store::{Claim, ClaimRequest, Completion, Fence, LeaseToken, Store};
 
 mod format;
+mod records;
 
 use format::{Completed, Record, Stored, decode, encode};
 
@@ -364,41 +368,69 @@ impl Store for BucketStore {
         if limit == 0 {
             return Ok(0);
         }
-        let listed = self
-            .store
-            .list_with_delimiter(Some(&self.prefix))
-            .await
-            .map_err(StoreError::unavailable)?;
+        let limit = u64::from(limit);
         let (mut expired, mut released) = (0u64, 0u64);
-        for meta in &listed.objects {
-            if expired >= u64::from(limit) && released >= u64::from(limit) {
+        let mut objects = pin!(self.scan());
+        while let Some(scanned) = objects.try_next().await? {
+            if expired >= limit && released >= limit {
                 break;
             }
-            // A start-up probe left by a process that died mid-probe is not a record.
-            if meta
-                .location
-                .filename()
-                .is_some_and(|f| f.starts_with(".probe-"))
-            {
-                continue;
-            }
-            let Some((stored, version)) = self.read(&meta.location).await? else {
-                continue;
-            };
-            let counted = match stored {
+            let counted = match scanned.stored {
                 Stored::Live(record) if record.expires_at <= now => &mut expired,
                 Stored::Tombstone => &mut released,
                 Stored::Retiring { since } if now >= since.after(RETIRE_GRACE) => &mut released,
                 _ => continue,
             };
-            if *counted >= u64::from(limit) {
+            if *counted >= limit {
                 continue;
             }
-            if self.retire(&meta.location, now, version).await? {
+            if self.retire(&scanned.path, now, scanned.version).await? {
                 *counted += 1;
             }
         }
         Ok(expired)
+    }
+
+    async fn list_records(
+        &self,
+        filter: &RecordFilter,
+        now: Timestamp,
+        limit: u32,
+    ) -> Result<Vec<RecordInfo>, StoreError> {
+        self.list(filter, now, limit).await
+    }
+
+    async fn read_record(
+        &self,
+        key: &RecordKey,
+    ) -> Result<Option<(RecordInfo, Option<Bytes>)>, StoreError> {
+        self.read_one(key).await
+    }
+
+    async fn forget_record(
+        &self,
+        key: &RecordKey,
+        now: Timestamp,
+        force: bool,
+    ) -> Result<Forgotten, StoreError> {
+        self.forget(key, now, force).await
+    }
+
+    async fn purge_records(
+        &self,
+        filter: &RecordFilter,
+        now: Timestamp,
+        limit: u32,
+    ) -> Result<u64, StoreError> {
+        self.purge(filter, now, limit).await
+    }
+
+    async fn record_stats(
+        &self,
+        filter: &RecordFilter,
+        now: Timestamp,
+    ) -> Result<RecordStats, StoreError> {
+        self.stats(filter, now).await
     }
 }
 
