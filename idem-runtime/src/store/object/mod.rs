@@ -46,6 +46,21 @@ const RETIRING_WAIT: Duration = Duration::from_millis(500);
 /// from (`If-Match` on the ETag), re-read and retried when another writer got there first. So
 /// claims are atomic per key and writes are fenced, as on the SQL stores.
 ///
+/// Beside the fingerprint, lease token and times the engine needs, each record keeps what
+/// operators read ([`RecordInfo`]): its operation, scope and scope value, its creation time,
+/// lease and expiry, and once completed its completion time, status code and payload. Records
+/// written by the previous release (record format version 1, which had no scope) still replay,
+/// and show an empty scope and scope value; a process of that release cannot read a record
+/// written by this one, so upgrade every process sharing a prefix together.
+///
+/// The operators' methods ([`list_records`](Store::list_records),
+/// [`record_stats`](Store::record_stats), [`purge_records`](Store::purge_records)) list and
+/// read every object under the prefix, whatever the filter: their cost grows with the records
+/// held. [`read_record`](Store::read_record) and [`forget_record`](Store::forget_record) read
+/// one object. Forgetting and purging replace a record by a tombstone (compare-and-swap on the
+/// version read, so a record that changed since is left alone), which the sweeper then deletes
+/// like a released record's.
+///
 /// ```
 /// use std::sync::Arc;
 /// use idem_runtime::{Idempotency, store::BucketStore};
