@@ -1,14 +1,15 @@
 //! What only `BucketStore` has: the start-up probe that refuses an object store without
-//! conditional updates, and purges that delete records (expired ones and tombstones) without a
-//! conditional delete, racing claims. (Its record rules are the conformance suite's, run on
-//! `InMemory`.)
+//! conditional updates, purges that delete records (expired ones and tombstones) without a
+//! conditional delete, racing claims, and operators' forgets and purges, which replace a record
+//! by a tombstone only if it is still the version they read. (Its record rules are the
+//! conformance suite's, run on `InMemory`.)
 //!
 //! ```text
 //! cargo test -p idem-tests --test bucket
 //! ```
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -16,12 +17,14 @@ use futures_core::stream::BoxStream;
 use object_store::path::Path;
 use object_store::{
     CopyOptions, GetOptions, GetResult, ListResult, MultipartUpload, ObjectMeta, ObjectStore,
-    PutMultipartOptions, PutOptions, PutPayload, PutResult,
+    ObjectStoreExt, PutMultipartOptions, PutOptions, PutPayload, PutResult,
 };
 
 use idem_runtime::clock::Timestamp;
-use idem_runtime::store::{BucketStore, Claim, ClaimRequest, Fence, LeaseToken, Store};
+use idem_runtime::store::records::{Forgotten, RecordFilter};
+use idem_runtime::store::{BucketStore, Claim, ClaimRequest, Completion, Fence, LeaseToken, Store};
 use idem_runtime::{Fingerprint, RecordKey, StoreError};
+use tokio::sync::Notify;
 
 #[tokio::test]
 async fn a_store_without_conditional_updates_is_refused_at_start_up() {
@@ -63,22 +66,46 @@ fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
     files
 }
 
-/// Forwards to an object store; the next read, once armed, answers what it read 50 ms late: a
-/// purge that read a tombstone, then was overtaken by a claim.
-#[derive(Debug)]
-struct SlowRead {
+/// Forwards to an in-memory object store, with races staged on its reads. Once `armed`, the
+/// next read answers what it read 50 ms late: a purge that read a tombstone, then was
+/// overtaken by a claim. Once [paused](Staged::pause), the next read stops (before or after
+/// reading), says so on `stopped`, and goes on when the test notifies `resume`.
+#[derive(Debug, Default)]
+struct Staged {
     inner: object_store::memory::InMemory,
     armed: AtomicBool,
+    pause: Mutex<Option<Pause>>,
+    stopped: Notify,
+    resume: Notify,
 }
 
-impl std::fmt::Display for SlowRead {
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Pause {
+    BeforeRead,
+    AfterRead,
+}
+
+impl Staged {
+    fn pause(&self, when: Pause) {
+        *self.pause.lock().unwrap() = Some(when);
+    }
+
+    async fn stop_if(&self, paused: Option<Pause>, now: Pause) {
+        if paused == Some(now) {
+            self.stopped.notify_one();
+            self.resume.notified().await;
+        }
+    }
+}
+
+impl std::fmt::Display for Staged {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "SlowRead({})", self.inner)
+        write!(f, "Staged({})", self.inner)
     }
 }
 
 #[async_trait]
-impl ObjectStore for SlowRead {
+impl ObjectStore for Staged {
     async fn put_opts(
         &self,
         location: &Path,
@@ -101,7 +128,10 @@ impl ObjectStore for SlowRead {
         location: &Path,
         options: GetOptions,
     ) -> object_store::Result<GetResult> {
+        let paused = self.pause.lock().unwrap().take();
+        self.stop_if(paused, Pause::BeforeRead).await;
         let got = self.inner.get_opts(location, options).await;
+        self.stop_if(paused, Pause::AfterRead).await;
         if self.armed.swap(false, Ordering::SeqCst) {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
@@ -161,10 +191,7 @@ async fn purges_racing_claims_never_delete_a_claimed_record() {
     const ACQUIRED: Claim = Claim::Acquired { took_over: false };
     for round in 0..100u32 {
         // A store of its own per round, so the purge's first read is of this round's record.
-        let objects = Arc::new(SlowRead {
-            inner: object_store::memory::InMemory::new(),
-            armed: AtomicBool::new(false),
-        });
+        let objects = Arc::new(Staged::default());
         let store = BucketStore::new(objects.clone()).await.unwrap();
         let k = key(round);
         // A released key: a tombstone, which the purge and the claim race for.
@@ -193,4 +220,137 @@ async fn purges_racing_claims_never_delete_a_claimed_record() {
             other => panic!("round {round}: {other:?}"),
         }
     }
+}
+
+const NOW: i64 = 100_000;
+
+/// A store of its own, so a listing's first read is of the test's record, and the record `k`
+/// claimed at 0 (live for `ttl` ms), completed at 1 s when `complete`.
+async fn staged(k: &RecordKey, ttl: i64, complete: bool) -> (Arc<Staged>, BucketStore) {
+    let objects = Arc::new(Staged::default());
+    let store = BucketStore::new(objects.clone()).await.unwrap();
+    let fingerprint = Fingerprint::from_bytes([7; 32]);
+    let claimed = store
+        .claim(request(k, &fingerprint, 1, 0, ttl))
+        .await
+        .unwrap();
+    assert_eq!(claimed, Claim::Acquired { took_over: false });
+    if complete {
+        let completion = Completion {
+            payload: b"done",
+            status: Some(201),
+            completed_at: Timestamp::from_millis(1_000),
+            expires_at: Timestamp::from_millis(1_000 + ttl),
+        };
+        let held = store.complete(k, LeaseToken::from_i64(1), completion).await;
+        assert_eq!(held.unwrap(), Fence::Held);
+    }
+    (objects, store)
+}
+
+fn request<'a>(
+    k: &'a RecordKey,
+    fingerprint: &'a Fingerprint,
+    token: i64,
+    now: i64,
+    ttl: i64,
+) -> ClaimRequest<'a> {
+    ClaimRequest {
+        key: k,
+        fingerprint,
+        token: LeaseToken::from_i64(token),
+        now: Timestamp::from_millis(now),
+        lease_until: Timestamp::from_millis(now + 60_000),
+        expires_at: Timestamp::from_millis(now + ttl),
+        operation: "op",
+        scope: "org",
+        scope_value: "acme",
+        tenant: 0,
+    }
+}
+
+#[tokio::test]
+async fn two_forgets_of_one_record_delete_it_once() {
+    let k = RecordKey::from_bytes([1; 32]);
+    let (objects, store) = staged(&k, 3_600_000, true).await;
+    let now = Timestamp::from_millis(NOW);
+    objects.pause(Pause::AfterRead);
+    let first = {
+        let store = store.clone();
+        tokio::spawn(async move { store.forget_record(&k, now, false).await })
+    };
+    objects.stopped.notified().await;
+    // The second forget runs while the first holds what it read.
+    let second = store.forget_record(&k, now, false).await.unwrap();
+    assert!(matches!(second, Forgotten::Deleted(_)), "{second:?}");
+    objects.resume.notify_one();
+    // The first one's swap finds the record changed, re-reads it: gone.
+    assert_eq!(first.await.unwrap().unwrap(), Forgotten::Absent);
+}
+
+#[tokio::test]
+async fn a_forget_overtaken_by_a_claim_leaves_the_new_owner_alone() {
+    let k = RecordKey::from_bytes([2; 32]);
+    // Expired at 50 s: a forget reads it, then a new request claims the key.
+    let (objects, store) = staged(&k, 50_000, false).await;
+    let now = Timestamp::from_millis(NOW);
+    objects.pause(Pause::AfterRead);
+    let forget = {
+        let store = store.clone();
+        tokio::spawn(async move { store.forget_record(&k, now, false).await })
+    };
+    objects.stopped.notified().await;
+    let fingerprint = Fingerprint::from_bytes([8; 32]);
+    let claimed = store.claim(request(&k, &fingerprint, 2, NOW, 3_600_000));
+    assert_eq!(claimed.await.unwrap(), Claim::Acquired { took_over: false });
+    objects.resume.notify_one();
+    match forget.await.unwrap().unwrap() {
+        Forgotten::Leased(record) => assert_eq!(record.created_at, now),
+        other => panic!("the new owner's record must be refused, got {other:?}"),
+    }
+    let renewed = store.renew(
+        &k,
+        LeaseToken::from_i64(2),
+        now.after(Duration::from_secs(90)),
+    );
+    assert_eq!(renewed.await.unwrap(), Fence::Held);
+}
+
+#[tokio::test]
+async fn two_purges_count_a_record_once() {
+    let k = RecordKey::from_bytes([3; 32]);
+    let (objects, store) = staged(&k, 3_600_000, true).await;
+    let now = Timestamp::from_millis(NOW);
+    objects.pause(Pause::AfterRead);
+    let first = {
+        let store = store.clone();
+        tokio::spawn(async move { store.purge_records(&RecordFilter::new(), now, 10).await })
+    };
+    objects.stopped.notified().await;
+    let second = store.purge_records(&RecordFilter::new(), now, 10).await;
+    assert_eq!(second.unwrap(), 1);
+    objects.resume.notify_one();
+    assert_eq!(
+        first.await.unwrap().unwrap(),
+        0,
+        "its swap lost: not counted"
+    );
+    assert_eq!(store.read_record(&k).await.unwrap(), None);
+}
+
+#[tokio::test]
+async fn a_record_deleted_between_the_listing_and_its_read_is_left_out() {
+    let k = RecordKey::from_bytes([4; 32]);
+    let (objects, store) = staged(&k, 3_600_000, true).await;
+    let now = Timestamp::from_millis(NOW);
+    objects.pause(Pause::BeforeRead);
+    let listing = {
+        let store = store.clone();
+        tokio::spawn(async move { store.list_records(&RecordFilter::new(), now, 10).await })
+    };
+    objects.stopped.notified().await;
+    let path = Path::from(format!("idem/{}", k.to_hex()));
+    objects.inner.delete(&path).await.unwrap();
+    objects.resume.notify_one();
+    assert_eq!(listing.await.unwrap().unwrap(), []);
 }

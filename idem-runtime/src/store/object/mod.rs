@@ -1,19 +1,23 @@
 //! Records in an object store (S3, GCS, Azure Blob, in memory) through the `object_store` crate:
 //! one object per record, every change a conditional PUT.
 
+use std::pin::pin;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use futures_util::TryStreamExt;
 use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload, UpdateVersion};
 
 use crate::core::clock::Timestamp;
 use crate::core::error::StoreError;
 use crate::core::key::RecordKey;
+use crate::store::records::{Forgotten, RecordFilter, RecordInfo, RecordStats};
 use crate::store::{Claim, ClaimRequest, Completion, Fence, LeaseToken, Store};
 
 mod format;
+mod records;
 
 use format::{Completed, Record, Stored, decode, encode};
 
@@ -41,6 +45,21 @@ const RETIRING_WAIT: Duration = Duration::from_millis(500);
 /// replacing an expired record) is a compare-and-swap on the version the change was decided
 /// from (`If-Match` on the ETag), re-read and retried when another writer got there first. So
 /// claims are atomic per key and writes are fenced, as on the SQL stores.
+///
+/// Beside the fingerprint, lease token and times the engine needs, each record keeps what
+/// operators read ([`RecordInfo`]): its operation, scope and scope value, its creation time,
+/// lease and expiry, and once completed its completion time, status code and payload. Records
+/// written by the previous release (record format version 1, which had no scope) still replay,
+/// and show an empty scope and scope value; a process of that release cannot read a record
+/// written by this one, so upgrade every process sharing a prefix together.
+///
+/// The operators' methods ([`list_records`](Store::list_records),
+/// [`record_stats`](Store::record_stats), [`purge_records`](Store::purge_records)) list and
+/// read every object under the prefix, whatever the filter: their cost grows with the records
+/// held. [`read_record`](Store::read_record) and [`forget_record`](Store::forget_record) read
+/// one object. Forgetting and purging replace a record by a tombstone (compare-and-swap on the
+/// version read, so a record that changed since is left alone), which the sweeper then deletes
+/// like a released record's.
 ///
 /// ```
 /// use std::sync::Arc;
@@ -260,6 +279,8 @@ impl Store for BucketStore {
             created_at: req.now,
             completed: None,
             operation: req.operation.to_owned(),
+            scope: req.scope.to_owned(),
+            scope_value: req.scope_value.to_owned(),
         });
         let started = Instant::now();
         for _ in 0..ATTEMPTS {
@@ -295,7 +316,7 @@ impl Store for BucketStore {
                 return Ok(Claim::Completed {
                     fingerprint: record.fingerprint,
                     payload: completed.payload,
-                    completed_at: None,
+                    completed_at: Some(completed.at),
                 });
             }
             if record.lease_until > req.now || record.fingerprint != *req.fingerprint {
@@ -362,41 +383,69 @@ impl Store for BucketStore {
         if limit == 0 {
             return Ok(0);
         }
-        let listed = self
-            .store
-            .list_with_delimiter(Some(&self.prefix))
-            .await
-            .map_err(StoreError::unavailable)?;
+        let limit = u64::from(limit);
         let (mut expired, mut released) = (0u64, 0u64);
-        for meta in &listed.objects {
-            if expired >= u64::from(limit) && released >= u64::from(limit) {
+        let mut objects = pin!(self.scan());
+        while let Some(scanned) = objects.try_next().await? {
+            if expired >= limit && released >= limit {
                 break;
             }
-            // A start-up probe left by a process that died mid-probe is not a record.
-            if meta
-                .location
-                .filename()
-                .is_some_and(|f| f.starts_with(".probe-"))
-            {
-                continue;
-            }
-            let Some((stored, version)) = self.read(&meta.location).await? else {
-                continue;
-            };
-            let counted = match stored {
+            let counted = match scanned.stored {
                 Stored::Live(record) if record.expires_at <= now => &mut expired,
                 Stored::Tombstone => &mut released,
                 Stored::Retiring { since } if now >= since.after(RETIRE_GRACE) => &mut released,
                 _ => continue,
             };
-            if *counted >= u64::from(limit) {
+            if *counted >= limit {
                 continue;
             }
-            if self.retire(&meta.location, now, version).await? {
+            if self.retire(&scanned.path, now, scanned.version).await? {
                 *counted += 1;
             }
         }
         Ok(expired)
+    }
+
+    async fn list_records(
+        &self,
+        filter: &RecordFilter,
+        now: Timestamp,
+        limit: u32,
+    ) -> Result<Vec<RecordInfo>, StoreError> {
+        self.list(filter, now, limit).await
+    }
+
+    async fn read_record(
+        &self,
+        key: &RecordKey,
+    ) -> Result<Option<(RecordInfo, Option<Bytes>)>, StoreError> {
+        self.read_one(key).await
+    }
+
+    async fn forget_record(
+        &self,
+        key: &RecordKey,
+        now: Timestamp,
+        force: bool,
+    ) -> Result<Forgotten, StoreError> {
+        self.forget(key, now, force).await
+    }
+
+    async fn purge_records(
+        &self,
+        filter: &RecordFilter,
+        now: Timestamp,
+        limit: u32,
+    ) -> Result<u64, StoreError> {
+        self.purge(filter, now, limit).await
+    }
+
+    async fn record_stats(
+        &self,
+        filter: &RecordFilter,
+        now: Timestamp,
+    ) -> Result<RecordStats, StoreError> {
+        self.stats(filter, now).await
     }
 }
 
