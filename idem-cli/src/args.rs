@@ -13,7 +13,7 @@ use idem_runtime::store::records::RecordState;
 #[command(name = "idem", version, max_term_width = 100)]
 pub(crate) struct Cli {
     /// The store: sqlite://FILE, postgres://..., redis://HOST[:PORT][/DB], s3://BUCKET[/PREFIX]
-    /// (with the AWS_* variables). Redis Cluster: --cluster, with one or more node URLs joined
+    /// (records under PREFIX, default `idem`; the client from the AWS_* variables). Redis Cluster: --cluster, with one or more node URLs joined
     /// by commas.
     #[arg(long, env = "IDEM_STORE_URL", value_name = "URL")]
     pub(crate) store: String,
@@ -26,8 +26,7 @@ pub(crate) struct Cli {
     #[arg(long, default_value = "idempotency_records", global = true)]
     pub(crate) table: String,
 
-    /// Redis: what every record's key starts with; S3: the folder under the bucket's prefix
-    /// the records are in.
+    /// Redis: what every record's key starts with (default `idem:`).
     #[arg(long, global = true)]
     pub(crate) prefix: Option<String>,
 

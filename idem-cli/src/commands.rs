@@ -11,15 +11,39 @@ use crate::args::{Cli, Command, Forget, Locate, Ls, Purge, Show, Stats};
 use crate::fail::Failure;
 use crate::{open, render};
 
-/// Runs the command `cli` names against its store.
+/// A command with its arguments checked: what it will do, before any store is touched.
+enum Plan<'a> {
+    Ls(&'a Ls),
+    Show(&'a Show, RecordKey),
+    Forget(&'a Forget, RecordKey),
+    Purge(&'a Purge, Option<(Timestamp, Timestamp)>),
+    Stats(&'a Stats),
+}
+
+impl<'a> Plan<'a> {
+    /// Checks the arguments the parser cannot: the key, the purge window (exit 2).
+    fn of(command: &'a Command) -> Result<Self, Failure> {
+        Ok(match command {
+            Command::Ls(ls) => Self::Ls(ls),
+            Command::Show(show) => Self::Show(show, locate(&show.record)?),
+            Command::Forget(forget) => Self::Forget(forget, locate(&forget.record)?),
+            Command::Purge(purge) => Self::Purge(purge, window(purge)?),
+            Command::Stats(stats) => Self::Stats(stats),
+        })
+    }
+}
+
+/// Runs the command `cli` names against its store, once its arguments are checked.
 pub(crate) async fn run(cli: &Cli) -> Result<(), Failure> {
+    let plan = Plan::of(&cli.command)?;
     let records = open::records(cli).await?;
-    match &cli.command {
-        Command::Ls(ls) => list(&records, ls, cli.json).await,
-        Command::Show(show) => self::show(&records, show, cli.json).await,
-        Command::Forget(forget) => self::forget(&records, forget, cli.json).await,
-        Command::Purge(purge) => self::purge(&records, purge, cli.json).await,
-        Command::Stats(stats) => self::stats(&records, stats, cli.json).await,
+    let json = cli.json;
+    match plan {
+        Plan::Ls(ls) => list(&records, ls, json).await,
+        Plan::Show(show, key) => self::show(&records, show, &key, json).await,
+        Plan::Forget(forget, key) => self::forget(&records, forget, &key, json).await,
+        Plan::Purge(purge, window) => self::purge(&records, purge, window, json).await,
+        Plan::Stats(stats) => self::stats(&records, stats, json).await,
     }
 }
 
@@ -38,27 +62,30 @@ async fn list(records: &Records, ls: &Ls, json: bool) -> Result<(), Failure> {
     Ok(())
 }
 
-async fn show(records: &Records, show: &Show, json: bool) -> Result<(), Failure> {
-    let key = locate(&show.record)?;
-    match records.show(&key).await? {
+async fn show(records: &Records, show: &Show, key: &RecordKey, json: bool) -> Result<(), Failure> {
+    match records.show(key).await? {
         Some(detail) => {
             let now = records.now();
             emit(&render::detail(&detail, now, show.body_bytes, json));
             Ok(())
         }
         None => {
-            complain(&render::absent(&show.record, &key, json), json);
+            complain(&render::absent(&show.record, key, json), json);
             Err(Failure::NotFound)
         }
     }
 }
 
-async fn forget(records: &Records, forget: &Forget, json: bool) -> Result<(), Failure> {
-    let key = locate(&forget.record)?;
+async fn forget(
+    records: &Records,
+    forget: &Forget,
+    key: &RecordKey,
+    json: bool,
+) -> Result<(), Failure> {
     let forgotten = if forget.force {
-        records.force_forget(&key).await?
+        records.force_forget(key).await?
     } else {
-        records.forget(&key).await?
+        records.forget(key).await?
     };
     let now = records.now();
     match forgotten {
@@ -71,7 +98,7 @@ async fn forget(records: &Records, forget: &Forget, json: bool) -> Result<(), Fa
             Err(Failure::Refused)
         }
         Forgotten::Absent => {
-            complain(&render::absent(&forget.record, &key, json), json);
+            complain(&render::absent(&forget.record, key, json), json);
             Err(Failure::NotFound)
         }
         _ => Err(Failure::Store(StoreError::Unsupported(
@@ -80,17 +107,24 @@ async fn forget(records: &Records, forget: &Forget, json: bool) -> Result<(), Fa
     }
 }
 
-async fn purge(records: &Records, purge: &Purge, json: bool) -> Result<(), Failure> {
+/// `--completed-between T1 T2`, checked.
+fn window(purge: &Purge) -> Result<Option<(Timestamp, Timestamp)>, Failure> {
+    match purge.completed_between.as_deref() {
+        Some([from, to]) if from >= to => Err(Failure::Usage(
+            "--completed-between: T1 must be before T2".into(),
+        )),
+        Some([from, to]) => Ok(Some((timestamp(*from)?, timestamp(*to)?))),
+        _ => Ok(None),
+    }
+}
+
+async fn purge(
+    records: &Records,
+    purge: &Purge,
+    window: Option<(Timestamp, Timestamp)>,
+    json: bool,
+) -> Result<(), Failure> {
     let mut filter = RecordFilter::new().operation(&purge.operation);
-    let window = match purge.completed_between.as_deref() {
-        Some([from, to]) if from >= to => {
-            return Err(Failure::Usage(
-                "--completed-between: T1 must be before T2".into(),
-            ));
-        }
-        Some([from, to]) => Some((timestamp(*from)?, timestamp(*to)?)),
-        _ => None,
-    };
     if let Some((from, to)) = window {
         filter = filter.completed_between(from, to);
     }

@@ -8,7 +8,6 @@ use idem_runtime::store::{BucketStore, PostgresStore, RedisStore, SqliteStore};
 use idem_runtime::{Idempotency, Records, StoreError};
 use object_store::ObjectStore;
 use object_store::aws::AmazonS3Builder;
-use object_store::prefix::PrefixStore;
 
 use crate::args::Cli;
 use crate::fail::Failure;
@@ -35,7 +34,7 @@ pub(crate) async fn records(cli: &Cli) -> Result<Records, Failure> {
             builder.store(store)
         }
         "redis" | "rediss" => builder.store(redis(cli, url).await?),
-        "s3" => builder.store(bucket(cli, url).await?),
+        "s3" => builder.store(bucket(url).await?),
         _ => {
             return Err(Failure::Usage(format!(
                 "unknown store URL `{url}`: use sqlite://FILE, postgres://..., redis://HOST, \
@@ -105,7 +104,10 @@ async fn redis(cli: &Cli, url: &str) -> Result<RedisStore, Failure> {
         .await?)
 }
 
-async fn bucket(cli: &Cli, url: &str) -> Result<BucketStore, Failure> {
+/// `s3://BUCKET[/PREFIX]`: the records a `BucketStore` keeps under `PREFIX` of the bucket
+/// (`idem` when absent, as `BucketStore::new`), with the S3 client the `AWS_*` variables
+/// configure.
+async fn bucket(url: &str) -> Result<BucketStore, Failure> {
     let rest = url.strip_prefix("s3://").unwrap_or_default();
     let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
     if bucket.is_empty() {
@@ -115,14 +117,9 @@ async fn bucket(cli: &Cli, url: &str) -> Result<BucketStore, Failure> {
         .with_bucket_name(bucket)
         .build()
         .map_err(|e| Failure::Usage(format!("S3: {e}")))?;
-    let prefix = prefix.trim_matches('/');
-    let store: Arc<dyn ObjectStore> = if prefix.is_empty() {
-        Arc::new(s3)
-    } else {
-        Arc::new(PrefixStore::new(s3, prefix))
-    };
-    Ok(match &cli.prefix {
-        Some(folder) => BucketStore::with_prefix(store, folder.as_str()).await?,
-        None => BucketStore::new(store).await?,
+    let store: Arc<dyn ObjectStore> = Arc::new(s3);
+    Ok(match prefix.trim_matches('/') {
+        "" => BucketStore::new(store).await?,
+        prefix => BucketStore::with_prefix(store, prefix).await?,
     })
 }
