@@ -187,7 +187,7 @@ async fn every_outcome() {
     let duplicate = op().run("c", 1, |_| ending(true)).await;
     assert!(matches!(duplicate, Err(OperationError::InFlight { .. })));
     gate.open();
-    held.await.unwrap().unwrap();
+    assert!(!held.await.unwrap().unwrap().is_replayed());
 
     // store_full: a one-record store fills up.
     let full = Idempotency::builder()
