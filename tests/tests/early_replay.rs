@@ -205,7 +205,8 @@ async fn only_live_completed_records_are_peeked() {
     );
     assert_eq!(
         store.peek_completed(&key, Timestamp::from_millis(49_999)),
-        Some(Bytes::from_static(b"stored"))
+        Some((Bytes::from_static(b"stored"), Some(now))),
+        "the payload, and when it completed"
     );
     assert_eq!(
         store.peek_completed(&key, Timestamp::from_millis(50_000)),

@@ -1,22 +1,29 @@
 //! Metrics and logs: `idempotency_requests_total{endpoint, outcome}` counts every outcome, the
 //! same way through the attribute and the layer, each request once (callers that leave too),
-//! and the client's key never appears in logs, only its hash.
+//! and the client's key never appears in logs, only its hash; `idempotency_in_flight{endpoint}`
+//! comes back to 0 however operations end; `idempotency_replay_age_seconds{endpoint}` observes
+//! the age of each replay, on both replay paths.
 //!
 //! The tests share the process-wide recorder (each counts its own endpoints); one installs the
 //! process-wide subscriber.
 
 use std::io::Write;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::body::Body;
+use axum::extract::FromRequest;
 use axum::http::{Request, StatusCode};
+use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::{Json, Router};
 use http_body_util::BodyExt;
+use idem_runtime::clock::ManualClock;
 use idem_runtime::store::MemoryStore;
-use idem_runtime::{Idempotency, KeyMode, idempotent};
-use idem_tests::metrics::{recorder as metrics, requests as count};
+use idem_runtime::{Idempotency, KeyMode, OperationError, idempotent};
+use idem_tests::Gate;
+use idem_tests::metrics::{recorder as metrics, requests as count, sample};
 use serde_json::Value;
 use tower::ServiceExt;
 
@@ -259,4 +266,161 @@ async fn callers_that_leave_are_counted_once() {
         1,
         "the caller that stayed for done's replay: {text}"
     );
+}
+
+/// An operation that ends as told: with an output, an error, or a panic.
+async fn ending(how: &'static str) -> Result<u32, String> {
+    match how {
+        "output" => Ok(7),
+        "error" => Err("failed".to_owned()),
+        _ => panic!("the operation panicked on purpose"),
+    }
+}
+
+/// `idempotency_in_flight` counts an operation from its claim to the end of its work, once,
+/// whatever the end: an output stored, an error released, a panic, a caller that left while it
+/// ran (the work runs on without it); a duplicate refused meanwhile (a 409 over HTTP) is not an
+/// operation that runs.
+#[tokio::test]
+async fn in_flight_comes_back_to_zero_however_operations_end() {
+    const NAME: &str = "metrics.in_flight";
+    let metrics = metrics();
+    let in_flight = || sample(&metrics.render(), "idempotency_in_flight", NAME);
+    let idem = Idempotency::builder()
+        .store(MemoryStore::new())
+        .build()
+        .unwrap();
+    let run = |key: &'static str, how: &'static str| {
+        let idem = idem.clone();
+        tokio::spawn(async move {
+            let operation = idem.operation(NAME);
+            operation.run(key, (), move |()| ending(how)).await
+        })
+    };
+
+    let stored = run("output", "output").await.unwrap();
+    assert_eq!(stored.unwrap().into_inner(), 7);
+    assert_eq!(in_flight(), Some(0.0));
+    let released = run("error", "error").await.unwrap();
+    assert!(matches!(released, Err(OperationError::Failed(_))));
+    assert_eq!(in_flight(), Some(0.0));
+    let panicked = run("panic", "panic").await.unwrap_err();
+    assert!(panicked.is_panic());
+    assert_eq!(in_flight(), Some(0.0));
+
+    // A caller that leaves mid-run, and a duplicate refused while the operation runs.
+    let gate = Gate::default();
+    let held = gate.clone();
+    let leaving = {
+        let idem = idem.clone();
+        tokio::spawn(async move {
+            let operation = idem.operation(NAME).run("left", (), |()| async move {
+                held.pass().await;
+                Ok::<u32, String>(8)
+            });
+            operation.await
+        })
+    };
+    gate.entered().await;
+    assert_eq!(in_flight(), Some(1.0), "the held operation runs");
+    let duplicate = run("left", "output").await.unwrap();
+    assert!(matches!(duplicate, Err(OperationError::InFlight { .. })));
+    assert_eq!(in_flight(), Some(1.0), "a refused duplicate runs nothing");
+    leaving.abort();
+    assert!(leaving.await.unwrap_err().is_cancelled());
+    assert_eq!(
+        in_flight(),
+        Some(1.0),
+        "its work runs on without the caller"
+    );
+    gate.open();
+    // A retry that waits gets the output once it is stored, after the work ended.
+    let retry = idem.operation(NAME).wait(true);
+    let replayed = retry.run("left", (), |()| ending("panic")).await.unwrap();
+    assert!(replayed.is_replayed());
+    assert_eq!(replayed.into_inner(), 8);
+    assert_eq!(in_flight(), Some(0.0));
+
+    let text = metrics.render();
+    for (outcome, n) in [("executed", 2), ("released", 2), ("in_progress", 1)] {
+        assert_eq!(count(&text, NAME, outcome), n, "{outcome}: {text}");
+    }
+}
+
+/// How many times `aged`'s body was extracted: the early replay (the same bytes, on a store
+/// that reads in process) answers before the extractor, the claim's replay after it.
+static AGED_EXTRACTED: AtomicUsize = AtomicUsize::new(0);
+
+/// `Json<Value>`, counted in [`AGED_EXTRACTED`].
+struct CountedJson(Value);
+
+impl<S: Send + Sync> FromRequest<S> for CountedJson {
+    type Rejection = Response;
+
+    async fn from_request(request: Request<Body>, state: &S) -> Result<Self, Self::Rejection> {
+        AGED_EXTRACTED.fetch_add(1, Ordering::SeqCst);
+        let Json(value) = Json::<Value>::from_request(request, state)
+            .await
+            .map_err(IntoResponse::into_response)?;
+        Ok(Self(value))
+    }
+}
+
+#[idempotent(scope = "global", key = "required", name = "metrics.replay_age")]
+async fn aged(CountedJson(body): CountedJson) -> (StatusCode, Json<Value>) {
+    (StatusCode::CREATED, Json(body))
+}
+
+/// A replay observes how long ago its result completed, by the engine's clock: the early replay
+/// of the very same bytes and the claim's replay of the same JSON written otherwise alike.
+#[tokio::test]
+async fn replays_observe_the_age_of_their_result() {
+    const NAME: &str = "metrics.replay_age";
+    let metrics = metrics();
+    let clock = ManualClock::new();
+    let idem = Idempotency::builder()
+        .store(MemoryStore::new())
+        .clock(clock.clone())
+        .build()
+        .unwrap();
+    let router = Router::new().route("/aged", post(aged)).with_state(idem);
+    let send = |body: &'static str| {
+        let response = router
+            .clone()
+            .oneshot(request("/aged", Some("aged-1"), body));
+        async move { response.await.unwrap() }
+    };
+    let age = |series: &str| {
+        let name = format!("idempotency_replay_age_seconds_{series}");
+        sample(&metrics.render(), &name, NAME)
+    };
+
+    assert_eq!(send(r#"{"a":1}"#).await.status(), StatusCode::CREATED);
+    assert_eq!(age("count"), None, "nothing replayed yet");
+    clock.advance(Duration::from_secs(90));
+    let early = send(r#"{"a":1}"#).await;
+    assert!(early.headers().contains_key("idempotent-replayed"));
+    assert_eq!(AGED_EXTRACTED.load(Ordering::SeqCst), 1, "replayed early");
+    assert_eq!((age("count"), age("sum")), (Some(1.0), Some(90.0)));
+
+    clock.advance(Duration::from_secs(30));
+    let claimed = send(r#"{ "a": 1 }"#).await;
+    assert!(claimed.headers().contains_key("idempotent-replayed"));
+    assert_eq!(
+        AGED_EXTRACTED.load(Ordering::SeqCst),
+        2,
+        "replayed by the claim"
+    );
+    assert_eq!((age("count"), age("sum")), (Some(2.0), Some(210.0)));
+
+    let text = metrics.render();
+    assert_eq!(count(&text, NAME, "replayed"), 2, "{text}");
+    let in_bucket = |le: &str| {
+        let series =
+            format!("idempotency_replay_age_seconds_bucket{{endpoint=\"{NAME}\",le=\"{le}\"}} ");
+        let line = text.lines().find_map(|l| l.strip_prefix(&series));
+        line.map(|n| n.trim().parse::<u64>().unwrap())
+    };
+    assert_eq!(in_bucket("60"), Some(0), "{text}");
+    assert_eq!(in_bucket("300"), Some(2), "90 s and 120 s: {text}");
 }

@@ -264,7 +264,7 @@ fn replay_early(
     raw: RawDigest,
 ) -> Option<Response> {
     let engine = idempotency.engine();
-    let stored = engine.peek_completed(key)?;
+    let (stored, completed_at) = engine.peek_completed(key)?;
     let (Some(answered), payload) = replay::open(&stored) else {
         return None;
     };
@@ -273,7 +273,7 @@ fn replay_early(
     }
     let response = StoredResponse::decode(payload).ok()?;
     let _span = crate::engine::span(&operation.name, key).entered();
-    engine.count_replayed(&operation.name);
+    engine.count_replayed(&operation.name, completed_at);
     Some(response.into_replay())
 }
 

@@ -13,6 +13,7 @@ use super::attempt::Attempt;
 use super::owner::{self, Owner};
 use super::policy::{Commits, InFlightMode};
 use super::{Engine, Lending};
+use crate::core::clock::Timestamp;
 use crate::core::error::StoreError;
 use crate::core::fingerprint::Fingerprint;
 use crate::store::{Claim, ClaimRequest, LeaseToken};
@@ -33,7 +34,12 @@ pub(super) enum Claimed {
 /// A claim that settled without making the attempt the owner.
 pub(crate) enum Settled {
     /// A completed result to replay.
-    Replay(Bytes),
+    Replay {
+        /// The stored result.
+        payload: Bytes,
+        /// When it completed, if the store knows.
+        completed_at: Option<Timestamp>,
+    },
     /// The key belongs to a different request (another fingerprint).
     Reused,
     /// The first request is still running.
@@ -95,7 +101,14 @@ impl Engine {
                     }
                     Claimed::Settled(Settled::Reused)
                 }
-                Ok(Claim::Completed { payload, .. }) => Claimed::Settled(Settled::Replay(payload)),
+                Ok(Claim::Completed {
+                    payload,
+                    completed_at,
+                    ..
+                }) => Claimed::Settled(Settled::Replay {
+                    payload,
+                    completed_at,
+                }),
                 Ok(Claim::InFlight { .. }) => {
                     let waited = waiting_since.elapsed();
                     let wait = attempt.in_flight == InFlightMode::Wait;

@@ -131,7 +131,8 @@ impl Engine {
         self.policy.store_timeout + waits_for_others
     }
 
-    /// A claim that settled without ownership: counted, and decoded when it is a replay.
+    /// A claim that settled without ownership: counted, and decoded when it is a replay (whose
+    /// age is observed).
     fn settled<R, P, E: std::error::Error + 'static>(
         &self,
         operation: &OpName,
@@ -139,8 +140,14 @@ impl Engine {
         decode: impl FnOnce(&[u8]) -> Result<P, E>,
     ) -> Answer<R, P, E> {
         let (outcome, answer) = match settled {
-            Settled::Replay(payload) => match decode(&payload) {
-                Ok(replay) => (OutcomeLabel::Replayed, Answer::Replay(replay)),
+            Settled::Replay {
+                payload,
+                completed_at,
+            } => match decode(&payload) {
+                Ok(replay) => {
+                    self.count_replayed(operation, completed_at);
+                    return Answer::Replay(replay);
+                }
                 Err(error) => {
                     tracing::error!(
                         error = &error as &dyn std::error::Error,

@@ -102,15 +102,17 @@ impl Engine {
         self.store.reads_in_process()
     }
 
-    /// The payload of `key`'s record if it is completed and live, read in process; `None`
-    /// otherwise. Counted as a replay by the caller that uses it.
-    pub(crate) fn peek_completed(&self, key: &RecordKey) -> Option<Bytes> {
+    /// The payload of `key`'s record if it is completed and live, read in process, with when it
+    /// completed (if the store knows); `None` otherwise. Counted as a replay by the caller that
+    /// uses it.
+    pub(crate) fn peek_completed(&self, key: &RecordKey) -> Option<(Bytes, Option<Timestamp>)> {
         self.store.peek_completed(key, self.now())
     }
 
-    /// Counts a replay answered from [`peek_completed`](Self::peek_completed).
-    pub(crate) fn count_replayed(&self, operation: &OpName) {
-        outcome::count(operation, OutcomeLabel::Replayed);
+    /// Counts a replay of a result completed at `completed_at`, and observes its age: every
+    /// replay, whether the claim found it or [`peek_completed`](Self::peek_completed) did.
+    pub(crate) fn count_replayed(&self, operation: &OpName, completed_at: Option<Timestamp>) {
+        outcome::replayed(operation, completed_at, self.now());
     }
 
     /// Whether expired records stay until [`purge_expired`](Self::purge_expired) deletes them.

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 
-use super::outcome::{OpName, OutcomeLabel, count};
+use super::outcome::{self, OpName, OutcomeLabel, count};
 use crate::core::clock::{Clock, Timestamp};
 use crate::core::error::StoreError;
 use crate::core::key::RecordKey;
@@ -129,7 +129,9 @@ impl Owner {
 
     /// Runs `operation`, renewing the lease every third of its length until it finishes, and
     /// catching a panic so the caller can release the record before the panic continues.
+    /// Counted in `idempotency_in_flight` while it runs: until it returns, or is dropped.
     pub(crate) async fn run<F: Future>(&self, operation: F) -> Result<F::Output, Panic> {
+        let _running = outcome::Running::start(&self.operation);
         let mut operation = CatchUnwind(Box::pin(operation));
         if !self.leased {
             return operation.await;

@@ -56,7 +56,11 @@ impl DynStore for Timed {
     fn reads_in_process(&self) -> bool {
         self.inner.reads_in_process()
     }
-    fn peek_completed(&self, key: &RecordKey, now: Timestamp) -> Option<bytes::Bytes> {
+    fn peek_completed(
+        &self,
+        key: &RecordKey,
+        now: Timestamp,
+    ) -> Option<(bytes::Bytes, Option<Timestamp>)> {
         self.inner.peek_completed(key, now)
     }
     fn claim<'a>(&'a self, request: ClaimRequest<'a>) -> BoxFuture<'a, Result<Claim, StoreError>> {

@@ -305,11 +305,16 @@ pub trait Store: Send + Sync + 'static {
         async { Err(StoreError::Unsupported("counting records")) }
     }
 
-    /// The payload of the record under `key` if it is completed and live at `now`, read without
-    /// changing anything; `None` otherwise, and always `None` from a store that does not
-    /// [read in process](Store::reads_in_process) (the default). Called on the request's task:
-    /// it must not block on I/O.
-    fn peek_completed(&self, key: &RecordKey, now: Timestamp) -> Option<Bytes> {
+    /// The payload of the record under `key` if it is completed and live at `now`, with when it
+    /// completed (as [`Claim::Completed`] returns it: `None` only for a record written before the
+    /// store kept that time), read without changing anything; `None` otherwise, and always
+    /// `None` from a store that does not [read in process](Store::reads_in_process) (the
+    /// default). Called on the request's task: it must not block on I/O.
+    fn peek_completed(
+        &self,
+        key: &RecordKey,
+        now: Timestamp,
+    ) -> Option<(Bytes, Option<Timestamp>)> {
         let _ = (key, now);
         None
     }
@@ -324,7 +329,8 @@ pub(crate) type Found = Option<(RecordInfo, Option<Bytes>)>;
 pub(crate) trait DynStore: Send + Sync + 'static {
     fn needs_sweeping(&self) -> bool;
     fn reads_in_process(&self) -> bool;
-    fn peek_completed(&self, key: &RecordKey, now: Timestamp) -> Option<Bytes>;
+    fn peek_completed(&self, key: &RecordKey, now: Timestamp)
+    -> Option<(Bytes, Option<Timestamp>)>;
     fn claim<'a>(&'a self, request: ClaimRequest<'a>) -> BoxFuture<'a, Result<Claim, StoreError>>;
     fn complete<'a>(
         &'a self,
@@ -377,7 +383,11 @@ impl<T: Store> DynStore for T {
     fn reads_in_process(&self) -> bool {
         Store::reads_in_process(self)
     }
-    fn peek_completed(&self, key: &RecordKey, now: Timestamp) -> Option<Bytes> {
+    fn peek_completed(
+        &self,
+        key: &RecordKey,
+        now: Timestamp,
+    ) -> Option<(Bytes, Option<Timestamp>)> {
         Store::peek_completed(self, key, now)
     }
     fn claim<'a>(&'a self, request: ClaimRequest<'a>) -> BoxFuture<'a, Result<Claim, StoreError>> {

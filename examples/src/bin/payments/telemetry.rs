@@ -6,7 +6,7 @@ use std::time::Duration;
 use axum::extract::State;
 use axum::http::header;
 use axum::response::IntoResponse;
-use metrics_exporter_prometheus::{BuildError, PrometheusBuilder, PrometheusHandle};
+use metrics_exporter_prometheus::{BuildError, Matcher, PrometheusBuilder, PrometheusHandle};
 use tracing_subscriber::EnvFilter;
 
 /// What is logged when `RUST_LOG` is unset.
@@ -27,10 +27,18 @@ pub(crate) fn init_tracing() {
 pub(crate) struct Metrics(PrometheusHandle);
 
 impl Metrics {
-    /// Installs the global recorder that `idempotency_requests_total` and the app's counters are
-    /// written to. No listener: `GET /metrics` on the app's own router renders it.
+    /// Installs the global recorder that idem's metrics and the app's counters are written to,
+    /// with buckets for the age of replays (docs/observability.md). No listener: `GET /metrics`
+    /// on the app's own router renders it.
     pub(crate) fn install() -> Result<Self, BuildError> {
-        let handle = PrometheusBuilder::new().install_recorder()?;
+        let handle = PrometheusBuilder::new()
+            .set_buckets_for_metric(
+                Matcher::Full("idempotency_replay_age_seconds".into()),
+                &[
+                    1.0, 5.0, 15.0, 60.0, 300.0, 900.0, 3600.0, 21_600.0, 86_400.0,
+                ],
+            )?
+            .install_recorder()?;
         metrics::describe_counter!(
             "payments_charges_total",
             "Charges recorded, by status (succeeded, failed)."

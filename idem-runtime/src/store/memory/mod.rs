@@ -448,14 +448,19 @@ impl Store for MemoryStore {
         true
     }
 
-    fn peek_completed(&self, key: &RecordKey, now: Timestamp) -> Option<Bytes> {
+    fn peek_completed(
+        &self,
+        key: &RecordKey,
+        now: Timestamp,
+    ) -> Option<(Bytes, Option<Timestamp>)> {
         let shard = self.lock(Self::shard_of(key));
         match shard.get(key) {
             Some(Record {
                 expires_at,
                 state: State::Completed(payload),
+                about,
                 ..
-            }) if *expires_at > now => Some(payload.clone()),
+            }) if *expires_at > now => Some((payload.clone(), about.completed_at())),
             _ => None,
         }
     }
