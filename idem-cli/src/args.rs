@@ -12,8 +12,9 @@ use idem_runtime::store::records::RecordState;
 #[derive(Debug, Parser)]
 #[command(name = "idem", version, max_term_width = 100)]
 pub(crate) struct Cli {
-    /// The store: sqlite://FILE, postgres://..., redis://HOST[:PORT][/DB], s3://BUCKET[/PREFIX]
-    /// (records under PREFIX, default `idem`; the client from the AWS_* variables). Redis Cluster: --cluster, with one or more node URLs joined
+    /// The store: sqlite://FILE, postgres://..., redis://HOST:PORT/DB (port and database
+    /// optional), s3://BUCKET/PREFIX (records under PREFIX, default `idem`; the client from the
+    /// AWS_* variables). Redis Cluster: --cluster, with one or more node URLs joined
     /// by commas.
     #[arg(long, env = "IDEM_STORE_URL", value_name = "URL")]
     pub(crate) store: String,
@@ -127,7 +128,8 @@ pub(crate) struct Purge {
     /// The operation whose completed records go.
     #[arg(long, value_name = "OP")]
     pub(crate) operation: String,
-    /// Only records that completed in [T1, T2): RFC 3339 times (`2026-11-27T10:00:00Z`).
+    /// Only records that completed from T1 (included) to T2 (excluded): RFC 3339 times
+    /// (`2026-11-27T10:00:00Z`).
     #[arg(long, num_args = 2, value_names = ["T1", "T2"], value_parser = time)]
     pub(crate) completed_between: Option<Vec<SystemTime>>,
     /// Count what would go, delete nothing.
