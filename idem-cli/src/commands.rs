@@ -148,6 +148,7 @@ async fn purge(
         window,
         matched,
         purged,
+        purge.dry_run,
         json,
     ));
     Ok(())

@@ -226,6 +226,7 @@ pub(crate) fn purged(
     window: Option<(Timestamp, Timestamp)>,
     matched: u64,
     purged: Option<u64>,
+    dry_run: bool,
     json: bool,
 ) -> String {
     if json {
@@ -234,7 +235,7 @@ pub(crate) fn purged(
             "completed_between": window.map(|(from, to)| [time(Some(from)), time(Some(to))]),
             "matched": matched,
             "purged": purged.unwrap_or(0),
-            "dry_run": purged.is_none() && matched > 0,
+            "dry_run": dry_run,
         }));
     }
     match purged {

@@ -200,6 +200,13 @@ pub(crate) async fn operators_see_explain_and_fix<S: Store + Clone>(store: S, ta
     ];
     let none = target.expect(0, &window).await.json();
     assert_eq!((&none["matched"], &none["purged"]), (&json!(0), &json!(0)));
+    assert_eq!(none["dry_run"], false, "{none}");
+    let dry = ["purge", "--operation", OPERATION, "--dry-run", "--json"];
+    let dry = target.expect(0, &dry).await.json();
+    assert_eq!(
+        (&dry["matched"], &dry["purged"], &dry["dry_run"]),
+        (&json!(2), &json!(0), &json!(true))
+    );
     assert_eq!(
         states(&target.expect(0, &["ls", "--json"]).await.json()).len(),
         3
