@@ -11,7 +11,8 @@
 #   memory          memory store: idem fresh and replay, axum-idempotent (peer), concurrency sweep
 #   sqlite          SQLite store: idem fresh and replay
 #   postgres        PostgreSQL store: idem fresh and replay (no-op handler), concurrency sweep
-#   postgres-write  PostgreSQL, a handler doing one INSERT: bare, plain mode, atomic mode, replay
+#   postgres-write  PostgreSQL, a handler doing one INSERT: bare, hand-written exactly-once, plain
+#                   mode, atomic mode (against bare and against hand-written), replay
 #   redis           Redis store: idem fresh and replay
 #   flat-memory, flat-sqlite, flat-postgres, flat-redis (or `flat` for all four)
 #                   fresh and replay on an empty store, then with 1,000,000 records preloaded
@@ -89,7 +90,7 @@ psql -q -h 127.0.0.1 -U postgres -d postgres -c 'DROP DATABASE IF EXISTS idem_be
 # Empties the benchmark database: the store's schema and the orders table.
 pg_reset() {
   psql -q -h 127.0.0.1 -U postgres -d idem_bench -c 'DROP SCHEMA IF EXISTS idem CASCADE' \
-    -c 'DROP TABLE IF EXISTS bench_orders' 2> /dev/null
+    -c 'DROP TABLE IF EXISTS bench_orders' -c 'DROP TABLE IF EXISTS bench_keys' 2> /dev/null
 }
 
 # --- Redis: a server of the benchmark's own, empty, no persistence, default policy --------------
@@ -203,8 +204,11 @@ fi
 if want postgres-write; then
   pg_reset
   start_server 18083 --store postgres --database-url "$PG_URL"
+  pair postgres-write hand-fresh fresh pg/bare pg/hand 18083 --connections 16
   pair postgres-write plain-fresh fresh pg/bare pg/plain 18083 --connections 16
   pair postgres-write atomic-fresh fresh pg/bare pg/atomic 18083 --connections 16
+  # Atomic mode against the hand-written exactly-once handler, its baseline.
+  pair postgres-write atomic-vs-hand fresh pg/hand pg/atomic 18083 --connections 16
   pair postgres-write atomic-two-fresh fresh pg/bare pg/atomic-two 18083 --connections 16
   pair postgres-write replay fixed pg/bare pg/plain 18083 --connections 16
   stop_servers
@@ -247,12 +251,12 @@ want flat-redis && { flat redis 18088 --redis-url "redis://127.0.0.1:$REDIS_PORT
 if want round-trips; then
   pg_reset
   start_server 18089 --store postgres --database-url "$PG_URL" --count-round-trips
-  for route in idem pg/bare pg/plain pg/atomic; do
+  for route in idem pg/bare pg/hand pg/plain pg/atomic; do
     "$BIN/idem-bench-load" --url "$(url 18089 "$route")" --connections 1 --warmup 0 \
       --duration 5 --requests 200 --label warmup > /dev/null
   done
   for case in idem-fresh:idem:fresh idem-replay:idem:fixed write-bare:pg/bare:fresh \
-    write-plain:pg/plain:fresh write-atomic:pg/atomic:fresh write-replay:pg/plain:fixed; do
+    write-hand:pg/hand:fresh write-plain:pg/plain:fresh write-atomic:pg/atomic:fresh write-replay:pg/plain:fixed; do
     IFS=: read -r name route keys <<< "$case"
     "$BIN/idem-bench-load" --label "rt/$name" --url "$(url 18089 "$route")" --keys "$keys" \
       --connections 1 --warmup 0 --duration 30 --requests "$RT_N" \

@@ -10,15 +10,21 @@
 //!   handler's transaction).
 //! - `POST /pg/atomic-two`: the same in atomic mode with `commits = "two"` (the claim commits
 //!   on its own first).
+//! - `POST /pg/hand`: what an expert writes without a library for the same effect, the baseline
+//!   idem's atomic mode is measured against: in one transaction, `INSERT` the key into
+//!   [`KEYS`] `ON CONFLICT DO NOTHING` (a duplicate waits for the first's transaction; when
+//!   the key was there, the stored response is read and returned), the order's `INSERT`, and the
+//!   response stored with an `UPDATE`. No fingerprint, no lease, no expiry, no scope.
 //!
-//! All four answer `201 Created` with the row's id and a `Location`, as `app`'s handlers
+//! All five answer `201 Created` with the row's id and a `Location`, as `app`'s handlers
 //! do. Only `--store postgres` serves them (an engine on another store has no transactions to
 //! lend the atomic form).
 
 use axum::Json;
 use axum::Router;
+use axum::body::Bytes;
 use axum::extract::{FromRef, State};
-use axum::http::{StatusCode, header};
+use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use idem_runtime::{Idempotency, Tx, idempotent};
@@ -34,6 +40,12 @@ pub const ATOMIC: &str = "/pg/atomic";
 /// Route of the same handler in atomic mode with two commits (`commits = "two"`).
 pub const ATOMIC_TWO: &str = "/pg/atomic-two";
 
+/// Route of the hand-written exactly-once handler, the baseline beside bare.
+pub const HAND: &str = "/pg/hand";
+
+/// The hand-written handler's keys and stored responses.
+pub const KEYS: &str = "bench_keys";
+
 /// The table every form writes to: `id`, the order's amount and item count, and its customer.
 pub const TABLE: &str = "bench_orders";
 
@@ -44,12 +56,18 @@ const CREATE: &str = "CREATE TABLE IF NOT EXISTS bench_orders (
     customer text      NOT NULL
 )";
 
+const CREATE_KEYS: &str = "CREATE TABLE IF NOT EXISTS bench_keys (
+    key      text  PRIMARY KEY,
+    response bytea
+)";
+
 const INSERT: &str =
     "INSERT INTO bench_orders (amount, items, customer) VALUES ($1, $2, $3) RETURNING id";
 
-/// Creates [`TABLE`] if it is missing.
+/// Creates [`TABLE`] and [`KEYS`] if they are missing.
 pub async fn create_table(pool: &PgPool) -> Result<(), sqlx::Error> {
-    sqlx::query(CREATE).execute(pool).await.map(drop)
+    sqlx::query(CREATE).execute(pool).await?;
+    sqlx::query(CREATE_KEYS).execute(pool).await.map(drop)
 }
 
 /// The `INSERT` of one order on `executor`; returns the new row's id.
@@ -78,16 +96,18 @@ async fn insert<'e>(
 fn created(id: Result<i64, sqlx::Error>) -> Response {
     match id {
         Ok(id) => {
-            let location = format!("/v1/orders/ord_{id}");
-            (
-                StatusCode::CREATED,
-                [(header::LOCATION, location.clone())],
-                Json(json!({ "id": format!("ord_{id}"), "object": "order", "url": location })),
-            )
-                .into_response()
+            let (location, body) = order_body(id);
+            (StatusCode::CREATED, [(header::LOCATION, location)], body).into_response()
         }
         Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response(),
     }
+}
+
+/// The `Location` and JSON body of the `201` for order `id`.
+fn order_body(id: i64) -> (String, Json<Value>) {
+    let location = format!("/v1/orders/ord_{id}");
+    let body = json!({ "id": format!("ord_{id}"), "object": "order", "url": location });
+    (location, Json(body))
 }
 
 /// One autocommit `INSERT`, no idempotency.
@@ -121,6 +141,71 @@ pub async fn atomic_two(mut tx: Tx<sqlx::Postgres>, Json(order): Json<Value>) ->
     created(id)
 }
 
+/// The hand-written exactly-once handler: the key, the order and the stored response in one
+/// transaction, five statements (`BEGIN`, the key's `INSERT`, the order's, the `UPDATE`,
+/// `COMMIT`); a key already stored answers its stored response after two (`BEGIN`, the
+/// `INSERT` that found it, and a `SELECT`, rolled back).
+pub async fn hand(State(pool): State<PgPool>, headers: HeaderMap, body: Bytes) -> Response {
+    let Some(key) = headers.get("idempotency-key").and_then(|k| k.to_str().ok()) else {
+        return (StatusCode::BAD_REQUEST, "Idempotency-Key required").into_response();
+    };
+    let Ok(Json(order)) = Json::<Value>::from_bytes(&body) else {
+        return (StatusCode::BAD_REQUEST, "not JSON").into_response();
+    };
+    match hand_tx(&pool, key, &order).await {
+        Ok(Stored::Fresh(location, response)) => (
+            StatusCode::CREATED,
+            [
+                (header::LOCATION, location),
+                (header::CONTENT_TYPE, "application/json".to_owned()),
+            ],
+            response,
+        )
+            .into_response(),
+        Ok(Stored::Replayed(response)) => (
+            StatusCode::CREATED,
+            [(header::CONTENT_TYPE, "application/json")],
+            response,
+        )
+            .into_response(),
+        Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response(),
+    }
+}
+
+/// What the hand-written handler answers: a new order, or the response stored for the key.
+enum Stored {
+    Fresh(String, Vec<u8>),
+    Replayed(Vec<u8>),
+}
+
+async fn hand_tx(pool: &PgPool, key: &str, order: &Value) -> Result<Stored, sqlx::Error> {
+    let mut tx = pool.begin().await?;
+    let fresh: Option<i32> = sqlx::query_scalar(
+        "INSERT INTO bench_keys (key) VALUES ($1) ON CONFLICT DO NOTHING RETURNING 1",
+    )
+    .bind(key)
+    .fetch_optional(&mut *tx)
+    .await?;
+    if fresh.is_none() {
+        let response: Option<Vec<u8>> =
+            sqlx::query_scalar("SELECT response FROM bench_keys WHERE key = $1")
+                .bind(key)
+                .fetch_one(&mut *tx)
+                .await?;
+        return Ok(Stored::Replayed(response.unwrap_or_default()));
+    }
+    let id = insert(&mut *tx, order).await?;
+    let (location, Json(body)) = order_body(id);
+    let response = serde_json::to_vec(&body).unwrap_or_default();
+    sqlx::query("UPDATE bench_keys SET response = $2 WHERE key = $1")
+        .bind(key)
+        .bind(&response)
+        .execute(&mut *tx)
+        .await?;
+    tx.commit().await?;
+    Ok(Stored::Fresh(location, response))
+}
+
 /// The router state: the engine and the pool the handlers write with.
 #[derive(Clone, FromRef)]
 pub struct PgState {
@@ -130,12 +215,14 @@ pub struct PgState {
     pub pool: PgPool,
 }
 
-/// `POST /pg/bare`, `/pg/plain` and `/pg/atomic` on `engine` and `pool`.
+/// `POST /pg/bare`, `/pg/plain`, `/pg/atomic`, `/pg/atomic-two` and `/pg/hand` on `engine`
+/// and `pool`.
 pub fn router(idempotency: Idempotency, pool: PgPool) -> Router {
     Router::new()
         .route(BARE, post(bare))
         .route(PLAIN, post(plain))
         .route(ATOMIC, post(atomic))
         .route(ATOMIC_TWO, post(atomic_two))
+        .route(HAND, post(hand))
         .with_state(PgState { idempotency, pool })
 }

@@ -1,18 +1,26 @@
 //! Counting PostgreSQL round trips for real: a loopback TCP proxy that frames the wire protocol.
 //!
-//! Every exchange with the server ends with exactly one `ReadyForQuery` (`Z`) message, whether
-//! it was a simple `Query`, an extended-protocol `Parse/Bind/Execute/Sync` pipeline, or the
-//! bare `Sync` sqlx's pool sends to test a connection before handing it out. So the number of
-//! `Z` messages the server sends is the number of round trips, and the number of `Execute` (`E`)
-//! plus `Query` (`Q`) messages the client sends is the number of statements run. Both are
-//! counted here, along with the connections opened (each costs one `Z` at start-up).
+//! Two counts of exchanges, because a client may send several before it waits:
+//!
+//! - **Round trips** are the client's waits: each time the client sends after the server has
+//!   spoken (or first on a connection), it starts a flight the server must answer before the
+//!   client goes on. Messages the client queues and sends together (sqlx sends a queued
+//!   `ROLLBACK` with the `Sync` it tests a returned connection with) are one flight, one wait
+//!   of a network's round-trip time. This is what latency pays.
+//! - **Sync points** are `ReadyForQuery` (`Z`) messages from the server: every exchange ends with
+//!   exactly one, whether it was a simple `Query`, an extended-protocol `Parse/Bind/Execute/Sync`
+//!   pipeline, or a bare `Sync`. Pipelined exchanges each have one.
+//!
+//! The number of `Execute` (`E`) plus `Query` (`Q`) messages the client sends is the number of
+//! statements run (a `Query` may hold several). Connections opened are counted too (each costs
+//! one flight and one `Z` at start-up, after the authentication exchange).
 //!
 //! Connect through the proxy with `sslmode=disable`: an SSL negotiation is not framed.
 
 use std::io;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -21,6 +29,7 @@ use tokio::net::{TcpListener, TcpStream};
 /// Totals since the proxy started.
 #[derive(Debug, Default)]
 pub struct Counters {
+    flights: AtomicU64,
     round_trips: AtomicU64,
     statements: AtomicU64,
     connections: AtomicU64,
@@ -29,7 +38,12 @@ pub struct Counters {
 /// A snapshot of [`Counters`].
 #[derive(Debug, Clone, Copy, Default, Serialize, Deserialize)]
 pub struct Counts {
-    /// `ReadyForQuery` messages from the server: completed round trips.
+    /// Flights from the client, each sent after the server had spoken: the waits a network's
+    /// latency multiplies.
+    #[serde(default)]
+    pub flights: u64,
+    /// `ReadyForQuery` messages from the server: sync points, one per exchange even when
+    /// several were pipelined in one flight.
     pub round_trips: u64,
     /// `Execute` and `Query` messages from the client: statements run.
     pub statements: u64,
@@ -41,6 +55,7 @@ impl Counts {
     /// What happened between `earlier` and `self`.
     pub fn since(self, earlier: Counts) -> Counts {
         Counts {
+            flights: self.flights.saturating_sub(earlier.flights),
             round_trips: self.round_trips.saturating_sub(earlier.round_trips),
             statements: self.statements.saturating_sub(earlier.statements),
             connections: self.connections.saturating_sub(earlier.connections),
@@ -52,6 +67,7 @@ impl Counters {
     /// The current totals.
     pub fn snapshot(&self) -> Counts {
         Counts {
+            flights: self.flights.load(Ordering::Relaxed),
             round_trips: self.round_trips.load(Ordering::Relaxed),
             statements: self.statements.load(Ordering::Relaxed),
             connections: self.connections.load(Ordering::Relaxed),
@@ -85,24 +101,45 @@ async fn relay(client: TcpStream, server: TcpStream, counters: Arc<Counters>) ->
     let _ = server.set_nodelay(true);
     let (mut client_rx, mut client_tx) = client.into_split();
     let (mut server_rx, mut server_tx) = server.into_split();
-    let up_counters = counters.clone();
+    // Whether the server has sent anything since the client's last bytes: the client's next
+    // bytes then start a new flight.
+    let server_spoke = Arc::new(AtomicBool::new(true));
+    let (up_counters, up_spoke) = (counters.clone(), server_spoke.clone());
     let up = async move {
         // The client opens with an untyped start-up message.
         let mut framer = Framer::new(true);
-        pump(&mut client_rx, &mut server_tx, &mut framer, |ty| {
-            if ty == b'E' || ty == b'Q' {
-                up_counters.statements.fetch_add(1, Ordering::Relaxed);
+        let on_bytes = || {
+            if up_spoke.swap(false, Ordering::AcqRel) {
+                up_counters.flights.fetch_add(1, Ordering::Relaxed);
             }
-        })
+        };
+        pump(
+            &mut client_rx,
+            &mut server_tx,
+            &mut framer,
+            on_bytes,
+            |ty| {
+                if ty == b'E' || ty == b'Q' {
+                    up_counters.statements.fetch_add(1, Ordering::Relaxed);
+                }
+            },
+        )
         .await
     };
     let down = async move {
         let mut framer = Framer::new(false);
-        pump(&mut server_rx, &mut client_tx, &mut framer, |ty| {
-            if ty == b'Z' {
-                counters.round_trips.fetch_add(1, Ordering::Relaxed);
-            }
-        })
+        let on_bytes = || server_spoke.store(true, Ordering::Release);
+        pump(
+            &mut server_rx,
+            &mut client_tx,
+            &mut framer,
+            on_bytes,
+            |ty| {
+                if ty == b'Z' {
+                    counters.round_trips.fetch_add(1, Ordering::Relaxed);
+                }
+            },
+        )
         .await
     };
     tokio::select! {
@@ -115,6 +152,7 @@ async fn pump(
     from: &mut (impl AsyncReadExt + Unpin),
     to: &mut (impl AsyncWriteExt + Unpin),
     framer: &mut Framer,
+    on_bytes: impl Fn(),
     mut on_message: impl FnMut(u8),
 ) -> io::Result<()> {
     let mut buf = vec![0u8; 64 * 1024];
@@ -123,6 +161,7 @@ async fn pump(
         if n == 0 {
             return to.shutdown().await;
         }
+        on_bytes();
         framer.feed(&buf[..n], &mut on_message);
         to.write_all(&buf[..n]).await?;
     }
