@@ -17,6 +17,8 @@
 #   flat-memory, flat-sqlite, flat-postgres, flat-redis (or `flat` for all four)
 #                   fresh and replay on an empty store, then with 1,000,000 records preloaded
 #   round-trips     PostgreSQL round trips per request, counted on the wire
+#   far-postgres    PostgreSQL 0.5 ms away in each direction: latency added per request, in
+#                   round trips, for bare, hand-written, plain and atomic (one connection)
 #   stores          memory, postgres and redis (the store comparison)
 #
 # Builds in release, starts PostgreSQL if it is down and a Redis server of its own (port 18090),
@@ -47,6 +49,8 @@ fi
 EXPIRING=$((PRELOAD / 10))
 PG_URL=${IDEM_BENCH_PG:-postgres://postgres@127.0.0.1:5432/idem_bench}
 REDIS_PORT=18090
+# far-postgres: the delay added in each direction, µs.
+FAR_US=${FAR_US:-500}
 ONLY=${ONLY:-all}
 ONLY=,${ONLY//stores/memory,postgres,redis},
 ONLY=${ONLY//,flat,/,flat-memory,flat-sqlite,flat-postgres,flat-redis,}
@@ -54,7 +58,7 @@ want() { [[ $ONLY == ,all, || $ONLY == *",$1,"* ]]; }
 for s in ${ONLY//,/ }; do
   case $s in
     all | criterion | memory | sqlite | postgres | postgres-write | redis | flat-memory | \
-      flat-sqlite | flat-postgres | flat-redis | round-trips) ;;
+      flat-sqlite | flat-postgres | flat-redis | round-trips | far-postgres) ;;
     *) echo "ONLY: unknown section $s (see the top of bench/run.sh)" >&2; exit 2 ;;
   esac
 done
@@ -261,6 +265,22 @@ if want round-trips; then
     "$BIN/idem-bench-load" --label "rt/$name" --url "$(url 18089 "$route")" --keys "$keys" \
       --connections 1 --warmup 0 --duration 30 --requests "$RT_N" \
       --pg-stats "$(url 18089 stats/pg)" >> "$OUT/load.jsonl"
+  done
+  stop_servers
+fi
+
+# The database far away: each handler on one connection, through a proxy without delay (near)
+# and through one holding the traffic FAR_US in each direction (far), on two servers sharing the
+# database. The report divides the latency added by the round-trip time.
+if want far-postgres; then
+  pg_reset
+  start_server 18091 --store postgres --database-url "$PG_URL" --pg-delay-us 0
+  start_server 18092 --store postgres --database-url "$PG_URL" --pg-delay-us "$FAR_US"
+  for route in pg/bare pg/hand pg/plain pg/atomic; do
+    for side in near:18091 far:18092; do
+      IFS=: read -r name port <<< "$side"
+      load "far-$((2 * FAR_US))us/$name-${route#pg/}" --url "$(url "$port" "$route")" --connections 1
+    done
   done
   stop_servers
 fi

@@ -1,7 +1,7 @@
 //! Atomic mode on PostgreSQL in one commit (`commits = "one"`, the default): the claim, the
-//! handler's writes and the stored response commit in one transaction. Duplicates meet the
-//! uncommitted claim; a dead connection takes the claim with it; and a fresh request costs fewer
-//! round trips than with two commits, counted on the wire.
+//! handler's writes and the stored response commit in one transaction, the record written once.
+//! Duplicates wait on the claim's lock; a dead connection takes the claim with it; and a fresh
+//! request costs fewer round trips than with two commits, counted on the wire.
 
 use std::time::{Duration, Instant};
 
@@ -65,19 +65,25 @@ async fn nested(mut tx: Tx<Postgres>) -> StatusCode {
     StatusCode::INTERNAL_SERVER_ERROR
 }
 
-/// Writes, then deletes its own uncommitted record from idem's table, which no handler should.
-#[idempotent(scope = "global")]
-async fn tamper(mut tx: Tx<Postgres>) -> StatusCode {
-    let conn = tx.conn().await.unwrap();
-    sqlx::query("INSERT INTO items (name) VALUES ('tamper')")
-        .execute(&mut *conn)
-        .await
-        .unwrap();
-    sqlx::query("DELETE FROM idem.idempotency_records WHERE state = 'in_flight'")
-        .execute(&mut *conn)
-        .await
-        .unwrap();
-    StatusCode::CREATED
+/// One commit, under the operation name `items.mixed`, which [`mixed_two`] shares.
+#[idempotent(scope = "global", name = "items.mixed")]
+async fn mixed_one(
+    State(gate): State<Gate>,
+    mut tx: Tx<Postgres>,
+    Json(body): Json<Value>,
+) -> Response {
+    insert(&gate, &mut tx, &body).await
+}
+
+/// The same operation with two commits: its claim commits before it runs, as plain mode's
+/// and as an older version of the store's one-commit claims did (a rolling upgrade runs both).
+#[idempotent(scope = "global", name = "items.mixed", commits = "two")]
+async fn mixed_two(
+    State(gate): State<Gate>,
+    mut tx: Tx<Postgres>,
+    Json(body): Json<Value>,
+) -> Response {
+    insert(&gate, &mut tx, &body).await
 }
 
 /// The first call writes, then hands its `Tx` to a task that keeps it for 300 ms after the
@@ -166,7 +172,8 @@ impl Harness {
             .route("/wait", post(one_waiting))
             .route("/two", post(two))
             .route("/nested", post(nested))
-            .route("/tamper", post(tamper))
+            .route("/mixed-one", post(mixed_one))
+            .route("/mixed-two", post(mixed_two))
             .route("/escape", post(escape))
             .route("/refuse", post(refuse))
             .route("/org", post(strings::for_org))
@@ -256,21 +263,37 @@ async fn a_nested_transaction_is_a_savepoint_of_the_claims() {
     h.finish().await;
 }
 
-/// The completion is fenced: when the record is no longer the request's own claim (here the
-/// handler deleted it), nothing commits, the handler's write included, and the request is
-/// answered 409 as an owner that lost its record is.
+/// The completion is fenced: when a record of the key committed while the operation ran (a
+/// claim that commits on its own, here the same operation with two commits, as during a
+/// rolling upgrade), nothing of the one-commit attempt commits, its write included, and it is
+/// answered 409 as an owner that lost its record is. The other request's record stands.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_completion_that_finds_its_claim_gone_commits_nothing() {
+async fn a_completion_that_finds_the_key_taken_commits_nothing() {
     let h = Harness::new().await;
-    let (status, answer) = h.send("/tamper", "k", json!({})).await;
+    let router = h.router.clone();
+    let first = tokio::spawn(async move {
+        send(
+            &router,
+            "/mixed-one",
+            "k",
+            json!({ "name": "one", "gate": true }),
+        )
+        .await
+    });
+    h.gate.entered().await; // claimed and wrote, not committed
+    let (status, stored) = h.send("/mixed-two", "k", json!({ "name": "two" })).await;
+    assert_eq!(status, StatusCode::CREATED, "{stored}");
+    h.gate.open();
+    let (status, answer) = first.await.unwrap();
     assert_eq!(status, StatusCode::CONFLICT, "{answer}");
     assert_eq!(answer["code"], "idempotency_key_in_progress");
-    assert_eq!(h.rows().await, 0, "the handler's write rolled back");
-    let records: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM idem.idempotency_records")
-        .fetch_one(&h.pool)
+    let names: Vec<String> = sqlx::query_scalar("SELECT name FROM items ORDER BY id")
+        .fetch_all(&h.pool)
         .await
         .unwrap();
-    assert_eq!(records, 0);
+    assert_eq!(names, ["two"], "the one-commit attempt's write rolled back");
+    let (status, replay) = h.send("/mixed-two", "k", json!({ "name": "two" })).await;
+    assert_eq!((status, &replay), (StatusCode::CREATED, &stored));
     h.finish().await;
 }
 
@@ -340,7 +363,7 @@ async fn a_duplicate_of_a_running_request_gets_409_and_sees_no_record() {
         async move { send(&router, "/one", "k", body).await }
     });
     h.gate.entered().await; // claimed and wrote, not committed
-    assert_eq!(h.records_in_flight().await, 0, "the claim is uncommitted");
+    assert_eq!(h.records_in_flight().await, 0, "the claim writes no record");
     let started = Instant::now();
     let (status, conflict) = h.send("/one", "k", body.clone()).await;
     assert_eq!(status, StatusCode::CONFLICT, "{conflict}");
@@ -373,7 +396,7 @@ async fn a_waiting_duplicate_gets_the_replay_once_the_first_commits() {
         let body = body.clone();
         async move { send(&router, "/wait", "k", body).await }
     });
-    // The duplicate is blocked on the first's uncommitted claim: the server shows it waiting.
+    // The duplicate is blocked on the first's claim (its lock): the server shows it waiting.
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
         let waiting: i64 = sqlx::query_scalar(

@@ -195,7 +195,11 @@ fn http(out: &mut String, loads: &[Load]) {
     );
     for l in loads {
         let (group, scenario) = split(&l.label);
-        if group.starts_with("sweep-") || l.pg.is_some() || scenario.ends_with("bare") {
+        if group.starts_with("sweep-")
+            || group.starts_with("far-")
+            || l.pg.is_some()
+            || scenario.ends_with("bare")
+        {
             continue;
         }
         let bare = by_label
@@ -232,7 +236,11 @@ fn cpu(out: &mut String, loads: &[Load]) {
     let mut rows = String::new();
     for l in loads {
         let (group, scenario) = split(&l.label);
-        if group.starts_with("sweep-") || l.pg.is_some() || scenario.ends_with("bare") {
+        if group.starts_with("sweep-")
+            || group.starts_with("far-")
+            || l.pg.is_some()
+            || scenario.ends_with("bare")
+        {
             continue;
         }
         let Some(bare) = by_label.get(format!("{}:bare", l.label).as_str()) else {
@@ -321,6 +329,68 @@ fn sweeps(out: &mut String, loads: &[Load]) {
         }
         out.push('\n');
     }
+}
+
+/// The handlers of the far-database section, as labelled, and how the table names them.
+const FAR_HANDLERS: [(&str, &str); 4] = [
+    ("bare", "bare one-`INSERT`"),
+    ("hand", "hand-written exactly-once"),
+    ("plain", "`#[idempotent]`, plain mode"),
+    ("atomic", "`#[idempotent]`, atomic mode"),
+];
+
+/// The database far away: per handler, the latency one connection's requests gained when every
+/// byte to and from the database was held for half a round trip, in round trips.
+fn far(out: &mut String, loads: &[Load]) {
+    let Some(group) = loads
+        .iter()
+        .map(|l| split(&l.label).0)
+        .find(|g| g.starts_with("far-"))
+    else {
+        return;
+    };
+    let Some(rtt_us) = group
+        .strip_prefix("far-")
+        .and_then(|g| g.strip_suffix("us"))
+        .and_then(|us| us.parse::<f64>().ok())
+        .filter(|us| *us > 0.0)
+    else {
+        return;
+    };
+    let by: BTreeMap<&str, &Load> = loads.iter().map(|l| (l.label.as_str(), l)).collect();
+    let _ = writeln!(
+        out,
+        "### The database far away: latency added per request, in round trips\n\n\
+         One connection sends requests one after another to a server whose pool reaches \
+         PostgreSQL through a proxy holding the traffic {:.0} µs in each direction (far), or \
+         through the same proxy without delay (near); the far run's latency minus the near \
+         run's, divided by the round-trip time ({rtt_us:.0} µs), is how many times a request \
+         waited on the database.\n\n\
+         | handler | near p50 µs | far p50 µs | added p50, round trips | near p99 µs | far p99 µs | added p99, round trips | far req/s |\n\
+         |---|--:|--:|--:|--:|--:|--:|--:|",
+        rtt_us / 2.0
+    );
+    for (name, what) in FAR_HANDLERS {
+        let (Some(near), Some(far)) = (
+            by.get(format!("{group}/near-{name}").as_str()),
+            by.get(format!("{group}/far-{name}").as_str()),
+        ) else {
+            continue;
+        };
+        let added = |far: u64, near: u64| (far as f64 - near as f64) / rtt_us;
+        let _ = writeln!(
+            out,
+            "| {what} | {} | {} | {:.2} | {} | {} | {:.2} | {:.0} |",
+            near.p50_us,
+            far.p50_us,
+            added(far.p50_us, near.p50_us),
+            near.p99_us,
+            far.p99_us,
+            added(far.p99_us, near.p99_us),
+            far.rps,
+        );
+    }
+    out.push('\n');
 }
 
 /// Round trips (the client's waits) and sync points per request of a counted run, connection
@@ -572,6 +642,7 @@ fn main() -> ExitCode {
     cpu(&mut out, &loads);
     sweeps(&mut out, &loads);
     round_trips(&mut out, &loads);
+    far(&mut out, &loads);
     print!("{out}");
     ExitCode::SUCCESS
 }

@@ -4,6 +4,7 @@
 //! ```text
 //! idem-bench-server [--bind 127.0.0.1:18080] [--store memory|sqlite|postgres|redis]
 //!                   [--database-url URL] [--pg-no-ping] [--pg-pool N] [--count-round-trips]
+//!                   [--pg-delay-us US]
 //!                   [--redis-url URL] [--memory-capacity N] [--memory-bytes N] [--workers N]
 //!                   [--preload N] [--preload-expiring M] [--preload-expiring-over S]
 //!                   [--sweep-ms MS] [--max-seconds S]
@@ -13,7 +14,10 @@
 //! moka), `GET /healthz`; with `--store postgres` also `POST /pg/bare`, `/pg/plain` and
 //! `/pg/atomic` (one `INSERT`, see [`idem_bench::pg`]); and with `--count-round-trips` `GET /stats/pg`, the
 //! [`idem_bench::pgcount`] totals of the PostgreSQL connections (the store then connects through
-//! a counting proxy). `--pg-no-ping` builds the pool with `test_before_acquire(false)`.
+//! a counting proxy). `--pg-delay-us US` connects the store through a proxy that holds the
+//! traffic US microseconds in each direction ([`idem_bench::delay`]: a database across a
+//! network; 0 gives the same proxy with no delay, the near baseline). `--pg-no-ping` builds the
+//! pool with `test_before_acquire(false)`.
 //! `--store redis` connects `RedisStore::connect` to `--redis-url` (default
 //! `redis://127.0.0.1:6379`; `bench/run.sh` starts a Redis server of its own for it).
 //!
@@ -33,7 +37,7 @@ use std::time::Duration;
 
 use axum::Json;
 use axum::routing::get;
-use idem_bench::{app, peer, pg, pgcount, preload};
+use idem_bench::{app, delay, peer, pg, pgcount, preload};
 use idem_runtime::Idempotency;
 use idem_runtime::store::{MemoryStore, PostgresStore, RedisStore, SqliteStore};
 use sqlx::postgres::PgPoolOptions;
@@ -47,6 +51,7 @@ struct Args {
     pg_no_ping: bool,
     pg_pool: Option<u32>,
     count_round_trips: bool,
+    pg_delay: Option<Duration>,
     memory_capacity: usize,
     memory_bytes: usize,
     preload: preload::Plan,
@@ -64,6 +69,7 @@ fn parse_args() -> Result<Args, String> {
         pg_no_ping: false,
         pg_pool: None,
         count_round_trips: false,
+        pg_delay: None,
         memory_capacity: 8_000_000,
         memory_bytes: 16 << 30,
         preload: preload::Plan {
@@ -88,6 +94,12 @@ fn parse_args() -> Result<Args, String> {
                 args.pg_pool = Some(value()?.parse().map_err(|e| format!("--pg-pool: {e}"))?);
             }
             "--count-round-trips" => args.count_round_trips = true,
+            "--pg-delay-us" => {
+                let us: u64 = value()?
+                    .parse()
+                    .map_err(|e| format!("--pg-delay-us: {e}"))?;
+                args.pg_delay = Some(Duration::from_micros(us));
+            }
             "--memory-capacity" => {
                 args.memory_capacity = value()?
                     .parse()
@@ -192,10 +204,19 @@ async fn serve(args: Args) -> Result<(), String> {
                 .database_url
                 .clone()
                 .unwrap_or_else(|| "postgres://postgres@127.0.0.1:5432/idem_bench".to_string());
+            if args.count_round_trips && args.pg_delay.is_some() {
+                return Err("--count-round-trips and --pg-delay-us: one proxy at a time".into());
+            }
             if args.count_round_trips {
-                let (proxied, counters) = via_proxy(&url).await?;
-                url = proxied;
+                let upstream = loopback_upstream(&url).await?;
+                let (addr, counters) = pgcount::start(upstream).await.map_err(|e| e.to_string())?;
+                url = via_proxy(&url, addr)?;
                 stats = Some(counters);
+            }
+            if let Some(one_way) = args.pg_delay {
+                let upstream = loopback_upstream(&url).await?;
+                let addr = delay::start(upstream, one_way).map_err(|e| e.to_string())?;
+                url = via_proxy(&url, addr)?;
             }
             let mut pool = PgPoolOptions::new();
             if let Some(n) = args.pg_pool {
@@ -282,8 +303,9 @@ async fn serve(args: Args) -> Result<(), String> {
         .map_err(|e| e.to_string())
 }
 
-/// Points `url` at a counting proxy in front of its host, with SSL off so the stream is framed.
-async fn via_proxy(url: &str) -> Result<(String, Arc<pgcount::Counters>), String> {
+/// The parts of a `postgres://user@host:port/db` URL: scheme, `user@` (or nothing), host and
+/// port, and what follows the host.
+fn url_parts(url: &str) -> Result<(&str, &str, &str, &str), String> {
     let (scheme, rest) = url
         .split_once("://")
         .ok_or("--database-url: expected postgres://user@host:port/db")?;
@@ -291,6 +313,12 @@ async fn via_proxy(url: &str) -> Result<(String, Arc<pgcount::Counters>), String
     let (user, host) = authority
         .rsplit_once('@')
         .map_or(("", authority), |(u, h)| (u, h));
+    Ok((scheme, user, host, path))
+}
+
+/// The database's address, which a proxy may only reach on loopback.
+async fn loopback_upstream(url: &str) -> Result<SocketAddr, String> {
+    let (_, _, host, _) = url_parts(url)?;
     let upstream = tokio::net::lookup_host(if host.contains(':') {
         host.to_string()
     } else {
@@ -301,17 +329,21 @@ async fn via_proxy(url: &str) -> Result<(String, Arc<pgcount::Counters>), String
     .next()
     .ok_or("no address for the database host")?;
     if !upstream.ip().is_loopback() {
-        return Err("--count-round-trips needs a database on loopback".into());
+        return Err("a proxy in front of the database needs it on loopback".into());
     }
-    let (addr, counters) = pgcount::start(upstream).await.map_err(|e| e.to_string())?;
+    Ok(upstream)
+}
+
+/// `url` pointed at the proxy at `addr`, with SSL off so the stream is plain.
+fn via_proxy(url: &str, addr: SocketAddr) -> Result<String, String> {
+    let (scheme, user, _, path) = url_parts(url)?;
     let user = if user.is_empty() {
         String::new()
     } else {
         format!("{user}@")
     };
     let sep = if path.contains('?') { '&' } else { '?' };
-    Ok((
-        format!("{scheme}://{user}{addr}/{path}{sep}sslmode=disable"),
-        counters,
+    Ok(format!(
+        "{scheme}://{user}{addr}/{path}{sep}sslmode=disable"
     ))
 }

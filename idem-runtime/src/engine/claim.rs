@@ -18,8 +18,8 @@ use crate::core::error::StoreError;
 use crate::core::fingerprint::Fingerprint;
 use crate::store::{Claim, ClaimRequest, LeaseToken};
 
-/// How long a duplicate in reject mode waits on the first request's uncommitted claim (one
-/// commit) before it is refused: long enough to get the replay when the first is committing,
+/// How long a duplicate in reject mode waits on the first request's claim (one commit) before
+/// it is refused: long enough to get the replay when the first is committing,
 /// short enough to answer 409 at once otherwise.
 pub(crate) const REJECT_WAIT: Duration = Duration::from_millis(50);
 
@@ -196,7 +196,7 @@ impl Engine {
         })
     }
 
-    /// How long a claim inside a transaction waits on another attempt's uncommitted claim.
+    /// How long a claim inside a transaction waits on another attempt's claim of the key.
     pub(super) fn lock_wait(&self, attempt: &Attempt) -> Duration {
         match attempt.in_flight {
             InFlightMode::Wait => self.policy.wait_timeout,

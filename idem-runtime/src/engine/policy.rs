@@ -60,9 +60,10 @@ pub enum InFlightMode {
 /// | commits per fresh request | 1 | 2 |
 /// | round trips of idem's own | 2 (claim with `BEGIN`, completion with `COMMIT`) | 4 (claim, `BEGIN`, completion, `COMMIT`) |
 /// | the transaction and its pooled connection are held | from the claim to the response: the handler's whole run | from the first `Tx::conn` to the response |
+/// | rows written per fresh request | 1: the completed record, with the `COMMIT` | 2: the claim, then the completion |
 /// | a duplicate while the first runs | waits on the first's transaction: 409 after 50 ms (`in_flight = "reject"`), or the replay once it commits (`"wait"`, up to the wait timeout). Of its duplicates, one per process waits in the database, holding a pooled connection; the others wait in the process, holding none | sees the committed claim: 409, or polls for the replay |
 /// | the process dies mid-handler | the transaction aborts with the connection: nothing is left, the retry runs at once | the claim stays until its lease lapses, then a retry takes it over |
-/// | an operator's query for records in flight | shows none of this endpoint's (they are uncommitted) | shows them |
+/// | an operator's query for records in flight | shows none of this endpoint's (the record is written when it completes) | shows them |
 ///
 /// One commit saves two round trips and a commit per fresh request, so it answers sooner where
 /// those cost more than CPU: a database across a network, or one whose commits wait for a disk.

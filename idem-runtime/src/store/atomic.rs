@@ -55,7 +55,7 @@ pub trait AtomicStore<DB: AtomicDatabase>: Send + Sync + 'static {
 /// and a crash leaves nothing behind (the transaction aborts with its connection).
 pub trait ClaimInTransaction<DB: AtomicDatabase>: AtomicStore<DB> {
     /// Begins a transaction and claims the record in it, waiting up to `lock_wait` for another
-    /// transaction that holds an uncommitted claim of the same key. The operation's statements
+    /// transaction that holds a claim of the same key. The operation's statements
     /// that follow in the transaction may each run, or wait for a lock, for `statement_timeout`.
     fn claim_in_transaction<'a>(
         &'a self,
@@ -70,7 +70,7 @@ pub trait ClaimInTransaction<DB: AtomicDatabase>: AtomicStore<DB> {
 pub enum TransactionClaim<DB: AtomicDatabase> {
     /// The record is the caller's, inside the open transaction.
     Acquired(Box<dyn ClaimedTransaction<DB>>),
-    /// Another transaction holds an uncommitted claim of the key and did not finish within the
+    /// Another transaction holds a claim of the key and did not finish within the
     /// lock wait: the first request is still running.
     InFlight,
     /// A committed record holds the key (a result to replay, an expired record not swept yet, a

@@ -48,7 +48,7 @@ async fn a_client_chosen_scope_value_is_stored_exactly_by_the_one_commit_claim()
     assert_eq!(
         h.records_in_flight().await,
         0,
-        "the claim is uncommitted: one commit"
+        "the claim writes no record: one commit"
     );
     h.gate.open();
     assert_eq!(first.await.unwrap().unwrap().status(), StatusCode::CREATED);

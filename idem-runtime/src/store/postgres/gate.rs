@@ -1,6 +1,6 @@
 //! At most one one-commit claim per record key waits on the database at a time, per store.
 //!
-//! A duplicate of a one-commit request waits on the first's uncommitted claim inside PostgreSQL,
+//! A duplicate of a one-commit request waits on the first's claim (its lock) inside PostgreSQL,
 //! and a waiting claim holds a pooled connection. Without a bound, a flood of duplicates of one
 //! slow request would take every connection in the pool and starve requests for other keys.
 //! Behind the gate the others wait in the process, holding no connection, within the same

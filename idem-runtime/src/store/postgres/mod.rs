@@ -4,6 +4,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use bytes::Bytes;
+use sha2::{Digest, Sha256};
 use sqlx::postgres::PgPoolOptions;
 use sqlx::{AssertSqlSafe, PgPool};
 
@@ -38,7 +39,10 @@ use schema::{Names, migrate};
 /// The store offers atomic mode ([`Tx<sqlx::Postgres>`](crate::Tx)): a handler's writes and the
 /// record's completion commit in one transaction on this database. By default
 /// ([`Commits::One`](crate::Commits)) the claim is made in that transaction too, sent with its
-/// `BEGIN`, and the completion goes with the `COMMIT`: one commit per fresh request.
+/// `BEGIN` (it takes the key's advisory lock and writes nothing), and the record is written once,
+/// completed, with the `COMMIT`: one commit and one row written per fresh request. The two are
+/// calls of PL/pgSQL functions the store creates in its schema, so that PostgreSQL plans their
+/// statements once per session although they travel as text.
 ///
 /// Beside what the engine needs, each row keeps for operators `operation`, `scope`,
 /// `scope_value`, `state` (`in_flight` or `completed`), `status`, `created_at`, `completed_at`,
@@ -53,7 +57,7 @@ use schema::{Names, migrate};
 ///
 /// ```sql
 /// -- Which keys are stuck in flight, per endpoint (the owner's lease lapsed)? Endpoints in
-/// -- atomic mode with one commit never show here: their claims are uncommitted until they
+/// -- atomic mode with one commit never show here: their records are written when they
 /// -- complete.
 /// SELECT operation, count(*) FROM idem.idempotency_records
 /// WHERE state = 'in_flight' AND lease_until < extract(epoch FROM now()) * 1000
@@ -238,8 +242,12 @@ impl PostgresStoreBuilder {
 struct Statements {
     schema: String,
     table: String,
-    /// `"schema"."table"`, for statements written per request (one-commit mode).
-    records: String,
+    /// One-commit mode's claim and completion, functions of the schema (migration 4).
+    claim_in_tx: String,
+    complete_in_tx: String,
+    /// Mixed into each key's advisory lock, so stores of different tables never wait on each
+    /// other's keys.
+    lock_salt: i64,
     claim: Arc<str>,
     complete: Arc<str>,
     release: Arc<str>,
@@ -259,11 +267,31 @@ impl Statements {
             renew: render(RENEW),
             purge: render(PURGE),
             operators: RecordStatements::new(&names.render("{records}"), "FOR UPDATE SKIP LOCKED"),
-            records: names.render("{records}"),
+            lock_salt: lock_salt(&names.schema, &names.table),
+            claim_in_tx: names.claim_in_tx,
+            complete_in_tx: names.complete_in_tx,
             schema: names.schema,
             table: names.table,
         }
     }
+}
+
+impl Statements {
+    /// The advisory lock one-commit mode claims `key` under: 64 bits of the key (a SHA-256
+    /// digest) mixed with the table's salt.
+    fn lock_of(&self, key: &RecordKey) -> i64 {
+        let mut first = [0; 8];
+        first.copy_from_slice(&key.as_bytes()[..8]);
+        i64::from_be_bytes(first) ^ self.lock_salt
+    }
+}
+
+/// 64 bits of SHA-256 of the records table's name.
+fn lock_salt(schema: &str, table: &str) -> i64 {
+    let digest = Sha256::digest(format!("idem.claim\0{schema}\0{table}"));
+    let mut salt = [0; 8];
+    salt.copy_from_slice(&digest[..8]);
+    i64::from_be_bytes(salt)
 }
 
 /// Takes the record when it is absent, expired (a new life: one owner) or in flight under a

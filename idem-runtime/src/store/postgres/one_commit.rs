@@ -1,18 +1,22 @@
 //! One-commit atomic mode: the record's claim, the handler's writes and the stored response in
-//! one PostgreSQL transaction.
+//! one PostgreSQL transaction, the record written once.
 //!
-//! The claim is an `INSERT` in a transaction that stays open while the handler runs; nobody else
-//! sees the record until it commits with its response. A duplicate's `INSERT` meets the
-//! uncommitted row on the primary key and waits for its transaction, up to a `lock_timeout`: if
-//! the first commits, the duplicate gets a unique violation and reads the stored record (replay,
-//! or 422); if it rolls back or its connection dies, the duplicate's `INSERT` succeeds and it runs
-//! fresh. The open connection is the lease: there is nothing to renew, and a crash leaves nothing
-//! behind.
+//! The claim writes nothing. In a transaction that stays open while the handler runs, it takes
+//! the key's transaction-scoped advisory lock, then looks for a committed record. A duplicate
+//! waits on that lock, up to a `lock_timeout`: if the first commits, the duplicate finds its
+//! record and reads it the ordinary way (replay, or 422); if it rolls back or its connection
+//! dies, the lock is free and the duplicate runs fresh. The open connection is the lease: there
+//! is nothing to renew, and a crash leaves nothing behind. The completion inserts the record,
+//! completed, and commits; a record that appeared in between (claimed outside a transaction, by
+//! plain mode or an older version of this store) makes the insert fail, and nothing of the
+//! attempt commits.
 //!
 //! Both ends take one round trip. The claim travels as one simple-protocol message with the
-//! `BEGIN`; the completion with the `COMMIT`. The simple protocol binds no parameters, so the
-//! values are written into the text, and only values that cannot carry SQL: integers, and bytes
-//! as hex digits (digests, the payload, and the operation, scope and scope value as UTF-8).
+//! `BEGIN`; the completion with the `COMMIT`. The simple protocol binds no parameters, so each
+//! is a call of a PL/pgSQL function of the store's schema (migration 4), whose statements are
+//! planned once per session, with its arguments written into the text: only values that cannot
+//! carry SQL, integers, and bytes as hex digits (digests, the payload, and the operation, scope
+//! and scope value as UTF-8).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -29,12 +33,15 @@ use crate::store::{BoxFuture, ClaimRequest, Completion, Fence, LeaseToken};
 
 type Manager = <Postgres as sqlx::Database>::TransactionManager;
 
-/// A pooled connection in the transaction that holds a claimed record. Dropping it rolls the
-/// transaction back (the `ROLLBACK` goes out with the pool's check when the connection returns),
-/// and the claim vanishes with the writes.
+/// A pooled connection in the transaction that holds a claim, with what the record will say
+/// of it. Dropping it rolls the transaction back (the `ROLLBACK` goes out with the pool's check
+/// when the connection returns), and the claim vanishes with the writes.
 struct OpenClaim {
     conn: PoolConnection<Postgres>,
     sql: Arc<Statements>,
+    /// The completion's arguments known at the claim, as SQL: fingerprint, lease end,
+    /// operation, creation time, scope, scope value.
+    claimed: String,
 }
 
 impl ClaimedTransaction<Postgres> for OpenClaim {
@@ -42,9 +49,8 @@ impl ClaimedTransaction<Postgres> for OpenClaim {
         &mut self.conn
     }
 
-    /// Completes the record and commits, in one round trip. `Fence::Lost` (and nothing
-    /// committed) when the record is no longer the owner's in-flight claim, which only the
-    /// handler's own statements could have changed.
+    /// Writes the completed record and commits, in one round trip. `Fence::Lost` (and nothing
+    /// committed) when a record of the key committed meanwhile.
     fn complete_and_commit<'a>(
         self: Box<Self>,
         key: &'a RecordKey,
@@ -65,26 +71,24 @@ impl OpenClaim {
         let status = completion
             .status
             .map_or_else(|| "NULL".to_owned(), |s| s.to_string());
-        // `1 / count(*)` fails the transaction when the update found no row, so the `COMMIT`
-        // after it never runs. The `BEGIN` after the `COMMIT` keeps sqlx's count of open
-        // transactions true; the empty transaction is rolled back when the connection returns.
+        // The `BEGIN` after the `COMMIT` keeps sqlx's count of open transactions true; the
+        // empty transaction is rolled back when the connection returns.
         let sql = format!(
-            "WITH done AS (UPDATE {records} SET state = 'completed', \
-             response = decode('{payload}', 'hex'), expires_at = {expires_at}, \
-             status = {status}, completed_at = {completed_at} \
-             WHERE key = decode('{key}', 'hex') AND token = {token} AND state = 'in_flight' \
-             RETURNING 1) \
-             SELECT 1 / count(*)::int FROM done; COMMIT; BEGIN",
-            records = self.sql.records,
-            payload = hex(completion.payload),
-            expires_at = completion.expires_at.as_millis(),
-            completed_at = completion.completed_at.as_millis(),
+            "SELECT {complete}(decode('{key}', 'hex'), {token}, {expires_at}, \
+             decode('{payload}', 'hex'), {status}::smallint, {completed_at}, {claimed}); \
+             COMMIT; BEGIN",
+            complete = self.sql.complete_in_tx,
             key = hex(key.as_bytes()),
             token = token.as_i64(),
+            expires_at = completion.expires_at.as_millis(),
+            payload = hex(completion.payload),
+            completed_at = completion.completed_at.as_millis(),
+            claimed = self.claimed,
         );
         match self.conn.execute(AssertSqlSafe(sql)).await {
             Ok(_) => Ok(Fence::Held),
-            Err(error) if sqlstate(&error).as_deref() == Some("22012") => Ok(Fence::Lost),
+            // unique_violation: a record of the key committed while the operation ran.
+            Err(error) if sqlstate(&error).as_deref() == Some("23505") => Ok(Fence::Lost),
             Err(error) => {
                 if sqlstate(&error).is_none() {
                     // The connection failed: whether the `COMMIT` ran is unknown; never reuse it.
@@ -116,8 +120,8 @@ impl ClaimInTransaction<Postgres> for PostgresStore {
 }
 
 impl PostgresStore {
-    /// Begins a transaction on a pooled connection and claims the record in it, waiting up to
-    /// `lock_wait` for a transaction that holds an uncommitted claim of the same key.
+    /// Begins a transaction on a pooled connection and claims the key in it, waiting up to
+    /// `lock_wait` for a transaction that holds the key's lock.
     async fn claim_in_open_transaction(
         &self,
         request: ClaimRequest<'_>,
@@ -130,29 +134,27 @@ impl PostgresStore {
         };
         let lock_wait = lock_wait.saturating_sub(started.elapsed());
         let mut conn = self.pool.acquire().await.map_err(StoreError::unavailable)?;
-        // The short lock timeout applies to the claim only; the operation's statements after it
-        // get the transaction's own timeouts.
+        // The lock wait applies to the claim only; the operation's statements after it get the
+        // transaction's own timeouts (the function sets them).
         let sql = format!(
-            "BEGIN; \
-             SET LOCAL lock_timeout = {lock_ms}; \
-             INSERT INTO {records} (key, fingerprint, token, state, owners, lease_until, \
-             expires_at, operation, created_at, scope, scope_value) VALUES \
-             (decode('{key}', 'hex'), decode('{fingerprint}', 'hex'), {token}, 'in_flight', 1, \
-             {lease_until}, {expires_at}, {operation}, {now}, {scope}, {scope_value}); \
-             SET LOCAL lock_timeout = {statement_ms}; SET LOCAL statement_timeout = {statement_ms}",
+            "BEGIN; SELECT {claim}(decode('{key}', 'hex'), {lock}, '{lock_ms}', '{statement_ms}')",
+            claim = self.sql.claim_in_tx,
+            key = hex(request.key.as_bytes()),
+            lock = self.sql.lock_of(request.key),
             // 0 would wait forever.
             lock_ms = lock_wait.as_millis().clamp(1, i32::MAX as u128),
             statement_ms = statement_timeout.as_millis().clamp(1, i32::MAX as u128),
-            records = self.sql.records,
-            key = hex(request.key.as_bytes()),
+        );
+        // What the record will say of the claim, written when it completes.
+        let claimed = format!(
+            "decode('{fingerprint}', 'hex'), {lease_until}, {operation}, {now}, {scope}, \
+             {scope_value}",
             fingerprint = hex(request.fingerprint.as_bytes()),
-            token = request.token.as_i64(),
             lease_until = request.lease_until.as_millis(),
-            expires_at = request.expires_at.as_millis(),
             operation = text(request.operation),
+            now = request.now.as_millis(),
             scope = text(request.scope),
             scope_value = text(request.scope_value),
-            now = request.now.as_millis(),
         );
         let error = match Manager::begin(&mut conn, Some(AssertSqlSafe(sql).into_sql_str())).await {
             Ok(()) => {
@@ -160,6 +162,7 @@ impl PostgresStore {
                 return Ok(TransactionClaim::Acquired(Box::new(OpenClaim {
                     conn,
                     sql,
+                    claimed,
                 })));
             }
             Err(error) => error,
@@ -176,7 +179,7 @@ impl PostgresStore {
             .await
             .map_err(StoreError::unavailable)?;
         match code.as_deref() {
-            // unique_violation: a committed record.
+            // unique_violation: the claim found a committed record.
             Some("23505") => Ok(TransactionClaim::Stored),
             // lock_not_available, or query_canceled when the session's `statement_timeout` ended
             // the wait first: the claim's transaction is still open.

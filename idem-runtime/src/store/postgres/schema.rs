@@ -18,10 +18,15 @@ pub(super) struct Names {
     expires_at_index: String,
     /// `"table_in_flight"`, created in the records' schema.
     in_flight_index: String,
+    /// `"schema"."table_tx_claim"`: one-commit mode's claim (migration 4).
+    pub(super) claim_in_tx: String,
+    /// `"schema"."table_tx_done"`: one-commit mode's completion (migration 4).
+    pub(super) complete_in_tx: String,
     /// `"schema"."idem_migrations"`
     migrations: String,
 }
 
+/// The longest suffix a name made from the table's has (the index, the functions).
 const EXPIRES_AT_SUFFIX: &str = "_expires_at";
 /// PostgreSQL silently truncates longer identifiers.
 const MAX_IDENTIFIER: usize = 63;
@@ -34,6 +39,8 @@ impl Names {
             records: format!("{quoted_schema}.{quoted_table}"),
             expires_at_index: format!("\"{table}{EXPIRES_AT_SUFFIX}\""),
             in_flight_index: format!("\"{table}_in_flight\""),
+            claim_in_tx: format!("{quoted_schema}.\"{table}_tx_claim\""),
+            complete_in_tx: format!("{quoted_schema}.\"{table}_tx_done\""),
             migrations: format!("{quoted_schema}.\"idem_migrations\""),
             quoted_schema,
             schema,
@@ -41,10 +48,13 @@ impl Names {
         })
     }
 
-    /// Fills a statement template's `{records}`, `{expires_at_index}` and `{migrations}`.
+    /// Fills a statement template's `{records}`, `{expires_at_index}`, `{in_flight_index}`,
+    /// `{claim_in_tx}`, `{complete_in_tx}` and `{migrations}`.
     pub(super) fn render(&self, template: &str) -> String {
         template
             .replace("{records}", &self.records)
+            .replace("{claim_in_tx}", &self.claim_in_tx)
+            .replace("{complete_in_tx}", &self.complete_in_tx)
             .replace("{expires_at_index}", &self.expires_at_index)
             .replace("{in_flight_index}", &self.in_flight_index)
             .replace("{migrations}", &self.migrations)
@@ -129,6 +139,44 @@ CREATE INDEX {in_flight_index} ON {records} (operation, lease_until) WHERE state
 ALTER TABLE {records}
     ADD COLUMN scope       text NOT NULL DEFAULT '',
     ADD COLUMN scope_value text NOT NULL DEFAULT '';",
+    },
+    Migration {
+        version: 4,
+        description: "one-commit mode: claim under an advisory lock, write the record once",
+        // PL/pgSQL keeps each statement's plan for the life of the session, so one-commit
+        // mode's claim and completion, sent as text in the messages of `BEGIN` and `COMMIT`,
+        // are parsed as a function call and never planned again. The claim writes nothing: it
+        // waits for the key's transaction-scoped advisory lock (under the lock timeout it is
+        // given), then looks for a committed record; the completion inserts the record whole,
+        // once. Each statement of a volatile function sees what committed before it began, so
+        // the look after the wait sees a record the previous holder committed.
+        sql: "\
+CREATE FUNCTION {claim_in_tx}(p_key bytea, p_lock bigint, p_lock_wait text, p_timeout text)
+RETURNS void LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM set_config('lock_timeout', p_lock_wait, true);
+    PERFORM pg_advisory_xact_lock(p_lock);
+    PERFORM FROM {records} WHERE key = p_key;
+    IF FOUND THEN
+        RAISE EXCEPTION 'a record holds the idempotency key' USING ERRCODE = 'unique_violation';
+    END IF;
+    PERFORM set_config('lock_timeout', p_timeout, true),
+            set_config('statement_timeout', p_timeout, true);
+END
+$$;
+CREATE FUNCTION {complete_in_tx}(p_key bytea, p_token bigint, p_expires_at bigint,
+    p_response bytea, p_status smallint, p_completed_at bigint, p_fingerprint bytea,
+    p_lease_until bigint, p_operation text, p_created_at bigint, p_scope text,
+    p_scope_value text)
+RETURNS void LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO {records} (key, fingerprint, token, state, owners, lease_until, expires_at,
+        operation, created_at, scope, scope_value, response, status, completed_at)
+    VALUES (p_key, p_fingerprint, p_token, 'completed', 1, p_lease_until, p_expires_at,
+        p_operation, p_created_at, p_scope, p_scope_value, p_response, p_status,
+        p_completed_at);
+END
+$$;",
     },
 ];
 
@@ -249,7 +297,15 @@ mod tests {
                 other => panic!("{schema:?}.{table:?} accepted: {:?}", other.map(|_| ())),
             }
         }
-        assert!(Names::new("s".repeat(63), "t".repeat(52)).is_ok());
+        let longest = Names::new("s".repeat(63), "t".repeat(52)).unwrap();
+        for derived in [
+            &longest.expires_at_index,
+            &longest.claim_in_tx,
+            &longest.complete_in_tx,
+        ] {
+            let name = derived.rsplit('.').next().unwrap().trim_matches('"');
+            assert!(name.len() <= MAX_IDENTIFIER, "{derived} would be truncated");
+        }
     }
 
     #[test]
