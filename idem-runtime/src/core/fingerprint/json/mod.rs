@@ -38,7 +38,8 @@ pub(super) fn canonical(input: &[u8], version: Version) -> Option<Vec<u8>> {
         input,
         pos: 0,
         out: Vec::with_capacity(input.len()),
-        members: Vec::new(),
+        // Room for the members of a few typical open objects: growth would only add copies.
+        members: Vec::with_capacity(32),
         scratch: Vec::new(),
         depth: DEPTH,
     };
@@ -227,6 +228,8 @@ impl<'a> Writer<'a> {
             // Stable: a repeated key's values stay in document order, and the last is kept.
             members.sort_by(|a, b| a.key.bytes().cmp(b.key.bytes()));
             self.scratch.clear();
+            // The object's members fit in what they take now: one allocation at most.
+            self.scratch.reserve(self.out.len() - start);
             for (i, member) in members.iter().enumerate() {
                 let last_of_key = members
                     .get(i + 1)
