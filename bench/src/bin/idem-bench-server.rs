@@ -8,6 +8,7 @@
 //!                   [--redis-url URL] [--memory-capacity N] [--memory-bytes N] [--workers N]
 //!                   [--preload N] [--preload-expiring M] [--preload-expiring-over S]
 //!                   [--sweep-ms MS] [--max-seconds S]
+//!                   [--sqlite-pool N] [--sqlite-cache-kib N] [--sqlite-mmap BYTES]
 //! ```
 //!
 //! Routes: `POST /bare`, `POST /idem` (on the chosen store), `POST /peer` (axum-idempotent on
@@ -20,6 +21,12 @@
 //! pool with `test_before_acquire(false)`.
 //! `--store redis` connects `RedisStore::connect` to `--redis-url` (default
 //! `redis://127.0.0.1:6379`; `bench/run.sh` starts a Redis server of its own for it).
+//!
+//! `--store sqlite` opens `SqliteStore::connect` (the defaults users get) unless
+//! `--sqlite-pool`, `--sqlite-cache-kib` or `--sqlite-mmap` is given: then
+//! `SqliteStore::builder` with that many connections at most, that page cache per connection
+//! (KiB) or that much memory-mapped I/O per connection (bytes, 0 for none), to compare settings
+//! without rebuilding.
 //!
 //! `--preload N` writes N completed records into the store before listening (see
 //! [`idem_bench::preload`]); `--preload-expiring M` of them expire one after another over the
@@ -58,6 +65,9 @@ struct Args {
     sweep_ms: u64,
     workers: usize,
     max_seconds: u64,
+    sqlite_cache_kib: Option<u32>,
+    sqlite_mmap: Option<u64>,
+    sqlite_pool: Option<u32>,
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -80,6 +90,9 @@ fn parse_args() -> Result<Args, String> {
         sweep_ms: 0,
         workers: 2,
         max_seconds: 900,
+        sqlite_cache_kib: None,
+        sqlite_mmap: None,
+        sqlite_pool: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -134,6 +147,27 @@ fn parse_args() -> Result<Args, String> {
                 args.max_seconds = value()?
                     .parse()
                     .map_err(|e| format!("--max-seconds: {e}"))?;
+            }
+            "--sqlite-cache-kib" => {
+                args.sqlite_cache_kib = Some(
+                    value()?
+                        .parse()
+                        .map_err(|e| format!("--sqlite-cache-kib: {e}"))?,
+                );
+            }
+            "--sqlite-mmap" => {
+                args.sqlite_mmap = Some(
+                    value()?
+                        .parse()
+                        .map_err(|e| format!("--sqlite-mmap: {e}"))?,
+                );
+            }
+            "--sqlite-pool" => {
+                args.sqlite_pool = Some(
+                    value()?
+                        .parse()
+                        .map_err(|e| format!("--sqlite-pool: {e}"))?,
+                );
             }
             other => return Err(format!("unknown argument {other}")),
         }
@@ -191,9 +225,26 @@ async fn serve(args: Args) -> Result<(), String> {
                 let path = std::env::temp_dir().join("idem-bench.db");
                 format!("sqlite://{}", path.display())
             });
-            let store = SqliteStore::connect(&url)
-                .await
-                .map_err(|e| e.to_string())?;
+            let store = if args.sqlite_cache_kib.is_some()
+                || args.sqlite_mmap.is_some()
+                || args.sqlite_pool.is_some()
+            {
+                let mut builder = SqliteStore::builder(url);
+                if let Some(n) = args.sqlite_pool {
+                    builder = builder.max_connections(n);
+                }
+                if let Some(kib) = args.sqlite_cache_kib {
+                    builder = builder.cache_size_kib(kib);
+                }
+                if let Some(bytes) = args.sqlite_mmap {
+                    builder = builder.mmap_size(bytes);
+                }
+                builder.build().await
+            } else {
+                // Exactly what users get.
+                SqliteStore::connect(&url).await
+            };
+            let store = store.map_err(|e| e.to_string())?;
             if plan.n > 0 {
                 preload::sqlite(store.pool(), plan).await?;
             }

@@ -57,7 +57,7 @@ pub use postgres::{PostgresStore, PostgresStoreBuilder};
 pub use redis::{RedisStore, RedisStoreBuilder};
 #[cfg(feature = "sqlite")]
 #[cfg_attr(docsrs, doc(cfg(feature = "sqlite")))]
-pub use sqlite::SqliteStore;
+pub use sqlite::{SqliteStore, SqliteStoreBuilder};
 
 /// Proof of ownership of an in-flight record: a random 64-bit value chosen by each claimant and
 /// written on acquisition. [`Store::complete`], [`Store::release`] and [`Store::renew`] succeed
