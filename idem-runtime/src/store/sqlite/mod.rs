@@ -65,16 +65,18 @@ static RECORDS: LazyLock<RecordStatements> =
 /// - SQLite serves pages from the mapping only to statements that do not write, and the
 ///   claim (an upsert) and the completion (an update) write.
 ///
-/// Measured on the benchmark server (2 cores, 32 clients, fresh keys, `perf stat` over 5 s):
-/// with 10 connections a request read 22 pages through system calls on an empty store and 28
-/// beside 1,000,000 records, alike with a 2, 16 or 64 MiB cache and with 256 MiB or 1 GiB
-/// mapped, for about 400 µs of CPU per request either way. With 2 connections it read 6 to 7
-/// pages (about 230 µs); with one, 1 to 6. Replays of one key read under one page in every
-/// setting.
-/// A smaller pool ([`SqliteStoreBuilder::max_connections`]) is what lets a cache hold on, but
-/// it queues requests behind fewer connections: replays measured 20 to 40 % slower with 2, and
-/// a handler's transaction in atomic mode holds one connection for as long as it runs. A
-/// bigger cache pays with a small pool, or when reads outnumber writes.
+/// Measured on the benchmark server (2 cores shared with the load generator, 32 clients,
+/// fresh keys, settings run in turn): with 10 connections a request read 22 pages through
+/// system calls on an empty store and 28 beside 1,000,000 records, alike with a 2, 16 or
+/// 64 MiB cache and with 256 MiB or 1 GiB mapped. On a quiet machine, throughput beside the
+/// million records was 0.88 to 0.93 of the empty store's with the defaults, 0.85 to 0.88 with
+/// a 16 MiB cache or 256 MiB mapped, and 0.73 to 0.74 with a 64 MiB cache, the largest to drop
+/// each time (about 456 µs of CPU per request against 404). Replays of one key read under one
+/// page in every setting. A smaller pool ([`SqliteStoreBuilder::max_connections`]) keeps the
+/// caches longer (4 to 8 pages read per fresh key with 2 connections) but queues requests
+/// behind fewer connections: with 2, throughput rose when other work kept the cores busy and
+/// fell on a quiet machine (fresh keys by a fifth, replays by a quarter). A handler's
+/// transaction in atomic mode holds one connection while it runs.
 ///
 /// Operators can also query the table themselves (times are milliseconds since the Unix
 /// epoch):
@@ -109,7 +111,8 @@ impl SqliteStore {
 
     /// Each connection's page cache unless [`SqliteStoreBuilder::cache_size_kib`] says
     /// otherwise, in KiB: SQLite's own default (`PRAGMA cache_size = -2000`). Caches of 16 and
-    /// 64 MiB were measured and saved no reads with the default pool (see [`SqliteStore`]).
+    /// 64 MiB were measured and saved no reads with the default pool; 64 MiB cost CPU (see
+    /// [`SqliteStore`]).
     pub const DEFAULT_CACHE_SIZE_KIB: u32 = 2000;
 
     /// Each connection's memory-mapped I/O unless [`SqliteStoreBuilder::mmap_size`] says
@@ -154,8 +157,8 @@ impl SqliteStore {
     /// use idem_runtime::store::SqliteStore;
     ///
     /// let store = SqliteStore::builder("sqlite://payments.db")
-    ///     .max_connections(2)
-    ///     .cache_size_kib(16 * 1024) // 16 MiB per connection, 32 MiB in all
+    ///     .max_connections(4)
+    ///     .cache_size_kib(8 * 1024) // 8 MiB per connection, 32 MiB in all
     ///     .mmap_size(0) // no memory-mapped I/O (the default)
     ///     .build()
     ///     .await?;
@@ -272,9 +275,9 @@ impl SqliteStoreBuilder {
     }
 
     /// The most connections the pool opens (default [`SqliteStore::DEFAULT_MAX_CONNECTIONS`]),
-    /// at least 1. Fewer connections keep their page caches longer (see [`SqliteStore`]) but
-    /// queue requests behind fewer of them; a handler's transaction in atomic mode holds one
-    /// while it runs. Ignored for an in-memory database, which has exactly one.
+    /// at least 1. Fewer connections keep their page caches longer but queue requests behind
+    /// fewer of them (see [`SqliteStore`] for both measured); a handler's transaction in atomic
+    /// mode holds one while it runs. Ignored for an in-memory database, which has exactly one.
     pub fn max_connections(mut self, max: u32) -> Self {
         self.max_connections = max;
         self
