@@ -461,12 +461,6 @@ const TARGETS: &[(&str, &str, f64, &str)] = &[
         1.0,
         "postgres-write",
     ),
-    (
-        "PostgreSQL, replay, against the bare one-INSERT handler",
-        "postgres-write/replay",
-        1.0,
-        "postgres-write",
-    ),
 ];
 
 /// The stores of the flat-cost runs.

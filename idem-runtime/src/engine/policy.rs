@@ -67,9 +67,9 @@ pub enum InFlightMode {
 ///
 /// One commit saves two round trips and a commit per fresh request, so it answers sooner where
 /// those cost more than CPU: a database across a network, or one whose commits wait for a disk.
-/// Where the database shares the application's CPU on one machine and commits are cheap, it is
-/// not faster in throughput (BENCHMARKS.md in the repository measures both, with the CPU each
-/// costs). Choose two when the handler calls slow services before its first query (a payment
+/// It also writes each record once, so where the database shares the application's CPU on one
+/// machine it serves about a third more requests a second (BENCHMARKS.md in the repository
+/// measures both, with the CPU each costs). Choose two when the handler calls slow services before its first query (a payment
 /// processor, say): with one commit a pooled connection and an open transaction are held for
 /// that whole call, so a burst of slow requests with different keys can exhaust the pool
 /// (duplicates of one key add at most one connection per process). Set PostgreSQL's
