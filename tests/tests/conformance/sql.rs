@@ -443,7 +443,7 @@ async fn postgres_connect_uses_the_idem_schema_and_its_own_migrations_table() {
                 .into()
         )
         .await,
-        3
+        4
     );
     pool.close().await;
     database.drop().await;
@@ -463,7 +463,7 @@ async fn postgres_restart_applies_nothing_and_keeps_records() {
         "SELECT count(*) FROM \"{}\".idem_migrations",
         store.schema()
     );
-    assert_eq!(count(store.pool(), migrations).await, 3);
+    assert_eq!(count(store.pool(), migrations).await, 4);
     restarted.pool().close().await;
     store.discard().await;
 }
@@ -485,7 +485,7 @@ async fn postgres_instances_starting_at_once_migrate_once() {
         stores.push(starter.await.unwrap().expect("every instance starts"));
     }
     let migrations = format!("SELECT count(*) FROM \"{schema}\".idem_migrations");
-    assert_eq!(count(stores[0].pool(), migrations).await, 3);
+    assert_eq!(count(stores[0].pool(), migrations).await, 4);
     store_one(&stores[0]).await;
     replays_one(&stores[7]).await;
     for store in &stores[1..] {
@@ -516,8 +516,8 @@ async fn postgres_stores_can_share_a_schema_with_their_own_tables() {
     );
     assert_eq!(
         count(first.pool(), migrations).await,
-        6,
-        "three migrations per table"
+        8,
+        "four migrations per table"
     );
     first.discard().await;
 }
