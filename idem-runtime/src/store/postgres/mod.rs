@@ -4,7 +4,6 @@ use std::fmt;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use sha2::{Digest, Sha256};
 use sqlx::postgres::PgPoolOptions;
 use sqlx::{AssertSqlSafe, PgPool};
 
@@ -267,7 +266,7 @@ impl Statements {
             renew: render(RENEW),
             purge: render(PURGE),
             operators: RecordStatements::new(&names.render("{records}"), "FOR UPDATE SKIP LOCKED"),
-            lock_salt: lock_salt(&names.schema, &names.table),
+            lock_salt: names.claim_lock_salt,
             claim_in_tx: names.claim_in_tx,
             complete_in_tx: names.complete_in_tx,
             schema: names.schema,
@@ -284,14 +283,6 @@ impl Statements {
         first.copy_from_slice(&key.as_bytes()[..8]);
         i64::from_be_bytes(first) ^ self.lock_salt
     }
-}
-
-/// 64 bits of SHA-256 of the records table's name.
-fn lock_salt(schema: &str, table: &str) -> i64 {
-    let digest = Sha256::digest(format!("idem.claim\0{schema}\0{table}"));
-    let mut salt = [0; 8];
-    salt.copy_from_slice(&digest[..8]);
-    i64::from_be_bytes(salt)
 }
 
 /// Takes the record when it is absent, expired (a new life: one owner) or in flight under a
@@ -532,6 +523,22 @@ impl AtomicStore<sqlx::Postgres> for PostgresStore {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn tables_lock_the_same_key_apart() {
+        let statements = |schema: &str, table: &str| {
+            Statements::new(Names::new(schema.into(), table.into()).unwrap())
+        };
+        let key = RecordKey::from_bytes([7; 32]);
+        let lock = |s: &Statements| s.lock_of(&key);
+        assert_eq!(lock(&statements("a", "t")), lock(&statements("a", "t")));
+        assert_ne!(lock(&statements("a", "t")), lock(&statements("a", "u")));
+        assert_ne!(lock(&statements("a", "t")), lock(&statements("b", "t")));
+        assert_ne!(
+            lock(&statements("a", "t")),
+            statements("a", "t").lock_of(&RecordKey::from_bytes([8; 32]))
+        );
+    }
 
     #[test]
     fn statements_name_only_the_configured_table() {

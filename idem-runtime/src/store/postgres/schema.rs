@@ -22,6 +22,9 @@ pub(super) struct Names {
     pub(super) claim_in_tx: String,
     /// `"schema"."table_tx_done"`: one-commit mode's completion (migration 4).
     pub(super) complete_in_tx: String,
+    /// Mixed into each key's advisory lock in one-commit mode, so stores of different tables
+    /// never wait on each other's keys.
+    pub(super) claim_lock_salt: i64,
     /// `"schema"."idem_migrations"`
     migrations: String,
 }
@@ -41,6 +44,7 @@ impl Names {
             in_flight_index: format!("\"{table}_in_flight\""),
             claim_in_tx: format!("{quoted_schema}.\"{table}_tx_claim\""),
             complete_in_tx: format!("{quoted_schema}.\"{table}_tx_done\""),
+            claim_lock_salt: lock_id(&format!("idem.claim\0{schema}\0{table}")),
             migrations: format!("{quoted_schema}.\"idem_migrations\""),
             quoted_schema,
             schema,
@@ -182,10 +186,15 @@ $$;",
 
 /// The advisory lock serialising migrations of one schema: 64 bits of SHA-256 of its name.
 fn lock_key(schema: &str) -> i64 {
-    let digest = Sha256::digest(format!("idem.migrate\0{schema}"));
-    let mut key = [0; 8];
-    key.copy_from_slice(&digest[..8]);
-    i64::from_be_bytes(key)
+    lock_id(&format!("idem.migrate\0{schema}"))
+}
+
+/// An advisory lock's 64-bit id for `label`: the first 8 bytes of its SHA-256.
+fn lock_id(label: &str) -> i64 {
+    let digest = Sha256::digest(label);
+    let mut id = [0; 8];
+    id.copy_from_slice(&digest[..8]);
+    i64::from_be_bytes(id)
 }
 
 /// Applies the missing [`MIGRATIONS`] in one transaction, under an advisory lock so instances
