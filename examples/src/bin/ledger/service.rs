@@ -75,6 +75,11 @@ impl Ledger for LedgerService {
             return Err(insufficient_funds(&new.from_account));
         }
         if new.to_account == SLOW_ACCOUNT {
+            tracing::info!(
+                tenant = tenant.as_str(),
+                "transfer to {SLOW_ACCOUNT}: {:?}",
+                self.slow
+            );
             tokio::time::sleep(self.slow).await;
         }
         let transfer = Transfer {
