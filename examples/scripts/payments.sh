@@ -1,6 +1,6 @@
-# Sourced by the contract and SDK scripts: runs an example's server (payments, or agents; built
-# in $TARGET/debug) on a free loopback port, logging to $RUN/server.log, and stops it. Sets
-# SERVER_PID and ADDR.
+# Sourced by the contract, SDK and gRPC scripts: runs an example's server (payments, agents or
+# ledger; built in $TARGET/debug) on a free loopback port, logging to $RUN/server.log, and stops
+# it. Sets SERVER_PID and ADDR.
 
 SERVER_PID=
 
@@ -30,12 +30,17 @@ start_payments() {
   start_example payments "$@"
 }
 
-# stop_payments: stops the server started last; SIGTERM, then SIGKILL after 5 s.
-stop_payments() {
+# stop_example: stops the server started last; SIGTERM, then SIGKILL after 5 s.
+stop_example() {
   if [[ -n "$SERVER_PID" ]] && kill -0 "$SERVER_PID" 2>/dev/null; then
     kill -TERM "$SERVER_PID" 2>/dev/null || true
     for _ in $(seq 1 50); do kill -0 "$SERVER_PID" 2>/dev/null || break; sleep 0.1; done
     kill -KILL "$SERVER_PID" 2>/dev/null || true
   fi
   SERVER_PID=
+}
+
+# stop_payments: stop_example, for the scripts that started payments.
+stop_payments() {
+  stop_example
 }
