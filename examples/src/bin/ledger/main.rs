@@ -43,7 +43,11 @@
 //! first, call = ledger.CreateTransfer.with_call(new, metadata=auth)
 //! again, call = ledger.CreateTransfer.with_call(new, metadata=auth)  # the retry
 //! print(first == again, dict(call.initial_metadata()).get("idempotent-replayed"))  # True true
-//! new.amount = 900  # the same request_id for another transfer: FAILED_PRECONDITION
+//! new.amount = 900  # the same request_id for another transfer
+//! try:
+//!     ledger.CreateTransfer(new, metadata=auth)
+//! except grpc.RpcError as error:
+//!     print(error.code())  # StatusCode.FAILED_PRECONDITION (IDEMPOTENCY_KEY_REUSED)
 //! EOF
 //! ```
 //!
