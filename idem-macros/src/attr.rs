@@ -13,10 +13,12 @@ mod kw {
     syn::custom_keyword!(in_flight);
     syn::custom_keyword!(commits);
     syn::custom_keyword!(state);
+    syn::custom_keyword!(key_field);
+    syn::custom_keyword!(key_metadata);
 }
 
 /// The argument names, in the order the docs list them, each with an example value.
-pub(crate) const NAMES: [(&str, &str); 7] = [
+pub(crate) const NAMES: [(&str, &str); 9] = [
     ("scope", "org"),
     ("name", "charges.create"),
     ("ttl", "24h"),
@@ -24,6 +26,8 @@ pub(crate) const NAMES: [(&str, &str); 7] = [
     ("in_flight", "wait"),
     ("commits", "two"),
     ("state", "AppState"),
+    ("key_field", "request_id"),
+    ("key_metadata", "idempotency-key"),
 ];
 
 /// One `name = "value"` argument.
@@ -42,6 +46,10 @@ pub(crate) struct Args {
     pub(crate) commits: Option<Arg>,
     /// `state = AppState`: the router state, a type rather than a string.
     pub(crate) state: Option<Type>,
+    /// `key_field = "request_id"`: a tonic method's request field holding the key.
+    pub(crate) key_field: Option<Arg>,
+    /// `key_metadata = "idempotency-key"`: a tonic method's metadata entry holding the key.
+    pub(crate) key_metadata: Option<Arg>,
 }
 
 impl Parse for Args {
@@ -60,6 +68,12 @@ impl Parse for Args {
             } else if lookahead.peek(kw::ttl) {
                 let span = input.parse::<kw::ttl>()?.span;
                 (&mut args.ttl, Ident::new("ttl", span))
+            } else if lookahead.peek(kw::key_field) {
+                let span = input.parse::<kw::key_field>()?.span;
+                (&mut args.key_field, Ident::new("key_field", span))
+            } else if lookahead.peek(kw::key_metadata) {
+                let span = input.parse::<kw::key_metadata>()?.span;
+                (&mut args.key_metadata, Ident::new("key_metadata", span))
             } else if lookahead.peek(kw::key) {
                 let span = input.parse::<kw::key>()?.span;
                 (&mut args.key, Ident::new("key", span))

@@ -6,6 +6,7 @@ use proc_macro::TokenStream;
 mod ast;
 mod attr;
 mod expand;
+mod grpc;
 mod ttl;
 mod validate;
 
@@ -13,6 +14,13 @@ mod validate;
 #[proc_macro_attribute]
 pub fn idempotent(args: TokenStream, item: TokenStream) -> TokenStream {
     expand::idempotent(args.into(), item.into()).into()
+}
+
+/// Makes the `#[idempotent]` methods of a tonic service's `impl` idempotent. See
+/// `idem_runtime::grpc` for the documentation.
+#[proc_macro_attribute]
+pub fn grpc_service(args: TokenStream, item: TokenStream) -> TokenStream {
+    grpc::service(args.into(), item.into()).into()
 }
 
 /// Emits the item, then the items given as arguments: `#[idempotent]` hangs the code it

@@ -28,6 +28,14 @@ pub(crate) struct Config {
 }
 
 pub(crate) fn config(args: Args) -> syn::Result<Config> {
+    if let Some(arg) = args.key_field.as_ref().or(args.key_metadata.as_ref()) {
+        return Err(syn::Error::new_spanned(
+            &arg.value,
+            "`key_field` and `key_metadata` apply to tonic methods (in an `impl` under \
+             `#[idem_runtime::grpc::service]`); an axum handler's key comes from the \
+             `Idempotency-Key` header",
+        ));
+    }
     let Some(scope) = args.scope else {
         return Err(syn::Error::new(
             Span::call_site(),
@@ -49,7 +57,7 @@ pub(crate) fn config(args: Args) -> syn::Result<Config> {
     })
 }
 
-fn scope_name(arg: &Arg) -> syn::Result<String> {
+pub(crate) fn scope_name(arg: &Arg) -> syn::Result<String> {
     let name = arg.value.value();
     let allowed = |c: char| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.');
     if !name.is_empty() && name.len() <= MAX_SCOPE_LEN && name.chars().all(allowed) {
@@ -76,7 +84,7 @@ fn scope_name(arg: &Arg) -> syn::Result<String> {
 }
 
 /// `name = "..."`, by the rule the layer's and the programmatic API's names follow too.
-fn operation_name(arg: &Arg) -> syn::Result<String> {
+pub(crate) fn operation_name(arg: &Arg) -> syn::Result<String> {
     let name = arg.value.value();
     match idem_rules::name::validate(&name) {
         Ok(()) => Ok(name),
@@ -98,7 +106,7 @@ fn operation_name(arg: &Arg) -> syn::Result<String> {
 }
 
 /// The index of `arg`'s value among `options` (0, the default, when absent).
-fn choice(arg: Option<&Arg>, name: &str, options: [&str; 2]) -> syn::Result<usize> {
+pub(crate) fn choice(arg: Option<&Arg>, name: &str, options: [&str; 2]) -> syn::Result<usize> {
     let Some(arg) = arg else { return Ok(0) };
     let value = arg.value.value();
     if let Some(index) = options.iter().position(|o| *o == value) {

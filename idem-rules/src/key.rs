@@ -35,6 +35,10 @@ pub enum KeyError {
     /// The header field appears more than once.
     #[error("the header was sent more than once")]
     Duplicate,
+    /// Two sources of one request name different keys (a gRPC request's key field and its
+    /// key metadata entry).
+    #[error("the request's key field and its key metadata entry name different keys")]
+    Disagree,
 }
 
 /// Checks a key's characters: 1..=[`MAX_KEY_LEN`] visible ASCII.

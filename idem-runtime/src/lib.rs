@@ -55,19 +55,38 @@
 // `core` (keys, fingerprints, time, store errors; no HTTP), `store` (the `Store` trait, its
 // backends, their capabilities), `engine` (an operation from its claim to its stored result, on
 // a task of its own; no HTTP), `http` (key header, request fingerprint, response capture,
-// problems, the `#[idempotent]` registry, the HTTP settings), `idempotency` (the handle users
+// problems, the `#[idempotent]` registry, the HTTP settings), `rpc` (the gRPC face's statuses,
+// stored replies and deterministic request encoding), `idempotency` (the handle users
 // configure), then the adapters, which turn a transport into engine calls and back (`adapters`:
 // the attribute, the layer, the programmatic API, `Tx`) and `openapi`.
 mod core;
 mod engine;
 mod http;
 mod idempotency;
+#[cfg(feature = "tonic")]
+mod rpc;
 
 mod adapters;
 #[cfg(feature = "utoipa")]
 #[cfg_attr(docsrs, doc(cfg(feature = "utoipa")))]
 pub mod openapi;
 pub mod store;
+
+#[cfg(feature = "tonic")]
+#[cfg_attr(docsrs, doc(cfg(feature = "tonic")))]
+#[doc = include_str!("docs/grpc.md")]
+pub mod grpc {
+    #[cfg(all(feature = "sqlite", feature = "postgres"))]
+    pub use crate::adapters::grpc::any_tx;
+    #[cfg(any(feature = "sqlite", feature = "postgres"))]
+    pub use crate::adapters::grpc::tx;
+    pub use crate::adapters::grpc::{KeyField, RequestMessage, STORED_CODES, Service};
+    pub use crate::rpc::status::ERROR_DOMAIN;
+    pub use crate::rpc::stored::{REPLAYED_METADATA, ReplyFormatError};
+    /// Makes the `#[idempotent]` methods of a tonic service's `impl` idempotent. See the
+    /// [module documentation](self).
+    pub use idem_macros::grpc_service as service;
+}
 
 pub use crate::adapters::layer::{IdempotencyLayer, IdempotencyService, RouteSettings};
 pub use crate::adapters::operation::{

@@ -8,6 +8,7 @@
 //! store's server. [`metrics`] reads what the process-wide recorder counted; [`logs`] captures
 //! what was logged. [`s3`] finds the moto S3 server CI starts and makes buckets on it.
 
+pub mod calls;
 pub mod db;
 pub mod gate;
 pub mod logs;
@@ -16,6 +17,7 @@ pub mod proxy;
 pub mod redis;
 pub mod s3;
 
+pub use calls::Calls;
 pub use db::{TestStore, postgres_store, postgres_url, sqlite_store};
 pub use gate::Gate;
 pub use proxy::TcpProxy;

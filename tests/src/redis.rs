@@ -78,6 +78,19 @@ pub async fn redis_store() -> RedisStore {
     store
 }
 
+/// A store whose server has gone: a fresh prefix on the shared server, reached through a
+/// proxy that is cut before the store is returned. Keep the proxy for the test's length.
+pub async fn unreachable_store() -> (RedisStore, crate::TcpProxy) {
+    let proxy = crate::TcpProxy::start(redis_addr()).await;
+    let store = RedisStore::builder(format!("redis://{}", proxy.addr()))
+        .prefix(unique_prefix())
+        .build()
+        .await
+        .expect("a Redis store behind the proxy");
+    proxy.set_up(false);
+    (store, proxy)
+}
+
 /// Once per process: deletes the keys of test prefixes more than an hour old. Best effort.
 async fn sweep_redis(url: &str) {
     static SWEPT: AtomicBool = AtomicBool::new(false);

@@ -13,6 +13,14 @@ mod handler;
 /// Parses, validates and expands. On error, the user's function is emitted unchanged beside the
 /// error, so one mistake in the attribute does not cascade into errors at every route using it.
 pub(crate) fn idempotent(args: TokenStream, item: TokenStream) -> TokenStream {
+    if args.to_string() == crate::grpc::EXPANDED {
+        // A tonic method `#[idem_runtime::grpc::service]` already rewrote.
+        return item;
+    }
+    if let Some(error) = crate::grpc::method_outside_service(&item) {
+        let error = error.into_compile_error();
+        return quote!(#item #error);
+    }
     if let Some(reordered) = utoipa_path_above(&args, &item) {
         return reordered;
     }

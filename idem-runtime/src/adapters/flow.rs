@@ -9,7 +9,6 @@
 //! code, so they are never stored. The layer calls the same steps around its inner service.
 
 use std::future::Future;
-use std::panic::resume_unwind;
 use std::time::Duration;
 
 use axum::body::Body;
@@ -19,10 +18,10 @@ use bytes::Bytes;
 use http::request::Parts;
 use http::{Method, header};
 
-use crate::core::error::StoreError;
+use crate::adapters::answer::{Settled, settle};
 use crate::core::fingerprint::{Fingerprint, Previous, Version};
 use crate::core::key::{IdempotencyKey, RecordKey, tenant_of};
-use crate::engine::{Answer, Attempt, Commits, InFlightMode, Lending, OpName, RolledBack, Verdict};
+use crate::engine::{Answer, Attempt, Commits, InFlightMode, Lending, OpName, Verdict};
 use crate::http::capture::capture;
 use crate::http::endpoint::{Endpoint, KeyMode};
 use crate::http::rejection::Rejection;
@@ -346,22 +345,11 @@ impl Prepared {
 /// The engine's answer as a response.
 fn respond<E>(idempotency: &Idempotency, answer: Answer<Response, StoredResponse, E>) -> Response {
     let retry_after = idempotency.engine().policy().retry_after;
-    let rejection = match answer {
-        Answer::Ran(response, _) => return response,
-        Answer::Replay(stored) => return stored.into_replay(),
-        Answer::Panicked(panic) => resume_unwind(panic),
-        Answer::RolledBack(RolledBack::LeaseLost) => Rejection::InProgress { retry_after },
-        Answer::RolledBack(RolledBack::Failed(_) | RolledBack::Deadline(_))
-        | Answer::Corrupt(_) => Rejection::StoreUnavailable { retry_after },
-        Answer::Reused => Rejection::KeyReused,
-        Answer::InFlight { retry_after } => Rejection::InProgress { retry_after },
-        Answer::Unavailable {
-            error: StoreError::Full { .. },
-            retry_after,
-        } => Rejection::StoreFull { retry_after },
-        Answer::Unavailable { retry_after, .. } => Rejection::StoreUnavailable { retry_after },
-    };
-    reject(idempotency, rejection)
+    match settle(answer, retry_after) {
+        Settled::Ran(response) => response,
+        Settled::Replay(stored) => stored.into_replay(),
+        Settled::Refused(rejection) => reject(idempotency, rejection),
+    }
 }
 
 /// No idempotency key: the handler runs as it would without idem. A transaction it began

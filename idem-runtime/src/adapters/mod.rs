@@ -1,11 +1,14 @@
 //! The adapters: each turns a transport into an engine call and the engine's answer back. The
 //! attribute (`#[idempotent]`, one axum handler at a time) and the tower layer (every mutating
 //! route of a router) share the HTTP flow; the programmatic API runs work that is not an HTTP
-//! handler; `Tx` lends atomic mode's transaction to a handler or an operation.
+//! handler; the gRPC face runs `#[idempotent]` tonic methods; `Tx` lends atomic mode's transaction to a handler or an operation.
 
+pub(crate) mod answer;
 #[doc(hidden)]
 pub mod attribute;
 pub(crate) mod flow;
+#[cfg(feature = "tonic")]
+pub(crate) mod grpc;
 pub(crate) mod layer;
 pub(crate) mod operation;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]

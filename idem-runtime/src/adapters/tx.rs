@@ -9,6 +9,7 @@
 use std::fmt;
 
 use axum::extract::FromRequestParts;
+use http::Extensions;
 use http::request::Parts;
 
 use crate::engine::{LendError, Lending, Transaction};
@@ -115,24 +116,27 @@ impl<DB: AtomicDatabase> fmt::Debug for Tx<DB> {
     }
 }
 
-/// The lending of an idempotent request, put in its extensions by the engine's HTTP flow.
-fn lending(parts: &Parts) -> Result<&Lending, Rejection> {
-    parts
-        .extensions
-        .get::<Lending>()
-        .ok_or(Rejection::Misconfigured {
-            reason: "a `Tx` works only in an `#[idempotent]` handler or under `IdempotencyLayer`, \
-                     with a store that lends transactions",
+impl<DB: AtomicDatabase> Tx<DB> {
+    /// The transaction lent to the request whose extensions these are (the engine's flows put
+    /// their `Lending` there).
+    pub(crate) fn from_extensions(extensions: &Extensions) -> Result<Self, Rejection> {
+        let lending = extensions
+            .get::<Lending>()
+            .ok_or(Rejection::Misconfigured {
+                reason: "a `Tx` works only in an `#[idempotent]` handler or method, or under \
+                         `IdempotencyLayer`, with a store that lends transactions",
+            })?;
+        Self::lent(lending).map_err(|error| Rejection::Misconfigured {
+            reason: error.reason(),
         })
+    }
 }
 
 impl<S: Send + Sync, DB: AtomicDatabase> FromRequestParts<S> for Tx<DB> {
     type Rejection = Rejection;
 
     async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Rejection> {
-        Self::lent(lending(parts)?).map_err(|error| Rejection::Misconfigured {
-            reason: error.reason(),
-        })
+        Self::from_extensions(&parts.extensions)
     }
 }
 
@@ -188,22 +192,29 @@ impl AnyTx {
 }
 
 #[cfg(all(feature = "sqlite", feature = "postgres"))]
-impl<S: Send + Sync> FromRequestParts<S> for AnyTx {
-    type Rejection = Rejection;
-
-    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Rejection> {
-        let Some(lending) = parts.extensions.get::<Lending>() else {
+impl AnyTx {
+    /// The transaction lent to the request whose extensions these are, on whichever database
+    /// the store lends; [`AnyTx::None`] when it lends none.
+    pub(crate) fn from_extensions(extensions: &Extensions) -> Result<Self, Rejection> {
+        let Some(lending) = extensions.get::<Lending>() else {
             return Ok(Self::None);
         };
         if lending.capabilities().atomic::<sqlx::Postgres>().is_some() {
-            Tx::from_request_parts(parts, state)
-                .await
-                .map(Self::Postgres)
+            Tx::from_extensions(extensions).map(Self::Postgres)
         } else if lending.capabilities().atomic::<sqlx::Sqlite>().is_some() {
-            Tx::from_request_parts(parts, state).await.map(Self::Sqlite)
+            Tx::from_extensions(extensions).map(Self::Sqlite)
         } else {
             Ok(Self::None)
         }
+    }
+}
+
+#[cfg(all(feature = "sqlite", feature = "postgres"))]
+impl<S: Send + Sync> FromRequestParts<S> for AnyTx {
+    type Rejection = Rejection;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Rejection> {
+        Self::from_extensions(&parts.extensions)
     }
 }
 

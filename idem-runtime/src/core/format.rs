@@ -8,3 +8,7 @@ pub(crate) const OPERATION_OUTPUT: u8 = 0x1e;
 /// An HTTP response wrapped with the digest of the raw request that produced it, for early
 /// replay on stores that read in process. Never written to a store that outlives the process.
 pub(crate) const RAW_REQUEST_ENVELOPE: u8 = 0x1f;
+/// A gRPC method's reply (its message or its final status, with metadata), written by the gRPC
+/// face. Listed without the feature too, so no other encoding takes its tag.
+#[cfg_attr(not(feature = "tonic"), allow(dead_code))]
+pub(crate) const GRPC_REPLY: u8 = 0x20;

@@ -140,7 +140,8 @@ impl Rejection {
         }
     }
 
-    fn retry_after(&self) -> Option<Duration> {
+    /// When to retry, for the answers where retrying the same request can succeed.
+    pub(crate) fn retry_after(&self) -> Option<Duration> {
         match self {
             Self::InProgress { retry_after }
             | Self::StoreUnavailable { retry_after }

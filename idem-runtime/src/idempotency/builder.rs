@@ -15,6 +15,8 @@ use crate::core::clock::{Clock, SystemClock};
 use crate::engine::{Engine, Policy};
 use crate::http::rejection::Rejection;
 use crate::http::settings::{GLOBAL_SCOPE, HttpSettings};
+#[cfg(feature = "tonic")]
+use crate::rpc::settings::GrpcSettings;
 use crate::store::{Capabilities, DynStore, Store};
 
 /// Configures an [`Idempotency`] engine. Every setting but the store has a production default.
@@ -25,6 +27,8 @@ pub struct Builder {
     checks: Checks,
     policy: Policy,
     http: HttpSettings,
+    #[cfg(feature = "tonic")]
+    grpc: GrpcSettings,
     clock: Arc<dyn Clock>,
 }
 
@@ -36,6 +40,8 @@ impl Default for Builder {
             checks: Checks::All,
             policy: Policy::DEFAULT,
             http: HttpSettings::default(),
+            #[cfg(feature = "tonic")]
+            grpc: GrpcSettings::default(),
             clock: Arc::new(SystemClock),
         }
     }
@@ -196,6 +202,24 @@ impl Builder {
         self
     }
 
+    /// The protobuf descriptors of the request messages of `#[idempotent]` tonic methods: an
+    /// encoded `google.protobuf.FileDescriptorSet`, as the build script writes it with
+    /// `file_descriptor_set_path` (the bytes tonic's reflection service takes too). Call it once
+    /// per set.
+    ///
+    /// A request's fingerprint is taken over its message encoded deterministically: prost
+    /// encodes fields in one order and drops unknown fields, but writes a map's entries in the
+    /// order of its `HashMap`, which differs between two decodings of one request. The
+    /// descriptors say which fields are maps, so their entries are sorted first. A method whose
+    /// request message is not in them answers `INTERNAL` (`IDEMPOTENCY_MISCONFIGURED`); a set
+    /// that does not decode fails [`build`](Builder::build).
+    #[cfg(feature = "tonic")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "tonic")))]
+    pub fn protobuf_descriptors(mut self, encoded: &[u8]) -> Self {
+        self.grpc.add_descriptors(encoded);
+        self
+    }
+
     /// Builds the engine, checking that every `#[idempotent]` endpoint in the binary (or under
     /// the modules of [`Builder::endpoints_under`]) names a scope that has a resolver, and that
     /// every endpoint in atomic mode can get a transaction from the store.
@@ -204,12 +228,18 @@ impl Builder {
             return Err(BuildError::ReservedScope);
         }
         let (store, store_name, capabilities) = self.store.ok_or(BuildError::MissingStore)?;
+        #[cfg(feature = "tonic")]
+        if let Some(error) = &self.grpc.error {
+            return Err(BuildError::ProtobufDescriptors(error.clone()));
+        }
         self.checks.run(&self.http, &capabilities, store_name)?;
         let engine = Engine::new(store, store_name, capabilities, self.clock, self.policy);
         Ok(Idempotency {
             inner: Arc::new(Inner {
                 engine,
                 http: self.http,
+                #[cfg(feature = "tonic")]
+                grpc: self.grpc,
             }),
         })
     }

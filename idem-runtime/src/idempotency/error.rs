@@ -35,6 +35,11 @@ pub enum BuildError {
         /// The store's type.
         store: &'static str,
     },
+    /// A set given to `Builder::protobuf_descriptors` is not an encoded `FileDescriptorSet`.
+    #[cfg(feature = "tonic")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "tonic")))]
+    #[error("the protobuf descriptors given to the builder do not decode: {0}")]
+    ProtobufDescriptors(String),
     /// `"global"` is built in and cannot be given a resolver.
     #[error("scope \"global\" is built in and takes no resolver")]
     ReservedScope,

@@ -10,6 +10,8 @@ use crate::core::error::StoreError;
 use crate::engine::Engine;
 use crate::http::endpoint::{self, Endpoint};
 use crate::http::settings::HttpSettings;
+#[cfg(feature = "tonic")]
+use crate::rpc::settings::GrpcSettings;
 
 mod builder;
 mod checks;
@@ -62,6 +64,8 @@ pub struct Idempotency {
 struct Inner {
     engine: Arc<Engine>,
     http: HttpSettings,
+    #[cfg(feature = "tonic")]
+    grpc: GrpcSettings,
 }
 
 impl Idempotency {
@@ -93,6 +97,12 @@ impl Idempotency {
     /// The HTTP adapters' settings.
     pub(crate) fn http(&self) -> &HttpSettings {
         &self.inner.http
+    }
+
+    /// The gRPC face's settings.
+    #[cfg(feature = "tonic")]
+    pub(crate) fn grpc(&self) -> &GrpcSettings {
+        &self.inner.grpc
     }
 }
 

@@ -252,14 +252,7 @@ pub(crate) async fn store_failure_fails_closed_with_503(setup: Setup) {
         }
         // The server disappears behind the store's proxy (kept cut until the test ends).
         Store::Redis => {
-            let proxy = idem_tests::TcpProxy::start(idem_tests::redis::redis_addr()).await;
-            let store =
-                idem_runtime::store::RedisStore::builder(format!("redis://{}", proxy.addr()))
-                    .prefix(idem_tests::redis::unique_prefix())
-                    .build()
-                    .await
-                    .unwrap();
-            proxy.set_up(false);
+            let (store, proxy) = idem_tests::redis::unreachable_store().await;
             outage = Some(proxy);
             Idempotency::builder()
                 .store(store)

@@ -1,9 +1,6 @@
 //! The test service: an engine per test on the case's store, the routes of the case's face,
 //! and request helpers.
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
-
 use axum::Router;
 use axum::body::{Body, Bytes};
 use axum::extract::FromRef;
@@ -12,6 +9,7 @@ use http_body_util::BodyExt;
 use idem_runtime::clock::ManualClock;
 use idem_runtime::store::MemoryStore;
 use idem_runtime::{Builder, Idempotency};
+pub(crate) use idem_tests::Calls;
 use idem_tests::Gate;
 use serde_json::Value;
 use tower::ServiceExt;
@@ -41,19 +39,6 @@ pub(crate) enum Face {
 pub(crate) struct Setup {
     pub(crate) face: Face,
     pub(crate) store: Store,
-}
-
-/// How many times the handlers ran.
-#[derive(Clone, Default)]
-pub(crate) struct Calls(Arc<AtomicUsize>);
-
-impl Calls {
-    pub(crate) fn get(&self) -> usize {
-        self.0.load(Ordering::SeqCst)
-    }
-    pub(crate) fn bump(&self) -> usize {
-        self.0.fetch_add(1, Ordering::SeqCst) + 1
-    }
 }
 
 #[derive(Clone, FromRef)]

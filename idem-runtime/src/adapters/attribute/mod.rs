@@ -35,6 +35,12 @@ use crate::idempotency::Idempotency;
 
 mod state;
 
+/// What `#[idem_runtime::grpc::service]` expands to.
+#[cfg(feature = "tonic")]
+pub mod grpc {
+    pub use crate::adapters::grpc::{GrpcMethod, key_field, run};
+}
+
 pub use state::{
     Declared, DeclaredLast, DeclaredParts, DeclaredState, DeclaredStateLast, DeclaredStateParts,
     Inferred, InferredChecks, InferredLast, InferredParts, InferredSkip, Known, KnownFallback,

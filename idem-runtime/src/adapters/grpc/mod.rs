@@ -1,0 +1,317 @@
+//! The gRPC face: one call of an `#[idempotent]` tonic method through the engine.
+//!
+//! The generated method calls [`run`] with the request and the method's body as a closure. The
+//! key comes from the request's key field or its key metadata entry; the scope from the
+//! engine's resolvers, which see the metadata as headers; the fingerprint from the request
+//! message's deterministic encoding. The engine then runs the body once, on a task of its own,
+//! and its reply is stored when it is a message or a final status, and replayed to every retry.
+
+use std::future::Future;
+
+use http::request::Parts;
+use prost::{Message, Name};
+use tonic::metadata::MetadataMap;
+use tonic::{Code, Extensions, Request, Response, Status};
+
+use crate::adapters::answer::{Settled, settle};
+use crate::core::error::KeyError;
+use crate::core::fingerprint::{Fingerprint, Hasher, Previous, Version};
+use crate::core::key::{IdempotencyKey, RecordKey, tenant_of};
+use crate::engine::{Answer, Attempt, Lending, Verdict};
+use crate::http::endpoint::KeyMode;
+use crate::http::rejection::Rejection;
+use crate::http::settings::HttpSettings;
+use crate::idempotency::Idempotency;
+use crate::rpc::status::status;
+use crate::rpc::stored::{ReplyFormatError, StoredReply, replayed};
+
+mod method;
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+mod tx;
+
+pub use method::GrpcMethod;
+#[cfg(all(feature = "sqlite", feature = "postgres"))]
+pub use tx::any_tx;
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+pub use tx::tx;
+
+/// What a method returns.
+type Reply<R> = Result<Response<R>, Status>;
+
+/// The status codes a method returns that are final for its request, stored and replayed like
+/// its messages (as the HTTP face stores a 4xx): a retry of the same request would get them
+/// again. Every other code (`UNAVAILABLE`, `INTERNAL`, `UNKNOWN`, `DEADLINE_EXCEEDED`,
+/// `RESOURCE_EXHAUSTED`, `ABORTED`, `CANCELLED`, ...) releases the key, so a retry runs again.
+pub const STORED_CODES: [Code; 6] = [
+    Code::InvalidArgument,
+    Code::FailedPrecondition,
+    Code::NotFound,
+    Code::AlreadyExists,
+    Code::PermissionDenied,
+    Code::OutOfRange,
+];
+
+/// A request message whose deterministic encoding idem can take: a prost message that knows its
+/// protobuf name.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not a request message `#[idempotent]` can fingerprint",
+    note = "the request of an idempotent tonic method must be a prost message implementing \
+            `prost::Name`: prost-build generates it when the build script calls \
+            `.enable_type_names()` on its `prost_build::Config`"
+)]
+pub trait RequestMessage: Message + Name + Send + 'static {}
+impl<M: Message + Name + Send + 'static> RequestMessage for M {}
+
+/// A request field that can carry the idempotency key: a `string` field.
+#[diagnostic::on_unimplemented(
+    message = "the key field of an idempotent tonic method must be a `string` field, not `{Self}`",
+    label = "not a `string` field",
+    note = "AIP-155 names it `string request_id`; or leave `key_field` out and take the key from \
+            the metadata with `key_metadata = \"idempotency-key\"`"
+)]
+pub trait KeyField {
+    #[doc(hidden)]
+    fn as_key_field(&mut self) -> &mut String;
+}
+
+impl KeyField for String {
+    fn as_key_field(&mut self) -> &mut String {
+        self
+    }
+}
+
+/// The key field, for the generated accessor.
+#[doc(hidden)]
+pub fn key_field<F: KeyField + ?Sized>(field: &mut F) -> &mut String {
+    field.as_key_field()
+}
+
+/// The engine of the service the method belongs to.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` does not give `#[idempotent]` methods their engine",
+    note = "implement `AsRef<idem_runtime::Idempotency>` for the service, returning the engine it \
+            holds; the service must also be `Clone` (the engine runs each call on a task of its \
+            own, with a clone of the service)"
+)]
+pub trait Service: AsRef<Idempotency> + Clone + Send + Sync + 'static {}
+impl<S: AsRef<Idempotency> + Clone + Send + Sync + 'static> Service for S {}
+
+/// Runs `body` once for the request's key, or answers for the run that did.
+#[doc(hidden)]
+pub async fn run<S, M, R, F, Fut>(
+    method: &'static GrpcMethod,
+    service: &S,
+    request: Request<M>,
+    field: Option<fn(&mut M) -> &mut String>,
+    body: F,
+) -> Reply<R>
+where
+    S: Service,
+    M: RequestMessage,
+    R: Message + Default + Send + 'static,
+    F: FnOnce(S, Request<M>) -> Fut + Send + 'static,
+    Fut: Future<Output = Reply<R>> + Send + 'static,
+{
+    let idempotency = service.as_ref();
+    let engine = idempotency.engine();
+    let name = method.identity(M::PACKAGE);
+    let (metadata, mut extensions, mut message) = request.into_parts();
+    let lending = engine.lending();
+    if let Some(lending) = &lending {
+        extensions.insert(lending.clone());
+    }
+    let entry = method.metadata_name(idempotency.header_name());
+    let key = match key_of(method, field, &mut message, &metadata, entry) {
+        Ok(Some(key)) => key,
+        Ok(None) if method.key_mode() == KeyMode::Optional => {
+            let request = Request::from_parts(metadata, extensions, message);
+            return run_without_key(idempotency, body(service.clone(), request), lending).await;
+        }
+        Ok(None) => {
+            engine.count_invalid(name);
+            let header = idempotency.header_name().clone();
+            return Err(status(&Rejection::KeyMissing { header }));
+        }
+        Err(reason) => {
+            engine.count_invalid(name);
+            tracing::debug!(method = &**name, %reason, "invalid idempotency key");
+            let header = idempotency.header_name().clone();
+            return Err(status(&Rejection::KeyInvalid { header, reason }));
+        }
+    };
+    let (scope_value, metadata, extensions) =
+        match resolve_scope(idempotency.http(), method.scope(), metadata, extensions) {
+            Ok(resolved) => resolved,
+            Err(rejection) => {
+                engine.count_invalid(name);
+                return Err(status(&rejection));
+            }
+        };
+    let fingerprint = match fingerprint(idempotency, field, &mut message) {
+        Ok(fingerprint) => fingerprint,
+        Err(reason) => {
+            tracing::error!(method = &**name, %reason, "the request could not be fingerprinted");
+            return Err(status(&Rejection::Misconfigured {
+                reason: "the request message is not in the engine's protobuf descriptors: \
+                         register them with `Builder::protobuf_descriptors`",
+            }));
+        }
+    };
+    let scope = method.scope();
+    let attempt = Attempt {
+        key: RecordKey::derive(scope, &scope_value, name, &key),
+        fingerprint,
+        previous: Previous::new(move || fingerprint),
+        operation: name.clone(),
+        tenant: tenant_of(scope, &scope_value),
+        scope,
+        scope_value,
+        ttl: method.ttl(),
+        in_flight: method.in_flight(),
+        lending,
+        commits: method.commits(),
+    };
+    let request = Request::from_parts(metadata, extensions, message);
+    let work = keep(body(service.clone(), request));
+    let answer = engine.run(attempt, work, decode::<R>).await;
+    respond(idempotency, answer)
+}
+
+/// The request's key, from its key field (read through `field`) and its metadata entry.
+fn key_of<M>(
+    method: &GrpcMethod,
+    field: Option<fn(&mut M) -> &mut String>,
+    message: &mut M,
+    metadata: &MetadataMap,
+    entry: &str,
+) -> Result<Option<IdempotencyKey>, KeyError> {
+    debug_assert_eq!(field.is_some(), method.key_field().is_some());
+    let field = field.map(|field| field(message).as_str());
+    method::key_of(field, metadata, entry)
+}
+
+/// The scope's value, found by the engine's resolver in the metadata (as headers) and the
+/// request's extensions, which are handed back.
+fn resolve_scope(
+    settings: &HttpSettings,
+    scope: &'static str,
+    metadata: MetadataMap,
+    extensions: Extensions,
+) -> Result<(String, MetadataMap, Extensions), Rejection> {
+    let (mut parts, ()) = http::Request::post("/")
+        .body(())
+        .unwrap_or_default()
+        .into_parts();
+    parts.headers = metadata.into_headers();
+    parts.extensions = extensions;
+    let resolved = settings.resolve_scope(scope, &parts);
+    let Parts {
+        headers,
+        extensions,
+        ..
+    } = parts;
+    match resolved {
+        Ok(value) => Ok((value, MetadataMap::from_headers(headers), extensions)),
+        Err(error) => Err(HttpSettings::scope_rejection(scope, error)),
+    }
+}
+
+/// The fingerprint of the request message: its deterministic encoding without the key field
+/// (so a key sent in the field or in the metadata is one request), under its protobuf name.
+fn fingerprint<M: RequestMessage>(
+    idempotency: &Idempotency,
+    field: Option<fn(&mut M) -> &mut String>,
+    message: &mut M,
+) -> Result<Fingerprint, crate::rpc::canonical::CanonicalError> {
+    let key = field.map(|field| std::mem::take(field(message)));
+    let encoded = message.encode_to_vec();
+    if let (Some(field), Some(key)) = (field, key) {
+        *field(message) = key;
+    }
+    let full_name = M::full_name();
+    let canonical = idempotency.grpc().canonical(&full_name, &encoded)?;
+    let mut hasher = Hasher::new(b"idem.grpc", Version::CURRENT);
+    hasher.update(&(full_name.len() as u64).to_be_bytes());
+    hasher.update(full_name.as_bytes());
+    hasher.update(&canonical);
+    Ok(hasher.finish())
+}
+
+/// The method's reply as the engine's verdict: a message or a final status is kept, any other
+/// status releases the key.
+async fn keep<R: Message>(reply: impl Future<Output = Reply<R>>) -> Verdict<Reply<R>> {
+    let reply = reply.await;
+    let stored = match &reply {
+        Ok(response) => StoredReply::Message {
+            metadata: response.metadata().clone().into_headers(),
+            body: response.get_ref().encode_to_vec().into(),
+        },
+        Err(status) if STORED_CODES.contains(&status.code()) => StoredReply::Status {
+            code: status.code(),
+            message: status.message().to_owned(),
+            details: status.details().to_vec().into(),
+            metadata: status.metadata().clone().into_headers(),
+        },
+        Err(_) => return Verdict::Release(reply),
+    };
+    Verdict::Keep {
+        payload: stored.encode(),
+        status: None,
+        reply,
+    }
+}
+
+/// A stored reply, as a replay returns it.
+fn decode<R: Message + Default>(payload: &[u8]) -> Result<Reply<R>, ReplyFormatError> {
+    Ok(match StoredReply::decode(payload)? {
+        StoredReply::Message { metadata, body } => {
+            let message = R::decode(body)?;
+            Ok(Response::from_parts(
+                replayed(metadata),
+                message,
+                Extensions::new(),
+            ))
+        }
+        StoredReply::Status {
+            code,
+            message,
+            details,
+            metadata,
+        } => Err(Status::with_details_and_metadata(
+            code,
+            message,
+            details,
+            replayed(metadata),
+        )),
+    })
+}
+
+/// The engine's answer as the method's reply.
+fn respond<R, E>(idempotency: &Idempotency, answer: Answer<Reply<R>, Reply<R>, E>) -> Reply<R> {
+    let retry_after = idempotency.engine().policy().retry_after;
+    match settle(answer, retry_after) {
+        Settled::Ran(reply) | Settled::Replay(reply) => reply,
+        Settled::Refused(rejection) => Err(status(&rejection)),
+    }
+}
+
+/// No key: the method runs as it would without idem. A transaction it began commits unless its
+/// status releases (as a 5xx does over HTTP).
+async fn run_without_key<R>(
+    idempotency: &Idempotency,
+    reply: impl Future<Output = Reply<R>>,
+    lending: Option<Lending>,
+) -> Reply<R> {
+    let reply = reply.await;
+    if let Some(returned) = lending.as_ref().and_then(Lending::returned) {
+        if matches!(&reply, Err(status) if !STORED_CODES.contains(&status.code())) {
+            return reply; // `returned` rolls back when dropped
+        }
+        if let Err(error) = returned.commit().await {
+            tracing::error!(error = &error as &dyn std::error::Error, "commit failed");
+            let retry_after = idempotency.engine().policy().retry_after;
+            return Err(status(&Rejection::StoreUnavailable { retry_after }));
+        }
+    }
+    reply
+}

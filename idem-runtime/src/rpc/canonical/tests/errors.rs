@@ -1,0 +1,162 @@
+//! Malformed input, limits and unknown names are errors, never panics.
+
+use proptest::prelude::*;
+use prost::Message;
+use prost_types::field_descriptor_proto::Type;
+
+use super::*;
+
+/// A chain of `depth` nested nodes below the root.
+fn chain(depth: usize) -> Node {
+    (0..depth).fold(
+        Node {
+            child: None,
+            value: 1,
+        },
+        |child, _| Node {
+            child: Some(Box::new(child)),
+            value: 2,
+        },
+    )
+}
+
+/// Requirement 6: the depth limit is prost's, so whatever prost decoded canonicalizes and no deeper.
+#[test]
+fn nesting_limit_matches_prost() {
+    let schemas = schemas();
+    let ok = chain(100).encode_to_vec();
+    assert!(Node::decode(ok.as_slice()).is_ok());
+    assert_eq!(
+        schemas
+            .canonical("test.v1.Node", &ok, None)
+            .expect("100 levels are fine"),
+        ok
+    );
+    let deep = chain(101).encode_to_vec();
+    assert!(Node::decode(deep.as_slice()).is_err());
+    let err = schemas.canonical("test.v1.Node", &deep, None).unwrap_err();
+    assert!(
+        matches!(err, CanonicalError::TooDeep { limit: 100, .. }),
+        "{err}"
+    );
+}
+
+/// Requirement 6: truncated input, groups, bad wire types and field numbers are specific errors.
+#[test]
+fn malformed_input_is_an_error() {
+    let schemas = schemas();
+    let cases: [(&[u8], Option<u32>, WireProblem); 9] = [
+        (&[0x10, 0x80], Some(2), WireProblem::TruncatedVarint),
+        (
+            &[0x1a, 0x05, 0x01],
+            Some(3),
+            WireProblem::Truncated {
+                needed: 5,
+                available: 1,
+            },
+        ),
+        (&[0x0b], Some(1), WireProblem::Group(3)),
+        (&[0x0c], Some(1), WireProblem::Group(4)),
+        (&[0x0e], Some(1), WireProblem::InvalidWireType(6)),
+        (&[0x00, 0x01], None, WireProblem::InvalidFieldNumber(0)),
+        (&[0x30, 0x01], Some(6), WireProblem::NotLengthDelimited(0)),
+        (&[0x22, 0x01, 0x0a], Some(1), WireProblem::TruncatedVarint),
+        (&[0xff; 11], None, WireProblem::OverlongVarint),
+    ];
+    for (bytes, field, problem) in cases {
+        let err = schemas
+            .canonical("test.v1.Request", bytes, None)
+            .unwrap_err();
+        match &err {
+            CanonicalError::Malformed {
+                field: f,
+                problem: p,
+                ..
+            } => assert_eq!((*f, *p), (field, problem), "{bytes:?}"),
+            other => panic!("{bytes:?}: unexpected {other}"),
+        }
+    }
+    let nested = schemas
+        .canonical("test.v1.Request", &[0x32, 0x01, 0x0b], None)
+        .unwrap_err();
+    assert_eq!(
+        nested.to_string(),
+        "malformed encoding of message `test.v1.Item`, field 1 at byte 2: wire type 3 (group) is not supported"
+    );
+    let encoded = sample().encode_to_vec();
+    assert!(
+        schemas
+            .canonical("test.v1.Request", &encoded[..encoded.len() - 1], None)
+            .is_err()
+    );
+    for cut in 0..encoded.len() {
+        let _ = schemas.canonical("test.v1.Request", &encoded[..cut], None);
+    }
+}
+
+/// Unknown message names and undecodable descriptor sets are errors.
+#[test]
+fn unknown_names_and_bad_sets_are_errors() {
+    let schemas = schemas();
+    assert!(schemas.contains("test.v1.Request") && schemas.contains("test.v1.Request.LabelsEntry"));
+    assert!(!schemas.contains("test.v1.Missing") && !schemas.contains(".test.v1.Request"));
+    let err = schemas.canonical("test.v1.Missing", &[], None).unwrap_err();
+    assert_eq!(
+        err,
+        CanonicalError::UnknownMessage("test.v1.Missing".into())
+    );
+    let mut empty = Schemas::default();
+    let err = empty
+        .add_file_descriptor_set(&[0x0a, 0x05, 0x01])
+        .unwrap_err();
+    assert!(err.to_string().contains("FileDescriptorSet"), "{err}");
+    assert!(std::error::Error::source(&err).is_some());
+}
+
+/// A type missing from the schemas is copied opaque; once a later set adds it, it is canonicalized.
+#[test]
+fn types_from_a_later_set_are_resolved() {
+    let (m, m_entry) = map(
+        "m",
+        "MEntry",
+        1,
+        Type::String,
+        Type::String,
+        None,
+        "b.Holder",
+    );
+    let holder = message("Holder", vec![m], vec![m_entry]);
+    let outer = message(
+        "Outer",
+        vec![field("h", 1, Type::Message, false, Some(".b.Holder"))],
+        vec![],
+    );
+    let entry = |key: &[u8]| len_field(1, &len_field(1, key));
+    let ab = len_field(1, &[entry(b"a"), entry(b"b")].concat());
+    let ba = len_field(1, &[entry(b"b"), entry(b"a")].concat());
+    let mut schemas = Schemas::default();
+    schemas
+        .add_file_descriptor_set(&file_set("a", vec![outer]))
+        .expect("decodes");
+    // Holder is unknown yet, so opaque: copied as-is, maps in it unsorted.
+    assert_eq!(schemas.canonical("a.Outer", &ba, None).expect("valid"), ba);
+    schemas
+        .add_file_descriptor_set(&file_set("b", vec![holder]))
+        .expect("decodes");
+    assert_eq!(schemas.canonical("a.Outer", &ba, None).expect("valid"), ab);
+}
+
+proptest! {
+    /// Requirement 6: arbitrary bytes never panic, and canonicalizing what parses is idempotent.
+    #[test]
+    fn random_bytes_never_panic(bytes in prop::collection::vec(any::<u8>(), 0..256)) {
+        let schemas = schemas();
+        for name in ["test.v1.Request", "test.v1.Node", "test.v1.Inner"] {
+            // When the bytes happen to parse, canonicalizing is idempotent.
+            if let Ok(once) = schemas.canonical(name, &bytes, None) {
+                prop_assert_eq!(schemas.canonical(name, &once, None), Ok(once));
+            }
+        }
+    }
+
+}

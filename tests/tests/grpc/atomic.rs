@@ -1,0 +1,200 @@
+//! Atomic mode through the gRPC face: a method's writes through the transaction the engine
+//! lends it commit together with its stored reply, or roll back with a released key.
+
+use idem_runtime::store::{PostgresStore, SqliteStore};
+use idem_runtime::{AnyTx, Idempotency, idempotent};
+use sqlx::AssertSqlSafe;
+use tonic::{Code, Request, Response, Status};
+
+use crate::service::{Charge, ChargeRequest, descriptors};
+use crate::support::{Calls, charge, failed, ok};
+
+#[tonic::async_trait]
+trait Ledger: Send + Sync + 'static {
+    async fn transfer(&self, request: Request<ChargeRequest>) -> Result<Response<Charge>, Status>;
+    async fn transfer_one_commit(
+        &self,
+        request: Request<ChargeRequest>,
+    ) -> Result<Response<Charge>, Status>;
+}
+
+#[derive(Clone)]
+struct Bank {
+    idempotency: Idempotency,
+    calls: Calls,
+    /// The `transfers` table, qualified on PostgreSQL (the store's schema).
+    table: String,
+}
+
+impl AsRef<Idempotency> for Bank {
+    fn as_ref(&self) -> &Idempotency {
+        &self.idempotency
+    }
+}
+
+impl Bank {
+    /// Writes a row through the lent transaction, then answers as the request says.
+    async fn transfer(&self, request: Request<ChargeRequest>) -> Result<Response<Charge>, Status> {
+        let run = self.calls.bump();
+        let mut tx = idem_runtime::grpc::any_tx(&request)?;
+        let message = request.into_inner();
+        let written = match &mut tx {
+            AnyTx::Sqlite(tx) => {
+                let insert = format!("INSERT INTO {} (id) VALUES (?)", self.table);
+                let conn = tx.conn().await.map_err(internal)?;
+                sqlx::query(AssertSqlSafe(insert))
+                    .bind(run as i64)
+                    .execute(conn)
+                    .await
+                    .map(drop)
+            }
+            AnyTx::Postgres(tx) => {
+                let insert = format!("INSERT INTO {} (id) VALUES ($1)", self.table);
+                let conn = tx.conn().await.map_err(internal)?;
+                sqlx::query(AssertSqlSafe(insert))
+                    .bind(run as i64)
+                    .execute(conn)
+                    .await
+                    .map(drop)
+            }
+            _ => panic!("the SQL stores lend transactions"),
+        };
+        written.map_err(internal)?;
+        match message.outcome.as_str() {
+            "failed_precondition" => Err(Status::failed_precondition("insufficient funds")),
+            "unavailable" => Err(Status::unavailable("the bank is down")),
+            _ => Ok(Response::new(Charge {
+                id: format!("tr_{run}"),
+                amount: message.amount,
+            })),
+        }
+    }
+}
+
+fn internal(error: sqlx::Error) -> Status {
+    Status::internal(error.to_string())
+}
+
+#[idem_runtime::grpc::service]
+#[tonic::async_trait]
+impl Ledger for Bank {
+    #[idempotent(scope = "global", key_field = "request_id")]
+    async fn transfer(&self, request: Request<ChargeRequest>) -> Result<Response<Charge>, Status> {
+        Bank::transfer(self, request).await
+    }
+
+    #[idempotent(scope = "global", key_field = "request_id", commits = "one")]
+    async fn transfer_one_commit(
+        &self,
+        request: Request<ChargeRequest>,
+    ) -> Result<Response<Charge>, Status> {
+        Bank::transfer(self, request).await
+    }
+}
+
+async fn sqlite() -> (Bank, sqlx::SqlitePool) {
+    let store: SqliteStore = idem_tests::sqlite_store().await;
+    let pool = store.pool().clone();
+    sqlx::query("CREATE TABLE transfers (id INTEGER NOT NULL)")
+        .execute(&pool)
+        .await
+        .unwrap();
+    (bank(store, "transfers".into()), pool)
+}
+
+async fn postgres() -> (Bank, sqlx::PgPool) {
+    let store: PostgresStore = idem_tests::postgres_store().await;
+    let pool = store.pool().clone();
+    let table = format!("{}.transfers", store.schema());
+    let ddl = format!("CREATE TABLE {table} (id bigint NOT NULL)");
+    sqlx::raw_sql(AssertSqlSafe(ddl))
+        .execute(&pool)
+        .await
+        .unwrap();
+    (bank(store, table), pool)
+}
+
+fn bank<S: idem_runtime::store::Store>(store: S, table: String) -> Bank {
+    let idempotency = Idempotency::builder()
+        .store(store)
+        .protobuf_descriptors(&descriptors())
+        .build()
+        .unwrap();
+    Bank {
+        idempotency,
+        calls: Calls::default(),
+        table,
+    }
+}
+
+/// The rules, on either database: `rows` counts the committed transfers.
+async fn stored_replies_commit_writes_and_released_ones_roll_back<F, Fut>(bank: Bank, rows: F)
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = i64>,
+{
+    for method in ["two", "one"] {
+        let send = |message: ChargeRequest| {
+            let bank = bank.clone();
+            async move {
+                let request = Request::new(message);
+                match method {
+                    "one" => Ledger::transfer_one_commit(&bank, request).await,
+                    _ => Ledger::transfer(&bank, request).await,
+                }
+            }
+        };
+        let before = rows().await;
+        let key = |name: &str| format!("{method}-{name}");
+        // A message: the row and the reply commit together; the retry writes nothing.
+        let (first, _) = ok(send(charge(&key("ok"), 100)).await);
+        let (again, replayed) = ok(send(charge(&key("ok"), 100)).await);
+        assert!(replayed && first == again);
+        assert_eq!(rows().await, before + 1);
+        // A final status is stored like a 4xx: its writes commit with it.
+        let mut declined = charge(&key("declined"), 100);
+        declined.outcome = "failed_precondition".into();
+        assert_eq!(
+            failed(send(declined.clone()).await).code(),
+            Code::FailedPrecondition
+        );
+        assert_eq!(
+            failed(send(declined).await).code(),
+            Code::FailedPrecondition
+        );
+        assert_eq!(rows().await, before + 2);
+        // A released status rolls its row back; the retry runs on a clean database.
+        let mut down = charge(&key("down"), 100);
+        down.outcome = "unavailable".into();
+        assert_eq!(failed(send(down).await).code(), Code::Unavailable);
+        assert_eq!(rows().await, before + 2, "rolled back");
+        let (_, replayed) = ok(send(charge(&key("down"), 100)).await);
+        assert!(!replayed);
+        assert_eq!(rows().await, before + 3);
+    }
+}
+
+#[tokio::test]
+async fn sqlite_writes_commit_with_the_stored_reply() {
+    let (bank, pool) = sqlite().await;
+    let count = || async {
+        sqlx::query_scalar::<_, i64>("SELECT count(*) FROM transfers")
+            .fetch_one(&pool)
+            .await
+            .unwrap()
+    };
+    stored_replies_commit_writes_and_released_ones_roll_back(bank, count).await;
+}
+
+#[tokio::test]
+async fn postgres_writes_commit_with_the_stored_reply() {
+    let (bank, pool) = postgres().await;
+    let select = format!("SELECT count(*) FROM {}", bank.table);
+    let count = || async {
+        sqlx::query_scalar::<_, i64>(AssertSqlSafe(select.clone()))
+            .fetch_one(&pool)
+            .await
+            .unwrap()
+    };
+    stored_replies_commit_writes_and_released_ones_roll_back(bank.clone(), count).await;
+}

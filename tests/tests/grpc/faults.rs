@@ -1,0 +1,87 @@
+//! Faults and misconfiguration through the gRPC face: a store that fails, request messages the
+//! engine has no descriptors for.
+
+use idem_runtime::store::MemoryStore;
+use idem_runtime::{BuildError, Idempotency};
+use idem_tests::Gate;
+use tonic::Code;
+
+use crate::service::{Payments, Service};
+use crate::support::*;
+
+/// Every store failing: the memory store full, the SQL pools closed, Redis behind a cut proxy.
+/// The method does not run; the call is `UNAVAILABLE` with a `RetryInfo`, which gRPC retry
+/// policies retry.
+pub(crate) async fn a_store_failure_fails_closed_with_unavailable(store: Store) {
+    let mut outage = None;
+    let builder = Idempotency::builder()
+        .scope("tenant", tenant_of)
+        .protobuf_descriptors(&crate::service::descriptors());
+    let (builder, reason) = match store {
+        Store::Memory => (
+            builder.store(MemoryStore::with_capacity(1)),
+            "IDEMPOTENCY_STORE_FULL",
+        ),
+        Store::Sqlite => {
+            let store = idem_tests::sqlite_store().await;
+            store.pool().close().await;
+            (builder.store(store), "IDEMPOTENCY_STORE_UNAVAILABLE")
+        }
+        Store::Postgres => {
+            let store = idem_tests::postgres_store().await;
+            store.pool().close().await;
+            (builder.store(store), "IDEMPOTENCY_STORE_UNAVAILABLE")
+        }
+        Store::Redis => {
+            let (store, proxy) = idem_tests::redis::unreachable_store().await;
+            outage = Some(proxy);
+            (builder.store(store), "IDEMPOTENCY_STORE_UNAVAILABLE")
+        }
+    };
+    let service = Service {
+        idempotency: builder
+            .store_timeout(std::time::Duration::from_millis(500))
+            .build()
+            .unwrap(),
+        calls: Calls::default(),
+        gate: Gate::default(),
+    };
+    if let Store::Memory = store {
+        // The one record the store has room for.
+        ok(service.charge(call(charge("k0", 100))).await);
+    }
+    let before = service.calls.get();
+    let status = failed(service.charge(call(charge("k1", 100))).await);
+    assert_answer(&status, Code::Unavailable, reason, true);
+    assert_eq!(service.calls.get(), before, "the method did not run");
+    drop(outage);
+}
+
+#[tokio::test]
+async fn a_message_without_descriptors_is_internal_and_runs_nothing() {
+    let service = Service {
+        idempotency: Idempotency::builder()
+            .store(MemoryStore::new())
+            .scope("tenant", tenant_of)
+            .build()
+            .unwrap(),
+        calls: Calls::default(),
+        gate: Gate::default(),
+    };
+    let status = failed(service.charge(call(charge("k1", 100))).await);
+    assert_answer(&status, Code::Internal, "IDEMPOTENCY_MISCONFIGURED", false);
+    assert!(
+        status.message().contains("protobuf_descriptors"),
+        "{status:?}"
+    );
+    assert_eq!(service.calls.get(), 0);
+}
+
+#[tokio::test]
+async fn descriptors_that_do_not_decode_fail_the_build() {
+    let built = Idempotency::builder()
+        .store(MemoryStore::new())
+        .protobuf_descriptors(b"\xff\xff not a descriptor set")
+        .build();
+    assert!(matches!(built, Err(BuildError::ProtobufDescriptors(_))));
+}
