@@ -179,7 +179,9 @@ async fn run(config: Config) -> Result<(), BoxError> {
 async fn idempotency(db: &Db, lease: Duration) -> Result<Idempotency, BoxError> {
     let builder = Idempotency::builder()
         .scope("tenant", auth::tenant_scope)
-        .lease(lease);
+        .lease(lease)
+        // The request messages' fields, from the descriptor set build.rs wrote: fingerprints.
+        .protobuf_descriptors(proto::FILE_DESCRIPTOR_SET);
     let builder = match db {
         Db::Sqlite(pool) => builder.store(SqliteStore::from_pool(pool.clone()).await?),
         Db::Postgres(pool) => builder.store(PostgresStore::from_pool(pool.clone()).await?),

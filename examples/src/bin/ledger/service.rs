@@ -16,7 +16,7 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use idem_runtime::{AnyTx, Idempotency};
+use idem_runtime::{AnyTx, Idempotency, idempotent};
 use tonic::{Code, Request, Response, Status};
 use tonic_types::{ErrorDetails, StatusExt};
 
@@ -61,14 +61,22 @@ impl AsRef<Idempotency> for LedgerService {
     }
 }
 
+#[idem_runtime::grpc::service]
 #[tonic::async_trait]
 impl Ledger for LedgerService {
+    #[idempotent(
+        scope = "tenant",
+        key_field = "request_id",
+        name = "ledger.v1.Ledger/CreateTransfer",
+        ttl = "24h",
+        commits = "one"
+    )]
     async fn create_transfer(
         &self,
         request: Request<CreateTransferRequest>,
     ) -> Result<Response<Transfer>, Status> {
         let tenant = Tenant::of(&request)?.clone();
-        let mut tx = AnyTx::None;
+        let mut tx: AnyTx = idem_runtime::grpc::any_tx(&request)?;
         let new = request.into_inner();
         check(&new)?;
         if new.from_account == EMPTY_ACCOUNT {
