@@ -197,10 +197,11 @@ class RetryPolicy(unittest.TestCase):
             self.assertEqual(set(seen[1:]), {(grpc.StatusCode.OK, True)}, "the retries replayed it")
         self.assertEqual(len(set(made)), 3)
         self.assertEqual(transfers_of(name), 3, "one transfer per logical create")
-        direct = rpc.LedgerStub(grpc.insecure_channel(ADDR))
-        for id in made:
-            got = direct.GetTransfer(pb.GetTransferRequest(id=id), metadata=auth, timeout=TIMEOUT)
-            self.assertEqual(got.id, id)
+        with grpc.insecure_channel(ADDR) as channel:
+            direct = rpc.LedgerStub(channel)
+            for id in made:
+                got = direct.GetTransfer(pb.GetTransferRequest(id=id), metadata=auth, timeout=TIMEOUT)
+                self.assertEqual(got.id, id)
 
 
 if __name__ == "__main__":

@@ -151,6 +151,40 @@ async fn a_store_outage_is_unavailable_with_retry_info() {
     assert_eq!(db.transfers().await, 1);
 }
 
+/// The link cut while `CreateTransfer` runs (past the claim, before its write): the method's own
+/// query fails, the call is answered `UNAVAILABLE` (not stored), and once the link is back the
+/// retry makes the one transfer. On PostgreSQL with one commit the claim was in the transaction
+/// the cut killed, so no lease stands in the way.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_database_failure_mid_call_is_unavailable_and_the_retry_runs_once() {
+    let database = PgDatabase::create().await;
+    let link = TcpProxy::start(postgres_addr(&database.url)).await;
+    let db = Database::Postgres(database);
+    let server = db
+        .server()
+        .env("DATABASE_URL", via_proxy(&db.url(), link.addr()))
+        .env("SLOW_MS", "1000")
+        .start();
+    let mut ledger = client(&server).await;
+    let new = transfer(&request_id(), "acct_slow", 800);
+
+    let running = spawn_create(&ledger, "acme", &new);
+    wait_for_output(&server, "transfer to acct_slow").await;
+    link.set_up(false);
+    let status = running.await.unwrap().unwrap_err();
+    assert_eq!(status.code(), Code::Unavailable, "{status:?}");
+    assert!(!replayed(status.metadata()));
+    assert!(
+        !status.message().contains("127.0.0.1") && !status.message().contains("sqlx"),
+        "database details leaked: {status:?}"
+    );
+
+    link.set_up(true);
+    let made = retry_while_unavailable(&mut ledger, &new).await;
+    assert!(!replayed(made.metadata()), "the failed call stored nothing");
+    assert_eq!(db.transfers().await, 1);
+}
+
 /// Sends `new` until it is answered something else than `UNAVAILABLE` (the pool reconnecting);
 /// bounded by [`STEP_TIMEOUT`].
 async fn retry_while_unavailable(
