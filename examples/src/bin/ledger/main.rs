@@ -29,8 +29,9 @@
 //! without it, or with anything else, the answer is `UNAUTHENTICATED`. `CreateTransfer` takes
 //! an optional `request_id` (AIP-155: a UUID, per tenant, replayed for 24 hours; the metadata
 //! `idempotency-key` works too), `GetTransfer` reads a transfer of the caller's tenant.
-//! `examples/grpc/run.sh` installs Python's `grpcio` and generates its stubs into
-//! `target/grpc-python` (then runs its tests: leave them to finish); with those:
+//! `examples/grpc/run.sh` (CI's gRPC step) installs Python's `grpcio` into
+//! `target/grpc-python/venv` and generates the stubs into `target/grpc-python/stubs`; once it
+//! has run, a client is a few lines:
 //!
 //! ```sh
 //! PYTHONPATH=target/grpc-python/stubs target/grpc-python/venv/bin/python - <<'EOF'
@@ -63,9 +64,15 @@
 //! | the same `request_id` for another request | `FAILED_PRECONDITION` | `ErrorInfo` `IDEMPOTENCY_KEY_REUSED` |
 //! | `request_id` and `idempotency-key` differ | `INVALID_ARGUMENT` | `ErrorInfo` `IDEMPOTENCY_KEY_INVALID` |
 //! | no or another `authorization` | `UNAUTHENTICATED` | |
+//! | the database unreachable before the call runs | `UNAVAILABLE` | `ErrorInfo` `IDEMPOTENCY_STORE_UNAVAILABLE`, `RetryInfo` |
+//! | the database failing while the call runs | `UNAVAILABLE` (not stored: the retry runs again) | |
 //!
-//! The engine's `ErrorInfo` has the domain `idem.rs`. A retry after the server was killed
-//! mid-call runs the transfer once: its row died uncommitted with the process.
+//! The engine's `ErrorInfo` has the domain `idem.rs`, the ledger's own `ledger.idem.rs`. A
+//! retry after the server was killed mid-call runs the transfer once: its row died uncommitted
+//! with the process. From Rust, the client tonic generates from the same file is what the
+//! tests use (`examples/tests/ledger`); with gRPC's retry policy (`retryableStatusCodes:
+//! ["UNAVAILABLE"]`) a client retries lost answers by itself, and `examples/grpc` shows one
+//! transfer per `request_id` when a proxy loses the first answers.
 
 use std::io::IsTerminal;
 use std::process::ExitCode;

@@ -64,6 +64,8 @@ impl AsRef<Idempotency> for LedgerService {
 #[idem_runtime::grpc::service]
 #[tonic::async_trait]
 impl Ledger for LedgerService {
+    // One commit: on PostgreSQL the claim, the transfer's row and the stored answer share one
+    // transaction, so a call killed mid-way leaves nothing behind and its retry runs at once.
     #[idempotent(
         scope = "tenant",
         key_field = "request_id",
