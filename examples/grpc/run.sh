@@ -62,8 +62,9 @@ stop() {
 }
 trap stop EXIT INT TERM
 
-# `acct_slow` takes a second: long enough for a duplicate to find it running.
-start_example ledger grpc DATABASE_URL="sqlite://$RUN/ledger.db" SLOW_MS=1000
+# `acct_slow` takes two seconds: long enough for a duplicate to find it running, even on a
+# loaded machine.
+start_example ledger grpc DATABASE_URL="sqlite://$RUN/ledger.db" SLOW_MS=2000
 export LEDGER_ADDR=$ADDR LEDGER_DB=$RUN/ledger.db
 echo "grpc: ledger on $LEDGER_ADDR; grpcio $GRPCIO_VERSION"
 # The stubs and the proxy on the path; nothing written into the source tree (no __pycache__).
