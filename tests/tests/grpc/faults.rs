@@ -85,3 +85,29 @@ async fn descriptors_that_do_not_decode_fail_the_build() {
         .build();
     assert!(matches!(built, Err(BuildError::ProtobufDescriptors(_))));
 }
+
+#[tokio::test]
+async fn a_scope_without_a_resolver_is_internal_and_runs_nothing() {
+    let service = Service {
+        idempotency: Idempotency::builder()
+            .store(MemoryStore::new())
+            .protobuf_descriptors(&crate::service::descriptors())
+            .build()
+            .unwrap(),
+        calls: Calls::default(),
+        gate: Gate::default(),
+    };
+    let status = failed(service.charge(call(charge("k1", 100))).await);
+    assert_answer(&status, Code::Internal, "IDEMPOTENCY_SCOPE_UNKNOWN", false);
+    assert_eq!(service.calls.get(), 0);
+}
+
+#[tokio::test]
+async fn a_transaction_outside_an_idempotent_method_is_internal() {
+    // No engine lent this request anything (as on a store without transactions).
+    let request = tonic::Request::new(charge("k1", 100));
+    let status = idem_runtime::grpc::tx::<sqlx::Sqlite, _>(&request).unwrap_err();
+    assert_answer(&status, Code::Internal, "IDEMPOTENCY_MISCONFIGURED", false);
+    let any = idem_runtime::grpc::any_tx(&request).unwrap();
+    assert!(matches!(any, idem_runtime::AnyTx::None));
+}
