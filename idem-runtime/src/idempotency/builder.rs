@@ -101,7 +101,9 @@ impl Builder {
     /// one chunk) of it is held in memory, however large it is. Its retries get `409
     /// idempotency_response_too_large` naming the original status, and the operation is never
     /// run again for that key, even if the body fails after the limit (the client then gets a
-    /// truncated response; a body that fails within the limit releases the key).
+    /// truncated response; a body that fails within the limit releases the key). A gRPC reply
+    /// is measured as stored (its encoded message or status, and its metadata); the retries of
+    /// one over the limit get `FAILED_PRECONDITION` with reason `IDEMPOTENCY_RESPONSE_TOO_LARGE`.
     pub fn max_response_bytes(mut self, limit: usize) -> Self {
         self.http.max_response_bytes = limit;
         self

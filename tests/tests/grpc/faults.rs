@@ -57,6 +57,29 @@ pub(crate) async fn a_store_failure_fails_closed_with_unavailable(store: Store) 
     drop(outage);
 }
 
+/// A reply over the replay limit: the first caller gets it, its retries a status saying it was
+/// not kept, and the method never runs again for that key.
+pub(crate) async fn a_reply_over_the_replay_limit_is_never_run_again(store: Store) {
+    let service = Service {
+        idempotency: builder(store).await.max_response_bytes(16).build().unwrap(),
+        calls: Calls::default(),
+        gate: Gate::default(),
+    };
+    let (first, _) = ok(service.charge(call(charge("k1", 100))).await);
+    assert_eq!(first.amount, 100);
+    for _ in 0..2 {
+        let status = failed(service.charge(call(charge("k1", 100))).await);
+        assert_answer(
+            &status,
+            Code::FailedPrecondition,
+            "IDEMPOTENCY_RESPONSE_TOO_LARGE",
+            false,
+        );
+        assert!(replayed(status.metadata()));
+    }
+    assert_eq!(service.calls.get(), 1);
+}
+
 #[tokio::test]
 async fn a_message_without_descriptors_is_internal_and_runs_nothing() {
     let service = Service {
