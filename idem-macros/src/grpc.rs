@@ -272,7 +272,12 @@ fn rewrite(method: &mut ImplItemFn, at: usize) -> syn::Result<()> {
     };
     let reply_ty = reply_ty.clone();
     let p = quote!(::idem_runtime::__private);
-    let gmethod = camel(&method.sig.ident.to_string());
+    let rust_name = method.sig.ident.to_string();
+    let rust_name = rust_name
+        .strip_prefix("r#")
+        .unwrap_or(&rust_name)
+        .to_owned();
+    let gmethod = camel(&rust_name);
     let option = |value: Option<String>| match value {
         Some(value) => quote!(::core::option::Option::Some(#value)),
         None => quote!(::core::option::Option::None),
@@ -311,6 +316,8 @@ fn rewrite(method: &mut ImplItemFn, at: usize) -> syn::Result<()> {
     }
     method.block = syn::parse_quote! {{
         static __IDEM_METHOD: #p::grpc::GrpcMethod = #p::grpc::GrpcMethod::new(
+            ::core::concat!(::core::module_path!(), "::", #rust_name),
+            #p::grpc::full_name::<#message>,
             #gmethod,
             #name,
             #scope,
@@ -321,6 +328,7 @@ fn rewrite(method: &mut ImplItemFn, at: usize) -> syn::Result<()> {
             #p::InFlightMode::#in_flight,
             #p::Commits::#commits,
         );
+        #p::inventory::submit! { #p::grpc::GrpcRegistration(&__IDEM_METHOD) }
         #accessor
         #p::grpc::run(
             &__IDEM_METHOD,

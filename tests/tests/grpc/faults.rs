@@ -86,6 +86,8 @@ async fn a_message_without_descriptors_is_internal_and_runs_nothing() {
         idempotency: Idempotency::builder()
             .store(MemoryStore::new())
             .scope("tenant", tenant_of)
+            // The start-up check would refuse it: see `build_refuses_...` below.
+            .skip_endpoint_checks()
             .build()
             .unwrap(),
         calls: Calls::default(),
@@ -98,6 +100,36 @@ async fn a_message_without_descriptors_is_internal_and_runs_nothing() {
         "{status:?}"
     );
     assert_eq!(service.calls.get(), 0);
+}
+
+#[test]
+fn build_refuses_a_method_whose_scope_has_no_resolver_or_whose_message_has_no_descriptors() {
+    let without_resolver = Idempotency::builder()
+        .store(MemoryStore::new())
+        .protobuf_descriptors(&crate::service::descriptors())
+        .endpoints_under("grpc::service")
+        .build();
+    match without_resolver {
+        Err(BuildError::UnresolvedScope { endpoint, scope }) => {
+            assert!(endpoint.starts_with("grpc::service::"), "{endpoint}");
+            assert_eq!(scope, "tenant");
+        }
+        other => panic!("{other:?}"),
+    }
+    let without_descriptors = Idempotency::builder()
+        .store(MemoryStore::new())
+        .scope("tenant", tenant_of)
+        .endpoints_under("grpc::service")
+        .build();
+    match without_descriptors {
+        Err(error @ BuildError::MissingDescriptors { .. }) => {
+            assert!(
+                error.to_string().contains("test.v1.ChargeRequest"),
+                "{error}"
+            );
+        }
+        other => panic!("{other:?}"),
+    }
 }
 
 #[tokio::test]
@@ -115,6 +147,7 @@ async fn a_scope_without_a_resolver_is_internal_and_runs_nothing() {
         idempotency: Idempotency::builder()
             .store(MemoryStore::new())
             .protobuf_descriptors(&crate::service::descriptors())
+            .skip_endpoint_checks()
             .build()
             .unwrap(),
         calls: Calls::default(),

@@ -25,11 +25,11 @@ use crate::idempotency::Idempotency;
 use crate::rpc::status::{status, too_large};
 use crate::rpc::stored::{ReplyFormatError, StoredReply, replayed};
 
-mod method;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 mod tx;
 
-pub use method::GrpcMethod;
+use crate::rpc::method;
+pub use crate::rpc::method::{GrpcMethod, GrpcRegistration};
 #[cfg(all(feature = "sqlite", feature = "postgres"))]
 pub use tx::any_tx;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
@@ -78,6 +78,12 @@ impl KeyField for String {
     fn as_key_field(&mut self) -> &mut String {
         self
     }
+}
+
+/// The full protobuf name of `M`, for the generated registration.
+#[doc(hidden)]
+pub fn full_name<M: RequestMessage>() -> String {
+    M::full_name()
 }
 
 /// The key field, for the generated accessor.
