@@ -39,8 +39,26 @@ pub(crate) fn outside_service(span: Span, desugared: bool) -> syn::Error {
 /// the error saying where that attribute goes.
 pub(crate) fn method_outside_service(item: &TokenStream) -> Option<syn::Error> {
     let method = syn::parse2::<ImplItemFn>(item.clone()).ok()?;
-    let takes_self = matches!(method.sig.inputs.first(), Some(FnArg::Receiver(_)));
-    takes_self.then(|| outside_service(method.sig.ident.span(), method.sig.asyncness.is_none()))
+    let sig = &method.sig;
+    if !matches!(sig.inputs.first(), Some(FnArg::Receiver(_))) {
+        return None;
+    }
+    // What `#[tonic::async_trait]` made of a method, or a method taking a `Request<..>` as
+    // tonic's service traits do; any other method gets the attribute's usual error.
+    let desugared = sig.asyncness.is_none() && returns_pin(sig);
+    let takes_request = sig.inputs.iter().any(|input| match input {
+        FnArg::Typed(typed) => last_segment_is(&typed.ty, "Request"),
+        FnArg::Receiver(_) => false,
+    });
+    (desugared || takes_request).then(|| outside_service(sig.ident.span(), desugared))
+}
+
+fn returns_pin(sig: &syn::Signature) -> bool {
+    matches!(&sig.output, syn::ReturnType::Type(_, ty) if quote!(#ty).to_string().contains("Pin"))
+}
+
+fn last_segment_is(ty: &Type, name: &str) -> bool {
+    matches!(ty, Type::Path(path) if path.path.segments.last().is_some_and(|s| s.ident == name))
 }
 
 /// Expands `#[idem_runtime::grpc::service]`.
@@ -83,11 +101,14 @@ fn expand(item: TokenStream) -> syn::Result<TokenStream> {
                 None => errors = Some(error),
             }
         }
+        // Marked as handled even when it failed: its error is reported once, here, and the
+        // method compiles as written meanwhile.
+        let path = method.attrs[at].path().clone();
+        let expanded = Ident::new(EXPANDED, Span::call_site());
+        method.attrs[at] = syn::parse_quote!(#[#path(#expanded)]);
     }
-    match errors {
-        Some(errors) => Err(errors),
-        None => Ok(quote!(#block)),
-    }
+    let errors = errors.map(syn::Error::into_compile_error);
+    Ok(quote!(#block #errors))
 }
 
 fn is_idempotent(attr: &Attribute) -> bool {
@@ -154,8 +175,11 @@ fn config(args: Args, method: &ImplItemFn) -> syn::Result<Method> {
 
 fn field_ident(arg: &Arg) -> syn::Result<Ident> {
     let name = arg.value.value();
+    // Located at the literal, resolved in the expansion: rustc's "a field with a similar name
+    // exists" then names the field without offering to rewrite the string as an identifier.
+    let span = Span::mixed_site().located_at(arg.value.span());
     syn::parse_str::<Ident>(&name)
-        .map(|ident| Ident::new(&ident.to_string(), arg.value.span()))
+        .map(|ident| Ident::new(&ident.to_string(), span))
         .map_err(|_| {
             syn::Error::new_spanned(
                 &arg.value,
@@ -197,9 +221,7 @@ fn request(method: &ImplItemFn) -> syn::Result<(&Pat, &Type, &Type)> {
         )
     };
     if sig.asyncness.is_none() {
-        let desugared = matches!(&sig.output, syn::ReturnType::Type(_, ty)
-            if quote!(#ty).to_string().contains("Pin"));
-        return Err(if desugared {
+        return Err(if returns_pin(sig) {
             outside_service(sig.ident.span(), true)
         } else {
             shape()
@@ -250,7 +272,12 @@ fn rewrite(method: &mut ImplItemFn, at: usize) -> syn::Result<()> {
     };
     let reply_ty = reply_ty.clone();
     let p = quote!(::idem_runtime::__private);
-    let gmethod = camel(&method.sig.ident.to_string());
+    let rust_name = method.sig.ident.to_string();
+    let rust_name = rust_name
+        .strip_prefix("r#")
+        .unwrap_or(&rust_name)
+        .to_owned();
+    let gmethod = camel(&rust_name);
     let option = |value: Option<String>| match value {
         Some(value) => quote!(::core::option::Option::Some(#value)),
         None => quote!(::core::option::Option::None),
@@ -289,6 +316,8 @@ fn rewrite(method: &mut ImplItemFn, at: usize) -> syn::Result<()> {
     }
     method.block = syn::parse_quote! {{
         static __IDEM_METHOD: #p::grpc::GrpcMethod = #p::grpc::GrpcMethod::new(
+            ::core::concat!(::core::module_path!(), "::", #rust_name),
+            #p::grpc::full_name::<#message>,
             #gmethod,
             #name,
             #scope,
@@ -299,6 +328,7 @@ fn rewrite(method: &mut ImplItemFn, at: usize) -> syn::Result<()> {
             #p::InFlightMode::#in_flight,
             #p::Commits::#commits,
         );
+        #p::inventory::submit! { #p::grpc::GrpcRegistration(&__IDEM_METHOD) }
         #accessor
         #p::grpc::run(
             &__IDEM_METHOD,
@@ -315,9 +345,6 @@ fn rewrite(method: &mut ImplItemFn, at: usize) -> syn::Result<()> {
         )
         .await
     }};
-    let path = &marker.path();
-    let expanded = Ident::new(EXPANDED, Span::call_site());
-    method.attrs[at] = syn::parse_quote!(#[#path(#expanded)]);
     Ok(())
 }
 

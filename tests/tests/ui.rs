@@ -7,3 +7,11 @@ fn ui() {
     cases.pass("tests/ui/pass/*.rs");
     cases.compile_fail("tests/ui/fail/*.rs");
 }
+
+/// The gRPC face: `#[idempotent]` on tonic methods under `#[idem_runtime::grpc::service]`.
+#[test]
+fn grpc() {
+    let cases = trybuild::TestCases::new();
+    cases.pass("tests/ui/grpc/pass/*.rs");
+    cases.compile_fail("tests/ui/grpc/fail/*.rs");
+}

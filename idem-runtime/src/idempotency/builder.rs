@@ -101,7 +101,9 @@ impl Builder {
     /// one chunk) of it is held in memory, however large it is. Its retries get `409
     /// idempotency_response_too_large` naming the original status, and the operation is never
     /// run again for that key, even if the body fails after the limit (the client then gets a
-    /// truncated response; a body that fails within the limit releases the key).
+    /// truncated response; a body that fails within the limit releases the key). A gRPC reply
+    /// is measured as stored (its encoded message or status, and its metadata); the retries of
+    /// one over the limit get `FAILED_PRECONDITION` with reason `IDEMPOTENCY_RESPONSE_TOO_LARGE`.
     pub fn max_response_bytes(mut self, limit: usize) -> Self {
         self.http.max_response_bytes = limit;
         self
@@ -183,8 +185,8 @@ impl Builder {
         self
     }
 
-    /// Limits the start-up checks of [`Builder::build`] to the `#[idempotent]` endpoints whose
-    /// module path starts with `module` (such as `"my_app::admin"`); call it again to add
+    /// Limits the start-up checks of [`Builder::build`] to the `#[idempotent]` endpoints (and
+    /// tonic methods) whose module path starts with `module` (such as `"my_app::admin"`); call it again to add
     /// another. For binaries with several engines (different stores or scope sets), each serving
     /// the handlers of its own modules: each engine checks its own endpoints only.
     pub fn endpoints_under(mut self, module: impl Into<String>) -> Self {
@@ -210,9 +212,10 @@ impl Builder {
     /// A request's fingerprint is taken over its message encoded deterministically: prost
     /// encodes fields in one order and drops unknown fields, but writes a map's entries in the
     /// order of its `HashMap`, which differs between two decodings of one request. The
-    /// descriptors say which fields are maps, so their entries are sorted first. A method whose
-    /// request message is not in them answers `INTERNAL` (`IDEMPOTENCY_MISCONFIGURED`); a set
-    /// that does not decode fails [`build`](Builder::build).
+    /// descriptors say which fields are maps, so their entries are sorted first.
+    /// [`build`](Builder::build) fails when a set does not decode, or when an `#[idempotent]`
+    /// method it checks has a request message the descriptors do not hold (with the checks
+    /// skipped, that method answers `INTERNAL`, reason `IDEMPOTENCY_MISCONFIGURED`).
     #[cfg(feature = "tonic")]
     #[cfg_attr(docsrs, doc(cfg(feature = "tonic")))]
     pub fn protobuf_descriptors(mut self, encoded: &[u8]) -> Self {
@@ -222,7 +225,10 @@ impl Builder {
 
     /// Builds the engine, checking that every `#[idempotent]` endpoint in the binary (or under
     /// the modules of [`Builder::endpoints_under`]) names a scope that has a resolver, and that
-    /// every endpoint in atomic mode can get a transaction from the store.
+    /// every endpoint in atomic mode can get a transaction from the store; and, with the
+    /// `tonic` feature, that every `#[idempotent]` tonic method names a scope that has a
+    /// resolver and has its request message in the [protobuf
+    /// descriptors](Builder::protobuf_descriptors).
     pub fn build(self) -> Result<Idempotency, BuildError> {
         if self.reserved_scope {
             return Err(BuildError::ReservedScope);
@@ -232,6 +238,8 @@ impl Builder {
         if let Some(error) = &self.grpc.error {
             return Err(BuildError::ProtobufDescriptors(error.clone()));
         }
+        #[cfg(feature = "tonic")]
+        self.checks.run_grpc(&self.http, &self.grpc)?;
         self.checks.run(&self.http, &capabilities, store_name)?;
         let engine = Engine::new(store, store_name, capabilities, self.clock, self.policy);
         Ok(Idempotency {

@@ -1,10 +1,13 @@
 //! The start-up checks of [`Builder::build`](super::Builder::build): every `#[idempotent]`
 //! endpoint it covers names a scope with a resolver and, in atomic mode, gets transactions
-//! from the store.
+//! from the store; every `#[idempotent]` tonic method names a scope with a resolver and has
+//! the descriptors of its request message.
 
 use super::error::BuildError;
 use crate::http::endpoint::{self, Endpoint};
 use crate::http::settings::HttpSettings;
+#[cfg(feature = "tonic")]
+use crate::rpc::{method, settings::GrpcSettings};
 use crate::store::Capabilities;
 
 /// Which `#[idempotent]` endpoints are checked.
@@ -24,11 +27,40 @@ impl Checks {
     }
 
     fn covers(&self, endpoint: &Endpoint) -> bool {
+        self.covers_path(endpoint.handler())
+    }
+
+    fn covers_path(&self, handler: &str) -> bool {
         match self {
             Self::All => true,
-            Self::Under(modules) => modules.iter().any(|m| in_module(endpoint.handler(), m)),
+            Self::Under(modules) => modules.iter().any(|m| in_module(handler, m)),
             Self::None => false,
         }
+    }
+
+    /// The first tonic method covered that the engine could not serve.
+    #[cfg(feature = "tonic")]
+    pub(super) fn run_grpc(
+        &self,
+        http: &HttpSettings,
+        grpc: &GrpcSettings,
+    ) -> Result<(), BuildError> {
+        for m in method::registered().filter(|m| self.covers_path(m.handler())) {
+            if http.check_scope(m.scope()).is_err() {
+                return Err(BuildError::UnresolvedScope {
+                    endpoint: m.handler(),
+                    scope: m.scope(),
+                });
+            }
+            let message = m.message();
+            if !grpc.knows(&message) {
+                return Err(BuildError::MissingDescriptors {
+                    method: m.handler(),
+                    message,
+                });
+            }
+        }
+        Ok(())
     }
 
     /// The first endpoint covered that the engine could not serve.

@@ -40,6 +40,21 @@ pub enum BuildError {
     #[cfg_attr(docsrs, doc(cfg(feature = "tonic")))]
     #[error("the protobuf descriptors given to the builder do not decode: {0}")]
     ProtobufDescriptors(String),
+    /// An `#[idempotent]` tonic method's request message is not in the descriptors given to
+    /// `Builder::protobuf_descriptors`, so its requests could not be fingerprinted.
+    #[cfg(feature = "tonic")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "tonic")))]
+    #[error(
+        "method `{method}`: its request message `{message}` is not in the engine's protobuf \
+         descriptors: pass the `FileDescriptorSet` the build script writes to \
+         `Builder::protobuf_descriptors`"
+    )]
+    MissingDescriptors {
+        /// The method (module path and name).
+        method: &'static str,
+        /// The request message's full protobuf name.
+        message: String,
+    },
     /// `"global"` is built in and cannot be given a resolver.
     #[error("scope \"global\" is built in and takes no resolver")]
     ReservedScope,

@@ -105,7 +105,6 @@ impl Schemas {
     }
 
     /// Whether the message `full_name` (e.g. `ledger.v1.CreateTransferRequest`) is known.
-    #[cfg(test)]
     pub(crate) fn contains(&self, full_name: &str) -> bool {
         self.index.contains_key(full_name)
     }

@@ -18,6 +18,11 @@ impl GrpcSettings {
         }
     }
 
+    /// Whether the descriptors hold message `full_name`.
+    pub(crate) fn knows(&self, full_name: &str) -> bool {
+        self.schemas.contains(full_name)
+    }
+
     /// The deterministic encoding of a request message named `full_name`, as prost encoded it.
     pub(crate) fn canonical(
         &self,

@@ -42,6 +42,24 @@ pub(crate) fn status(rejection: &Rejection) -> Status {
     Status::with_error_details(code(rejection), rejection.to_string(), details)
 }
 
+/// What the retries of a call get when its reply was over the replay limit and was not kept:
+/// `FAILED_PRECONDITION` with reason `IDEMPOTENCY_RESPONSE_TOO_LARGE` (the HTTP face's 409
+/// `idempotency_response_too_large`), naming the code the call completed with.
+pub(crate) fn too_large(original: Code) -> Status {
+    let mut details = ErrorDetails::new();
+    let metadata = [("original_code".to_owned(), format!("{original:?}"))];
+    details.set_error_info(
+        "IDEMPOTENCY_RESPONSE_TOO_LARGE",
+        ERROR_DOMAIN,
+        std::collections::HashMap::from(metadata),
+    );
+    let message = format!(
+        "a call with this idempotency key already completed ({original:?}), but its reply was \
+         over the replay limit and was not kept; the operation was not run again"
+    );
+    Status::with_error_details(Code::FailedPrecondition, message, details)
+}
+
 #[cfg(test)]
 mod tests {
     use std::time::Duration;

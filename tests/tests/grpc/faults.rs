@@ -57,12 +57,37 @@ pub(crate) async fn a_store_failure_fails_closed_with_unavailable(store: Store) 
     drop(outage);
 }
 
+/// A reply over the replay limit: the first caller gets it, its retries a status saying it was
+/// not kept, and the method never runs again for that key.
+pub(crate) async fn a_reply_over_the_replay_limit_is_never_run_again(store: Store) {
+    let service = Service {
+        idempotency: builder(store).await.max_response_bytes(16).build().unwrap(),
+        calls: Calls::default(),
+        gate: Gate::default(),
+    };
+    let (first, _) = ok(service.charge(call(charge("k1", 100))).await);
+    assert_eq!(first.amount, 100);
+    for _ in 0..2 {
+        let status = failed(service.charge(call(charge("k1", 100))).await);
+        assert_answer(
+            &status,
+            Code::FailedPrecondition,
+            "IDEMPOTENCY_RESPONSE_TOO_LARGE",
+            false,
+        );
+        assert!(replayed(status.metadata()));
+    }
+    assert_eq!(service.calls.get(), 1);
+}
+
 #[tokio::test]
 async fn a_message_without_descriptors_is_internal_and_runs_nothing() {
     let service = Service {
         idempotency: Idempotency::builder()
             .store(MemoryStore::new())
             .scope("tenant", tenant_of)
+            // The start-up check would refuse it: see `build_refuses_...` below.
+            .skip_endpoint_checks()
             .build()
             .unwrap(),
         calls: Calls::default(),
@@ -77,6 +102,36 @@ async fn a_message_without_descriptors_is_internal_and_runs_nothing() {
     assert_eq!(service.calls.get(), 0);
 }
 
+#[test]
+fn build_refuses_a_method_whose_scope_has_no_resolver_or_whose_message_has_no_descriptors() {
+    let without_resolver = Idempotency::builder()
+        .store(MemoryStore::new())
+        .protobuf_descriptors(&crate::service::descriptors())
+        .endpoints_under("grpc::service")
+        .build();
+    match without_resolver {
+        Err(BuildError::UnresolvedScope { endpoint, scope }) => {
+            assert!(endpoint.starts_with("grpc::service::"), "{endpoint}");
+            assert_eq!(scope, "tenant");
+        }
+        other => panic!("{other:?}"),
+    }
+    let without_descriptors = Idempotency::builder()
+        .store(MemoryStore::new())
+        .scope("tenant", tenant_of)
+        .endpoints_under("grpc::service")
+        .build();
+    match without_descriptors {
+        Err(error @ BuildError::MissingDescriptors { .. }) => {
+            assert!(
+                error.to_string().contains("test.v1.ChargeRequest"),
+                "{error}"
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
 #[tokio::test]
 async fn descriptors_that_do_not_decode_fail_the_build() {
     let built = Idempotency::builder()
@@ -84,4 +139,31 @@ async fn descriptors_that_do_not_decode_fail_the_build() {
         .protobuf_descriptors(b"\xff\xff not a descriptor set")
         .build();
     assert!(matches!(built, Err(BuildError::ProtobufDescriptors(_))));
+}
+
+#[tokio::test]
+async fn a_scope_without_a_resolver_is_internal_and_runs_nothing() {
+    let service = Service {
+        idempotency: Idempotency::builder()
+            .store(MemoryStore::new())
+            .protobuf_descriptors(&crate::service::descriptors())
+            .skip_endpoint_checks()
+            .build()
+            .unwrap(),
+        calls: Calls::default(),
+        gate: Gate::default(),
+    };
+    let status = failed(service.charge(call(charge("k1", 100))).await);
+    assert_answer(&status, Code::Internal, "IDEMPOTENCY_SCOPE_UNKNOWN", false);
+    assert_eq!(service.calls.get(), 0);
+}
+
+#[tokio::test]
+async fn a_transaction_outside_an_idempotent_method_is_internal() {
+    // No engine lent this request anything (as on a store without transactions).
+    let request = tonic::Request::new(charge("k1", 100));
+    let status = idem_runtime::grpc::tx::<sqlx::Sqlite, _>(&request).unwrap_err();
+    assert_answer(&status, Code::Internal, "IDEMPOTENCY_MISCONFIGURED", false);
+    let any = idem_runtime::grpc::any_tx(&request).unwrap();
+    assert!(matches!(any, idem_runtime::AnyTx::None));
 }

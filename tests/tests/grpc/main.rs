@@ -52,4 +52,5 @@ cases!(
     a_dropped_call_runs_to_its_end_and_its_retry_replays,
     completed_records_expire_after_their_ttl,
     a_store_failure_fails_closed_with_unavailable,
+    a_reply_over_the_replay_limit_is_never_run_again,
 );

@@ -22,14 +22,14 @@ use crate::http::endpoint::KeyMode;
 use crate::http::rejection::Rejection;
 use crate::http::settings::HttpSettings;
 use crate::idempotency::Idempotency;
-use crate::rpc::status::status;
+use crate::rpc::status::{status, too_large};
 use crate::rpc::stored::{ReplyFormatError, StoredReply, replayed};
 
-mod method;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 mod tx;
 
-pub use method::GrpcMethod;
+use crate::rpc::method;
+pub use crate::rpc::method::{GrpcMethod, GrpcRegistration};
 #[cfg(all(feature = "sqlite", feature = "postgres"))]
 pub use tx::any_tx;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
@@ -78,6 +78,12 @@ impl KeyField for String {
     fn as_key_field(&mut self) -> &mut String {
         self
     }
+}
+
+/// The full protobuf name of `M`, for the generated registration.
+#[doc(hidden)]
+pub fn full_name<M: RequestMessage>() -> String {
+    M::full_name()
 }
 
 /// The key field, for the generated accessor.
@@ -172,7 +178,8 @@ where
         commits: method.commits(),
     };
     let request = Request::from_parts(metadata, extensions, message);
-    let work = keep(body(service.clone(), request));
+    let limit = idempotency.http().max_response_bytes;
+    let work = keep(body(service.clone(), request), limit);
     let answer = engine.run(attempt, work, decode::<R>).await;
     respond(idempotency, answer)
 }
@@ -237,27 +244,46 @@ fn fingerprint<M: RequestMessage>(
     Ok(hasher.finish())
 }
 
-/// The method's reply as the engine's verdict: a message or a final status is kept, any other
-/// status releases the key.
-async fn keep<R: Message>(reply: impl Future<Output = Reply<R>>) -> Verdict<Reply<R>> {
+/// The method's reply as the engine's verdict: a message or a final status is kept (or, over
+/// `limit` bytes, the answer its retries get instead), any other status releases the key.
+async fn keep<R: Message>(
+    reply: impl Future<Output = Reply<R>>,
+    limit: usize,
+) -> Verdict<Reply<R>> {
     let reply = reply.await;
     let stored = match &reply {
         Ok(response) => StoredReply::Message {
             metadata: response.metadata().clone().into_headers(),
             body: response.get_ref().encode_to_vec().into(),
         },
-        Err(status) if STORED_CODES.contains(&status.code()) => StoredReply::Status {
-            code: status.code(),
-            message: status.message().to_owned(),
-            details: status.details().to_vec().into(),
-            metadata: status.metadata().clone().into_headers(),
-        },
+        Err(status) if STORED_CODES.contains(&status.code()) => stored_status(status),
         Err(_) => return Verdict::Release(reply),
     };
+    let mut payload = stored.encode();
+    if payload.len() > limit {
+        tracing::warn!(
+            size = payload.len(),
+            limit,
+            "reply over the replay limit: retries get FAILED_PRECONDITION \
+             IDEMPOTENCY_RESPONSE_TOO_LARGE"
+        );
+        let code = reply.as_ref().map_or_else(Status::code, |_| Code::Ok);
+        payload = stored_status(&too_large(code)).encode();
+    }
     Verdict::Keep {
-        payload: stored.encode(),
+        payload,
         status: None,
         reply,
+    }
+}
+
+/// A status as it is stored.
+fn stored_status(status: &Status) -> StoredReply {
+    StoredReply::Status {
+        code: status.code(),
+        message: status.message().to_owned(),
+        details: status.details().to_vec().into(),
+        metadata: status.metadata().clone().into_headers(),
     }
 }
 

@@ -15,6 +15,10 @@ use crate::http::endpoint::KeyMode;
 #[doc(hidden)]
 #[derive(Debug)]
 pub struct GrpcMethod {
+    /// The Rust method's path (`ledger::service::create_transfer`), for start-up checks.
+    handler: &'static str,
+    /// The full protobuf name of its request message.
+    message: fn() -> String,
     /// The gRPC method's name (`CreateTransfer`), from the Rust method's.
     method: &'static str,
     /// `name = "..."`.
@@ -36,6 +40,8 @@ impl GrpcMethod {
     /// A method named `method` (in the gRPC spelling) with its scope, TTL and key mode.
     #[allow(clippy::too_many_arguments)]
     pub const fn new(
+        handler: &'static str,
+        message: fn() -> String,
         method: &'static str,
         name: Option<&'static str>,
         scope: &'static str,
@@ -47,6 +53,8 @@ impl GrpcMethod {
         commits: Commits,
     ) -> Self {
         Self {
+            handler,
+            message,
             method,
             name,
             scope,
@@ -68,6 +76,16 @@ impl GrpcMethod {
             None if package.is_empty() => OpName::Borrowed(self.method),
             None => OpName::Owned(format!("{package}.{}", self.method)),
         })
+    }
+
+    /// The Rust method's path.
+    pub(crate) fn handler(&self) -> &'static str {
+        self.handler
+    }
+
+    /// The full protobuf name of the request message.
+    pub(crate) fn message(&self) -> String {
+        (self.message)()
     }
 
     pub(crate) fn scope(&self) -> &'static str {
@@ -99,6 +117,17 @@ impl GrpcMethod {
     pub(crate) fn metadata_name<'a>(&self, header: &'a HeaderName) -> &'a str {
         self.key_metadata.unwrap_or(header.as_str())
     }
+}
+
+/// Registers an `#[idempotent]` tonic method with the builder's start-up checks.
+#[doc(hidden)]
+pub struct GrpcRegistration(pub &'static GrpcMethod);
+
+inventory::collect!(GrpcRegistration);
+
+/// Every `#[idempotent]` tonic method linked into this binary.
+pub(crate) fn registered() -> impl Iterator<Item = &'static GrpcMethod> {
+    inventory::iter::<GrpcRegistration>.into_iter().map(|r| r.0)
 }
 
 /// The request's key, from the key field (empty: absent) and the metadata entry; when both are
@@ -162,6 +191,8 @@ mod tests {
     fn the_operation_is_named_by_its_package_and_method_unless_named() {
         let method = |name| {
             GrpcMethod::new(
+                "tests::create_transfer",
+                String::new,
                 "CreateTransfer",
                 name,
                 "global",
