@@ -7,8 +7,9 @@
 //! and, as the real atomic face does, the request answers with the handler's response only once
 //! that completion landed (409 when it was fenced out, 503 when its fate is unknown).
 
+use std::cell::RefCell;
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::{FromRef, Request, State};
@@ -165,13 +166,22 @@ enum Noted {
     Lost,
 }
 
-/// The completions noted so far, by execution id (unique across hosts: `app1#2`). The engine
-/// completes a record on a task of its own, so the note cannot ride in the request's task.
-static COMPLETIONS: Mutex<Option<HashMap<String, Noted>>> = Mutex::new(None);
+/// The completions noted so far in this simulation, by execution id (unique across hosts:
+/// `app1#2`). The engine completes a record on a task of its own, so the note cannot ride in the
+/// request's task. Per thread, because a simulation runs every host on the thread that runs it
+/// and tests run simulations on several threads at once; cleared by [`forget_completions`] when a
+/// simulation starts, because execution ids repeat from one simulation to the next.
+thread_local! {
+    static COMPLETIONS: RefCell<HashMap<String, Noted>> = RefCell::new(HashMap::new());
+}
 
 fn note(exec: &str, noted: Noted) {
-    let mut notes = COMPLETIONS.lock().unwrap_or_else(|e| e.into_inner());
-    notes.get_or_insert_default().insert(exec.to_owned(), noted);
+    COMPLETIONS.with_borrow_mut(|notes| notes.insert(exec.to_owned(), noted));
+}
+
+/// Forgets the notes of earlier simulations on this thread.
+pub(crate) fn forget_completions() {
+    COMPLETIONS.with_borrow_mut(HashMap::clear);
 }
 
 /// Called by `SimStore::complete` after its call, with the execution the payload carries.
@@ -200,12 +210,7 @@ async fn atomic_answer(request: Request, next: Next) -> Response {
         return response; // no execution (a rejection), or one that failed: nothing committed
     };
     let exec = exec.to_str().unwrap_or_default();
-    let noted = COMPLETIONS
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .get_or_insert_default()
-        .get(exec)
-        .copied();
+    let noted = COMPLETIONS.with_borrow(|notes| notes.get(exec).copied());
     match noted {
         None | Some(Noted::Held) => response,
         Some(Noted::Lost) => (StatusCode::CONFLICT, "fenced out: rolled back").into_response(),

@@ -167,6 +167,7 @@ pub(crate) struct Run {
 
 /// Runs the seed's plan to the end (every client done) or to the simulation's time limit.
 pub(crate) fn run(seed: u64, bug: Option<Bug>) -> Run {
+    app::forget_completions();
     let plan = Plan::draw(seed);
     let trace = Trace::default();
     let mut sim = turmoil::Builder::new()
