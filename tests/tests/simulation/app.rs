@@ -166,12 +166,13 @@ enum Noted {
     Lost,
 }
 
-/// The completions noted so far in this simulation, by execution id (unique across hosts:
-/// `app1#2`). The engine completes a record on a task of its own, so the note cannot ride in the
-/// request's task. Per thread, because a simulation runs every host on the thread that runs it
-/// and tests run simulations on several threads at once; cleared by [`forget_completions`] when a
-/// simulation starts, because execution ids repeat from one simulation to the next.
 thread_local! {
+    /// The completions noted so far in this simulation, by execution id (unique across hosts:
+    /// `app1#2`). The engine completes a record on a task of its own, so the note cannot ride in
+    /// the request's task. Per thread, because a simulation runs every host on the thread that
+    /// runs it and tests run simulations on several threads at once; cleared by
+    /// [`forget_completions`] when a simulation starts, as execution ids repeat from one
+    /// simulation to the next.
     static COMPLETIONS: RefCell<HashMap<String, Noted>> = RefCell::new(HashMap::new());
 }
 
