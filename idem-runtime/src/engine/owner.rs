@@ -286,6 +286,13 @@ impl Retry {
                     tracing::info!(key = %self.key.short(), ?fence, "settled an idempotency record after a store failure");
                     return;
                 }
+                // The store keeps no result this large, and has left the record in flight
+                // until it expires: trying again would fail the same way.
+                Err(error @ StoreError::TooLarge { .. }) => {
+                    tracing::error!(key = %self.key.short(), error = &error as &dyn std::error::Error,
+                        "the store refused the result; its key answers in flight until it expires");
+                    return;
+                }
                 Err(error) => error,
             };
             if self.clock.now() >= self.until {
