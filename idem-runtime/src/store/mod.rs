@@ -1,6 +1,6 @@
 //! Where idempotency records live: the [`Store`] trait and its backends: `MemoryStore`,
-//! `SqliteStore` (feature `sqlite`), `PostgresStore` (`postgres`) and `BucketStore`
-//! (`object-store`).
+//! `SqliteStore` (feature `sqlite`), `PostgresStore` (`postgres`), `BucketStore`
+//! (`object-store`), `RedisStore` (`redis`) and `DynamoDbStore` (`dynamodb`).
 //!
 //! A record moves through two states. A *claim* creates it **in flight**, owned by one request
 //! under a lease and a [`LeaseToken`]; *complete* turns it into a **completed** record holding the
@@ -32,6 +32,8 @@ mod capabilities;
 mod memory;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 mod migrate;
+#[cfg(feature = "dynamodb")]
+mod dynamodb;
 #[cfg(feature = "object-store")]
 mod object;
 #[cfg(feature = "postgres")]
@@ -45,6 +47,9 @@ mod sql;
 pub(crate) mod sqlite;
 
 pub use capabilities::Capabilities;
+#[cfg(feature = "dynamodb")]
+#[cfg_attr(docsrs, doc(cfg(feature = "dynamodb")))]
+pub use dynamodb::{DynamoDbStore, DynamoDbStoreBuilder};
 pub use memory::MemoryStore;
 #[cfg(feature = "object-store")]
 #[cfg_attr(docsrs, doc(cfg(feature = "object-store")))]
@@ -226,6 +231,17 @@ pub trait Store: Send + Sync + 'static {
         true
     }
 
+    /// The largest payload the store can keep, if it has a limit below the engine's
+    /// (DynamoDB's item size). The engine lowers its
+    /// [`max_response_bytes`](crate::Builder::max_response_bytes) to fit, so a larger response
+    /// is stored as the too-large marker its retries are answered with; a payload over the
+    /// limit that still reaches [`complete`](Store::complete) is refused with
+    /// [`StoreError::TooLarge`], the record left in flight until it expires. `None` (the
+    /// default): no limit of the store's own.
+    fn max_payload_bytes(&self) -> Option<usize> {
+        None
+    }
+
     /// Whether [`peek_completed`](Store::peek_completed) reads records in process, without a
     /// round trip. When it does, the engine looks a retry's record up before it does any other
     /// work, and replays it at once when the stored payload says it answered these exact bytes.
@@ -328,6 +344,7 @@ pub(crate) type Found = Option<(RecordInfo, Option<Bytes>)>;
 /// Object-safe mirror of [`Store`], so the engine can hold any store behind one pointer.
 pub(crate) trait DynStore: Send + Sync + 'static {
     fn needs_sweeping(&self) -> bool;
+    fn max_payload_bytes(&self) -> Option<usize>;
     fn reads_in_process(&self) -> bool;
     fn peek_completed(&self, key: &RecordKey, now: Timestamp)
     -> Option<(Bytes, Option<Timestamp>)>;
@@ -379,6 +396,9 @@ pub(crate) trait DynStore: Send + Sync + 'static {
 impl<T: Store> DynStore for T {
     fn needs_sweeping(&self) -> bool {
         Store::needs_sweeping(self)
+    }
+    fn max_payload_bytes(&self) -> Option<usize> {
+        Store::max_payload_bytes(self)
     }
     fn reads_in_process(&self) -> bool {
         Store::reads_in_process(self)
