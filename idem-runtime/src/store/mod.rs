@@ -29,11 +29,11 @@ use records::{Forgotten, RecordFilter, RecordInfo, RecordStats};
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 pub mod atomic;
 mod capabilities;
+#[cfg(feature = "dynamodb")]
+mod dynamodb;
 mod memory;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 mod migrate;
-#[cfg(feature = "dynamodb")]
-mod dynamodb;
 #[cfg(feature = "object-store")]
 mod object;
 #[cfg(feature = "postgres")]
@@ -175,7 +175,7 @@ pub enum Fence {
 /// claimers of an absent record, exactly one gets [`Claim::Acquired`].
 #[diagnostic::on_unimplemented(
     message = "`{Self}` is not an idempotency store",
-    note = "use `MemoryStore`, `SqliteStore`, `PostgresStore`, `RedisStore` or implement `idem_runtime::store::Store`"
+    note = "use `MemoryStore`, `SqliteStore`, `PostgresStore`, `RedisStore`, `BucketStore`, `DynamoDbStore` or implement `idem_runtime::store::Store`"
 )]
 pub trait Store: Send + Sync + 'static {
     /// Claims the record for a new request, or reports who holds it.

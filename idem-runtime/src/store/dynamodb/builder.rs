@@ -15,7 +15,6 @@ use aws_sdk_dynamodb::types::{
 };
 
 use super::DynamoDbStore;
-use super::error::failed;
 use super::item::{PK, TTL};
 use crate::core::error::StoreError;
 
@@ -171,7 +170,8 @@ impl DynamoDbStore {
     /// Creates the table (on demand, key `pk`), or finds it made meanwhile by another process,
     /// and waits until it is active.
     async fn create(&self) -> Result<TableDescription, StoreError> {
-        let built = |e: aws_sdk_dynamodb::error::BuildError| StoreError::Config(e.to_string().into());
+        let built =
+            |e: aws_sdk_dynamodb::error::BuildError| StoreError::Config(e.to_string().into());
         let created = self
             .client
             .create_table()
@@ -283,7 +283,8 @@ fn validate_table(table: &str) -> Result<(), StoreError> {
 /// Refuses a table whose key is not `pk` (string) alone.
 fn check_key(name: &str, table: &TableDescription) -> Result<(), StoreError> {
     let key = table.key_schema();
-    let hash_is_pk = matches!(key, [only] if only.attribute_name() == PK && only.key_type() == &KeyType::Hash);
+    let hash_is_pk =
+        matches!(key, [only] if only.attribute_name() == PK && only.key_type() == &KeyType::Hash);
     let pk_is_string = table
         .attribute_definitions()
         .iter()

@@ -21,7 +21,11 @@ pub(super) struct DynamoDbError {
 impl fmt::Display for DynamoDbError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match &self.code {
-            Some(code) => write!(f, "DynamoDB {} failed ({code}): {}", self.operation, self.message),
+            Some(code) => write!(
+                f,
+                "DynamoDB {} failed ({code}): {}",
+                self.operation, self.message
+            ),
             None => write!(f, "DynamoDB {} failed: {}", self.operation, self.message),
         }
     }
@@ -40,7 +44,9 @@ pub(super) const THROTTLED: [&str; 4] = [
 
 /// Whether DynamoDB refused an item for its size (`ValidationException`, "Item size has
 /// exceeded the maximum allowed size", or "Item size to update has exceeded ...").
-pub(super) fn is_item_too_large<E: ProvideErrorMetadata>(error: &SdkError<E, impl fmt::Debug>) -> bool {
+pub(super) fn is_item_too_large<E: ProvideErrorMetadata>(
+    error: &SdkError<E, impl fmt::Debug>,
+) -> bool {
     error.as_service_error().is_some_and(|e| {
         e.code() == Some("ValidationException")
             && e.message().is_some_and(|m| m.contains("Item size"))
@@ -50,7 +56,11 @@ pub(super) fn is_item_too_large<E: ProvideErrorMetadata>(error: &SdkError<E, imp
 /// A failed call as a [`StoreError`]: the SDK's timeout (its operation timeout, set by the
 /// store's builder) as [`StoreError::Timeout`], anything else (throttling once the SDK's retries
 /// are spent, a refused connection, a 5xx, a missing table) as [`StoreError::Unavailable`].
-pub(super) fn failed<E, R>(operation: &'static str, timeout: Duration, error: SdkError<E, R>) -> StoreError
+pub(super) fn failed<E, R>(
+    operation: &'static str,
+    timeout: Duration,
+    error: SdkError<E, R>,
+) -> StoreError
 where
     E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
     R: fmt::Debug + Send + Sync + 'static,
@@ -58,7 +68,10 @@ where
     if matches!(error, SdkError::TimeoutError(_)) {
         return StoreError::Timeout(timeout);
     }
-    let code = error.as_service_error().and_then(|e| e.code()).map(str::to_owned);
+    let code = error
+        .as_service_error()
+        .and_then(|e| e.code())
+        .map(str::to_owned);
     if let Some(code) = &code
         && THROTTLED.contains(&code.as_str())
     {

@@ -74,10 +74,7 @@ pub(super) fn name(name: &str) -> String {
 
 /// The placeholders of `names`, to pass as `ExpressionAttributeNames`.
 pub(super) fn names<'a>(names: impl IntoIterator<Item = &'a str>) -> HashMap<String, String> {
-    names
-        .into_iter()
-        .map(|n| (name(n), n.to_owned()))
-        .collect()
+    names.into_iter().map(|n| (name(n), n.to_owned())).collect()
 }
 
 pub(super) fn key_value(key: &RecordKey) -> AttributeValue {

@@ -178,7 +178,11 @@ impl DynamoDbStore {
     /// Takes over `held`, in flight under a lapsed lease of the same request: the new token,
     /// lease and expiry, one more owner, if the lapsed owner's token is still there and its lease
     /// still lapsed. `false` when the record changed meanwhile.
-    async fn take_over(&self, request: &ClaimRequest<'_>, held: &Stored) -> Result<bool, StoreError> {
+    async fn take_over(
+        &self,
+        request: &ClaimRequest<'_>,
+        held: &Stored,
+    ) -> Result<bool, StoreError> {
         let update = self
             .client
             .update_item()
@@ -190,7 +194,12 @@ impl DynamoDbStore {
             )
             .condition_expression(format!("{FENCE} AND #lease_until <= :now"))
             .set_expression_attribute_names(Some(names([
-                TOKEN, STATE, LEASE_UNTIL, EXPIRES_AT, TTL, OWNERS,
+                TOKEN,
+                STATE,
+                LEASE_UNTIL,
+                EXPIRES_AT,
+                TTL,
+                OWNERS,
             ])))
             .expression_attribute_values(":token", number(held.token.as_i64()))
             .expression_attribute_values(":in_flight", text(IN_FLIGHT))
@@ -399,12 +408,15 @@ impl Store for DynamoDbStore {
             .await;
         match written {
             Ok(Ok(())) => Ok(Fence::Held),
-            // The SDK sent this completion again after its reply was lost: it is ours.
+            // The SDK sent this completion again after its reply was lost: the record holds
+            // exactly what it writes, under the caller's token.
             Ok(Err(Some(old)))
                 if Stored::decode(&old).is_ok_and(|held| {
                     held.completed
                         && held.token == token
                         && held.completed_at == Some(completion.completed_at)
+                        && held.expires_at == completion.expires_at
+                        && held.payload.as_deref() == Some(completion.payload)
                 }) =>
             {
                 Ok(Fence::Held)

@@ -109,7 +109,9 @@ impl DynamoDbStore {
             return Ok(Some((info, None)));
         }
         let payload = stored.payload.ok_or_else(|| {
-            StoreError::Corrupt(format!("item {}: completed without a payload", key.to_hex()).into())
+            StoreError::Corrupt(
+                format!("item {}: completed without a payload", key.to_hex()).into(),
+            )
         })?;
         Ok(Some((info, Some(payload))))
     }
