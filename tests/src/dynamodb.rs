@@ -48,7 +48,13 @@ pub fn dynamodb_client(endpoint: &str) -> Client {
         .behavior_version(BehaviorVersion::latest())
         .endpoint_url(endpoint)
         .region(Region::new("us-east-1"))
-        .credentials_provider(Credentials::new("testing", "testing", None, None, "idem-tests"))
+        .credentials_provider(Credentials::new(
+            "testing",
+            "testing",
+            None,
+            None,
+            "idem-tests",
+        ))
         .http_client(aws_smithy_http_client::Builder::new().build_http())
         .build();
     Client::from_conf(config)

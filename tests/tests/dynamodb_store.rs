@@ -126,7 +126,10 @@ async fn records_are_items_an_operator_reads() {
     );
     let done = completion(now, b"{\"id\":\"ch_1\"}");
     assert_eq!(
-        store.complete(&KEY, LeaseToken::from_i64(7), done).await.unwrap(),
+        store
+            .complete(&KEY, LeaseToken::from_i64(7), done)
+            .await
+            .unwrap(),
         Fence::Held
     );
     let item = store
@@ -142,12 +145,18 @@ async fn records_are_items_an_operator_reads() {
     let n = |name: &str| item[name].as_n().unwrap().parse::<i64>().unwrap();
     assert_eq!(s("state"), "completed");
     assert_eq!(s("operation"), "dynamodb_store::create_charge");
-    assert_eq!((s("scope"), s("scope_value")), ("org".into(), "acme".into()));
+    assert_eq!(
+        (s("scope"), s("scope_value")),
+        ("org".into(), "acme".into())
+    );
     assert_eq!(n("status"), 201);
     assert_eq!(n("lease_token"), 7);
     assert_eq!(n("expires_at"), now.after(HOUR).as_millis());
     assert_eq!(n("expires_ttl"), now.after(HOUR).as_millis() / 1000);
-    assert_eq!(item["payload"].as_b().unwrap().as_ref(), b"{\"id\":\"ch_1\"}");
+    assert_eq!(
+        item["payload"].as_b().unwrap().as_ref(),
+        b"{\"id\":\"ch_1\"}"
+    );
     assert_eq!(item["fingerprint"].as_b().unwrap().as_ref(), FP.as_bytes());
 
     let ttl = store
@@ -173,7 +182,9 @@ async fn records_are_items_an_operator_reads() {
 
 #[tokio::test]
 async fn creating_the_table_twice_is_harmless_and_both_stores_share_it() {
-    let Some(endpoint) = dynamodb_endpoint() else { return };
+    let Some(endpoint) = dynamodb_endpoint() else {
+        return;
+    };
     let table = unique_name();
     let build = || {
         DynamoDbStore::builder(dynamodb_client(&endpoint))
@@ -194,7 +205,9 @@ async fn creating_the_table_twice_is_harmless_and_both_stores_share_it() {
 
 #[tokio::test]
 async fn a_table_an_operator_made_works_under_any_name_and_a_wrong_one_is_refused() {
-    let Some(endpoint) = dynamodb_endpoint() else { return };
+    let Some(endpoint) = dynamodb_endpoint() else {
+        return;
+    };
     let client = dynamodb_client(&endpoint);
     let make = |name: String, key: &'static str| {
         let client = client.clone();
@@ -253,7 +266,10 @@ async fn a_table_an_operator_made_works_under_any_name_and_a_wrong_one_is_refuse
         matches!(&missing, Err(StoreError::Config(m)) if m.contains("does not exist")),
         "{missing:?}"
     );
-    let bad_name = DynamoDbStore::builder(client.clone()).table("a b").build().await;
+    let bad_name = DynamoDbStore::builder(client.clone())
+        .table("a b")
+        .build()
+        .await;
     assert!(matches!(bad_name, Err(StoreError::Config(_))));
     delete_table(&client, &own).await;
     delete_table(&client, &wrong).await;
@@ -271,10 +287,17 @@ async fn expiry_is_decided_on_read_while_the_item_is_still_there() {
         .unwrap();
     let later = now.after(2 * HOUR);
     // DynamoDB's TTL has not deleted it (moto never does; DynamoDB takes up to days).
-    let (info, _) = store.read_record(&KEY).await.unwrap().expect("still stored");
+    let (info, _) = store
+        .read_record(&KEY)
+        .await
+        .unwrap()
+        .expect("still stored");
     assert_eq!(info.state(later), RecordState::Expired);
     let expired = RecordFilter::new().state(RecordState::Expired);
-    assert_eq!(store.list_records(&expired, later, 10).await.unwrap().len(), 1);
+    assert_eq!(
+        store.list_records(&expired, later, 10).await.unwrap().len(),
+        1
+    );
     // A new request claims it afresh, as if it were gone.
     assert_eq!(
         store.claim(claim_at(later, 2, &FP)).await.unwrap(),
@@ -300,18 +323,25 @@ async fn a_completion_too_large_for_an_item_is_refused_and_never_runs_twice() {
     );
     // The record stays in flight, its lease to its expiry: a retry after the lease would have
     // lapsed is still in flight, and only a request after the expiry runs again.
-    let retry = store.claim(claim_at(now.after(LEASE * 2), 2, &FP)).await.unwrap();
+    let retry = store
+        .claim(claim_at(now.after(LEASE * 2), 2, &FP))
+        .await
+        .unwrap();
     assert!(matches!(retry, Claim::InFlight { .. }), "{retry:?}");
     let after = store
         .claim(claim_at(now.after(HOUR * 2), 3, &FP))
         .await
         .unwrap();
     assert_eq!(after, Claim::Acquired { took_over: false });
-    // A payload just within the limit is kept (moto counts binary as base64, so stay under 3/4).
-    let fits = vec![8u8; 250 * 1024];
+    // A payload of exactly the limit is kept, beside the rest of the record.
+    let fits = vec![8u8; DynamoDbStore::MAX_PAYLOAD_BYTES];
     assert_eq!(
         store
-            .complete(&KEY, LeaseToken::from_i64(3), completion(now.after(HOUR * 2), &fits))
+            .complete(
+                &KEY,
+                LeaseToken::from_i64(3),
+                completion(now.after(HOUR * 2), &fits)
+            )
             .await
             .unwrap(),
         Fence::Held
@@ -344,7 +374,9 @@ async fn a_response_over_what_an_item_holds_is_sent_once_and_its_retries_get_409
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unreachable_dynamodb_fails_closed_with_503_and_the_handler_does_not_run() {
-    let Some(endpoint) = dynamodb_endpoint() else { return };
+    let Some(endpoint) = dynamodb_endpoint() else {
+        return;
+    };
     let proxy = TcpProxy::start(dynamodb_addr(&endpoint)).await;
     let store = dynamodb_store_builder(&format!("http://{}", proxy.addr()))
         .timeout(Duration::from_millis(600))
@@ -368,11 +400,17 @@ async fn an_unreachable_dynamodb_fails_closed_with_503_and_the_handler_does_not_
     let (status, retry_after, _) = send(&app, "/create", "during").await;
     assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
     assert!(retry_after.is_some(), "503 says when to retry");
-    assert!(started.elapsed() < Duration::from_secs(5), "bounded by the store's timeout");
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "bounded by the store's timeout"
+    );
     assert_eq!(calls.load(Ordering::SeqCst), 1, "the handler did not run");
     let failed = store.claim(claim_at(t(Duration::ZERO), 9, &FP)).await;
     assert!(
-        matches!(failed, Err(StoreError::Unavailable(_) | StoreError::Timeout(_))),
+        matches!(
+            failed,
+            Err(StoreError::Unavailable(_) | StoreError::Timeout(_))
+        ),
         "{failed:?}"
     );
 
@@ -459,11 +497,16 @@ async fn throttling_is_retried_a_bounded_number_of_times_then_fails_closed() {
             .await
             .unwrap();
         let failed = store.claim(claim_at(t(Duration::ZERO), 1, &FP)).await;
-        let Err(StoreError::Unavailable(error)) = failed else {
-            panic!("{code}: {failed:?}");
+        let error = match failed {
+            Err(StoreError::Unavailable(error)) => error,
+            other => panic!("{code}: {other:?}"),
         };
         assert!(error.to_string().contains(code), "{code}: {error}");
-        assert_eq!(calls.load(Ordering::SeqCst), 3, "{code}: max_attempts calls");
+        assert_eq!(
+            calls.load(Ordering::SeqCst),
+            3,
+            "{code}: max_attempts calls"
+        );
 
         let served = Arc::new(AtomicUsize::new(0));
         let idem = Idempotency::builder()
@@ -474,6 +517,10 @@ async fn throttling_is_retried_a_bounded_number_of_times_then_fails_closed() {
         let (status, retry_after, _) = send(&app(idem, served.clone()), "/create", "k").await;
         assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{code}");
         assert!(retry_after.is_some(), "{code}");
-        assert_eq!(served.load(Ordering::SeqCst), 0, "{code}: the handler did not run");
+        assert_eq!(
+            served.load(Ordering::SeqCst),
+            0,
+            "{code}: the handler did not run"
+        );
     }
 }
