@@ -524,3 +524,42 @@ async fn throttling_is_retried_a_bounded_number_of_times_then_fails_closed() {
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writes_whose_replies_are_lost_are_sent_again_by_the_sdk_and_recognised() {
+    let Some(endpoint) = dynamodb_endpoint() else {
+        return;
+    };
+    let proxy = TcpProxy::start(dynamodb_addr(&endpoint)).await;
+    let store = dynamodb_store_builder(&format!("http://{}", proxy.addr()))
+        .build()
+        .await
+        .unwrap();
+    let now = t(Duration::ZERO);
+    // The claim reached DynamoDB and took the record; its reply was lost. The SDK sends it
+    // again, which finds the claimant's own token: the record is the caller's.
+    proxy.lose_next_reply();
+    assert_eq!(
+        store.claim(claim_at(now, 5, &FP)).await.unwrap(),
+        Claim::Acquired { took_over: false }
+    );
+    assert!(matches!(
+        store.claim(claim_at(now, 6, &FP)).await.unwrap(),
+        Claim::InFlight { .. }
+    ));
+    // The same for the completion: the record holds exactly what it wrote, under its token.
+    proxy.lose_next_reply();
+    let done = completion(now, b"{\"id\":\"ch_5\"}");
+    assert_eq!(
+        store
+            .complete(&KEY, LeaseToken::from_i64(5), done)
+            .await
+            .unwrap(),
+        Fence::Held
+    );
+    match store.claim(claim_at(now, 7, &FP)).await.unwrap() {
+        Claim::Completed { payload, .. } => assert_eq!(&payload[..], b"{\"id\":\"ch_5\"}"),
+        other => panic!("the completion must replay, got {other:?}"),
+    }
+    store.discard().await;
+}
