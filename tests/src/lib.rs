@@ -6,10 +6,12 @@
 //! Redis ([`redis_store`]: a key prefix of its own on the server at [`redis_url`]) and starts
 //! private Redis servers; [`proxy`] puts a loopback TCP proxy that can be cut in front of any
 //! store's server. [`metrics`] reads what the process-wide recorder counted; [`logs`] captures
-//! what was logged. [`s3`] finds the moto S3 server CI starts and makes buckets on it.
+//! what was logged. [`s3`] finds the moto S3 server CI starts and makes buckets on it;
+//! [`dynamodb`] makes DynamoDB tables on the same server.
 
 pub mod calls;
 pub mod db;
+pub mod dynamodb;
 pub mod gate;
 pub mod logs;
 pub mod metrics;

@@ -1,10 +1,11 @@
 //! The store conformance suite: every case in [`lifecycle`] and [`bulk`] runs against every
 //! backend, each test on a store of its own (a PostgreSQL schema, a SQLite file, a Redis key
-//! prefix), so they run in parallel. Redis runs twice: on the shared server, and on a one-node
-//! Redis Cluster this process starts. `MemoryStore` is the reference; the others must behave exactly like it. Times are
-//! explicit `Timestamp`s: no sleeps, no timing assertions.
+//! prefix, a DynamoDB table on the moto server CI starts), so they run in parallel. Redis runs
+//! twice: on the shared server, and on a one-node Redis Cluster this process starts.
+//! `MemoryStore` is the reference; the others must behave exactly like it. Times are explicit
+//! `Timestamp`s: no sleeps, no timing assertions.
 //!
-//! A new backend is one `impl TestStore` in `tests/src/db.rs` and one `backend!` line below.
+//! A new backend is one `impl TestStore` in `tests/src/` and one `backend!` line below.
 //! [`records`] is what operators do with records (the `idem` command's store calls).
 //! [`sql`] holds what only the SQL stores have: migrations, connection settings; [`operators`]
 //! the upgrade from the first release's schema and the operator queries the README documents.
@@ -45,23 +46,35 @@ where
     }
 }
 
-/// One `#[tokio::test]` per case for the store type `$store`.
+/// One `#[tokio::test]` per case for the store type `$store`, each skipped (it says why) when
+/// `$available` is false: a server the test process has none of outside CI.
 macro_rules! tests {
-    ($store:ty; $($module:ident::$case:ident),+ $(,)?) => {
+    ($store:ty, $available:expr; $($module:ident::$case:ident),+ $(,)?) => {
         $(
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn $case() {
+                if !$available {
+                    return;
+                }
                 crate::run(crate::$module::$case::<$store>).await;
             }
         )+
     };
 }
 
-/// Every case, against one backend: `backend!(module: StoreType);`.
+/// Every case, against one backend: `backend!(module: StoreType);`. A store whose payloads
+/// are bounded (DynamoDB's item) runs every case but the multi-megabyte bodies:
+/// `backend!(module: StoreType, when available, bounded);`.
 macro_rules! backend {
     ($backend:ident: $store:ty) => {
+        backend!($backend: $store, when true; bulk::large_bodies_round_trip_exactly);
+    };
+    ($backend:ident: $store:ty, when $available:expr, bounded) => {
+        backend!($backend: $store, when $available;);
+    };
+    ($backend:ident: $store:ty, when $available:expr; $($extra:ident::$extra_case:ident),*) => {
         mod $backend {
-            tests! { $store;
+            tests! { $store, $available;
                 lifecycle::claim_complete_replay,
                 lifecycle::completed_records_are_never_taken_over,
                 lifecycle::in_flight_duplicates_are_reported,
@@ -78,7 +91,6 @@ macro_rules! backend {
                 bulk::purge_is_bounded_and_takes_only_expired_records,
                 bulk::concurrent_claimers_one_acquires,
                 bulk::concurrent_takeover_one_wins,
-                bulk::large_bodies_round_trip_exactly,
                 bulk::binary_bodies_and_header_values_round_trip,
                 bulk::repeated_headers_keep_their_order,
                 records::records_list_what_operators_read,
@@ -88,6 +100,7 @@ macro_rules! backend {
                 records::forced_forget_fences_the_owner_out,
                 records::purge_takes_completed_records_of_one_window,
                 records::stats_count_by_operation_and_state,
+                $($extra::$extra_case),*
             }
         }
     };
@@ -99,3 +112,5 @@ backend!(postgres: idem_runtime::store::PostgresStore);
 backend!(object: idem_runtime::store::BucketStore);
 backend!(redis: idem_runtime::store::RedisStore);
 backend!(redis_cluster: idem_tests::redis::RedisClusterStore);
+backend!(dynamodb: idem_runtime::store::DynamoDbStore,
+    when idem_tests::dynamodb::dynamodb_endpoint().is_some(), bounded);

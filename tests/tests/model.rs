@@ -375,12 +375,16 @@ fn check<S: TestStore>(cases: u32) {
     }
 }
 
-/// One test per backend: `backends! { name: StoreType => cases, ... }`.
+/// One test per backend: `backends! { name: StoreType => cases, ... }`; `if available` after
+/// the count skips the test when it is false (a server the process has none of outside CI).
 macro_rules! backends {
-    ($($name:ident: $store:ty => $cases:expr),+ $(,)?) => {
+    ($($name:ident: $store:ty => $cases:expr $(, if $available:expr)?);+ $(;)?) => {
         $(
             #[test]
             fn $name() {
+                $(if !$available {
+                    return;
+                })?
                 check::<$store>($cases);
             }
         )+
@@ -388,9 +392,11 @@ macro_rules! backends {
 }
 
 backends! {
-    memory: idem_runtime::store::MemoryStore => 512,
-    sqlite: idem_runtime::store::SqliteStore => 96,
-    postgres: idem_runtime::store::PostgresStore => 96,
-    redis: idem_runtime::store::RedisStore => 96,
-    bucket: idem_runtime::store::BucketStore => 96,
+    memory: idem_runtime::store::MemoryStore => 512;
+    sqlite: idem_runtime::store::SqliteStore => 96;
+    postgres: idem_runtime::store::PostgresStore => 96;
+    redis: idem_runtime::store::RedisStore => 96;
+    bucket: idem_runtime::store::BucketStore => 96;
+    dynamodb: idem_runtime::store::DynamoDbStore => 96,
+        if idem_tests::dynamodb::dynamodb_endpoint().is_some();
 }

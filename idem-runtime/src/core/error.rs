@@ -27,6 +27,16 @@ pub enum StoreError {
         /// as a duration from now; `None` when unknown.
         retry_after: Option<std::time::Duration>,
     },
+    /// A result too large for the store to keep (DynamoDB's 400 KB item limit). The store
+    /// leaves the record in flight, its lease extended to its expiry, so the operation is not
+    /// run again for its key until the record expires; the engine stops retrying the completion.
+    #[error("a result of {size} bytes is too large for the idempotency store (at most {limit})")]
+    TooLarge {
+        /// The payload's size in bytes.
+        size: usize,
+        /// The largest payload the store keeps.
+        limit: usize,
+    },
     /// A stored record could not be decoded.
     #[error("stored idempotency record is corrupt: {0}")]
     Corrupt(Cow<'static, str>),

@@ -286,6 +286,13 @@ impl Retry {
                     tracing::info!(key = %self.key.short(), ?fence, "settled an idempotency record after a store failure");
                     return;
                 }
+                // The store keeps no result this large, and has left the record in flight
+                // until it expires: trying again would fail the same way.
+                Err(error @ StoreError::TooLarge { .. }) => {
+                    tracing::error!(key = %self.key.short(), error = &error as &dyn std::error::Error,
+                        "the store refused the result; its key answers in flight until it expires");
+                    return;
+                }
                 Err(error) => error,
             };
             if self.clock.now() >= self.until {
@@ -483,5 +490,74 @@ mod tests {
         tokio::time::sleep(Duration::from_secs(10)).await;
         assert_eq!(store.releases(), 10);
         retrying.abort();
+    }
+
+    /// A store that keeps no payload this large (DynamoDB's item): it refuses every completion,
+    /// having left the record in flight until it expires, and counts the calls.
+    #[derive(Clone, Default)]
+    struct Refusing {
+        completions: Arc<AtomicUsize>,
+        renewals: Arc<AtomicUsize>,
+    }
+
+    impl Store for Refusing {
+        async fn claim(&self, _: ClaimRequest<'_>) -> Result<Claim, StoreError> {
+            unreachable!("retries never claim")
+        }
+        async fn complete(
+            &self,
+            _: &RecordKey,
+            _: LeaseToken,
+            completion: Completion<'_>,
+        ) -> Result<Fence, StoreError> {
+            self.completions.fetch_add(1, Ordering::SeqCst);
+            Err(StoreError::TooLarge {
+                size: completion.payload.len(),
+                limit: 1,
+            })
+        }
+        async fn release(&self, _: &RecordKey, _: LeaseToken) -> Result<Fence, StoreError> {
+            unreachable!("a completion is retried, not released")
+        }
+        async fn renew(
+            &self,
+            _: &RecordKey,
+            _: LeaseToken,
+            _: Timestamp,
+        ) -> Result<Fence, StoreError> {
+            self.renewals.fetch_add(1, Ordering::SeqCst);
+            Ok(Fence::Held)
+        }
+        async fn purge_expired(&self, _: Timestamp, _: u32) -> Result<u64, StoreError> {
+            unreachable!("nothing here sweeps")
+        }
+    }
+
+    /// A result the store refuses as too large is not retried (it would be refused forever),
+    /// and the lease is not renewed: the store extended it to the record's expiry, and a
+    /// renewal would shorten it.
+    #[tokio::test(start_paused = true)]
+    async fn a_completion_refused_as_too_large_is_not_retried() {
+        let store = Refusing::default();
+        let now = SystemClock.now();
+        let retry = Retry {
+            store: Arc::new(store.clone()),
+            clock: Arc::new(SystemClock),
+            lease: Duration::from_secs(30),
+            key: key(),
+            token: TOKEN,
+            until: now.after(Duration::from_secs(3600)),
+            pending: Some(Completing {
+                payload: Bytes::from_static(b"too large"),
+                status: Some(200),
+                completed_at: now,
+                expires_at: now.after(Duration::from_secs(3600)),
+            }),
+        };
+        tokio::time::timeout(Duration::from_secs(60), retry.run())
+            .await
+            .expect("the retry gives up at once");
+        assert_eq!(store.completions.load(Ordering::SeqCst), 1);
+        assert_eq!(store.renewals.load(Ordering::SeqCst), 0);
     }
 }

@@ -52,6 +52,9 @@ impl DynStore for Timed {
     fn needs_sweeping(&self) -> bool {
         self.inner.needs_sweeping()
     }
+    fn max_payload_bytes(&self) -> Option<usize> {
+        self.inner.max_payload_bytes()
+    }
     // Synchronous and in process: nothing to time out.
     fn reads_in_process(&self) -> bool {
         self.inner.reads_in_process()

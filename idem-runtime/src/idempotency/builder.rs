@@ -104,6 +104,8 @@ impl Builder {
     /// truncated response; a body that fails within the limit releases the key). A gRPC reply
     /// is measured as stored (its encoded message or status, and its metadata); the retries of
     /// one over the limit get `FAILED_PRECONDITION` with reason `IDEMPOTENCY_RESPONSE_TOO_LARGE`.
+    /// A store that keeps smaller payloads (`DynamoDbStore`: 392 KiB) lowers the limit to fit,
+    /// less 16 KiB for the status and headers.
     pub fn max_response_bytes(mut self, limit: usize) -> Self {
         self.http.max_response_bytes = limit;
         self
@@ -234,22 +236,46 @@ impl Builder {
             return Err(BuildError::ReservedScope);
         }
         let (store, store_name, capabilities) = self.store.ok_or(BuildError::MissingStore)?;
+        let mut http = self.http;
+        if let Some(limit) = store.max_payload_bytes() {
+            fit_responses(&mut http, limit);
+        }
         #[cfg(feature = "tonic")]
         if let Some(error) = &self.grpc.error {
             return Err(BuildError::ProtobufDescriptors(error.clone()));
         }
         #[cfg(feature = "tonic")]
-        self.checks.run_grpc(&self.http, &self.grpc)?;
-        self.checks.run(&self.http, &capabilities, store_name)?;
+        self.checks.run_grpc(&http, &self.grpc)?;
+        self.checks.run(&http, &capabilities, store_name)?;
         let engine = Engine::new(store, store_name, capabilities, self.clock, self.policy);
         Ok(Idempotency {
             inner: Arc::new(Inner {
                 engine,
-                http: self.http,
+                http,
                 #[cfg(feature = "tonic")]
                 grpc: self.grpc,
             }),
         })
+    }
+}
+
+/// Room kept, in a store's payload limit, for what a stored response holds beside its body:
+/// status, headers, framing.
+const HEAD_ROOM: usize = 16 * 1024;
+
+/// Lowers `max_response_bytes` so a stored response fits in a store that keeps at most `limit`
+/// bytes per payload (DynamoDB's item): a larger response is then stored as the too-large
+/// marker, which its retries are answered with, rather than refused by the store.
+fn fit_responses(http: &mut HttpSettings, limit: usize) {
+    let fits = limit.saturating_sub(HEAD_ROOM);
+    if http.max_response_bytes > fits {
+        tracing::info!(
+            configured = http.max_response_bytes,
+            store_limit = limit,
+            max_response_bytes = fits,
+            "lowering max_response_bytes to what the idempotency store keeps"
+        );
+        http.max_response_bytes = fits;
     }
 }
 

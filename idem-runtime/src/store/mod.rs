@@ -1,6 +1,6 @@
 //! Where idempotency records live: the [`Store`] trait and its backends: `MemoryStore`,
-//! `SqliteStore` (feature `sqlite`), `PostgresStore` (`postgres`) and `BucketStore`
-//! (`object-store`).
+//! `SqliteStore` (feature `sqlite`), `PostgresStore` (`postgres`), `BucketStore`
+//! (`object-store`), `RedisStore` (`redis`) and `DynamoDbStore` (`dynamodb`).
 //!
 //! A record moves through two states. A *claim* creates it **in flight**, owned by one request
 //! under a lease and a [`LeaseToken`]; *complete* turns it into a **completed** record holding the
@@ -29,6 +29,8 @@ use records::{Forgotten, RecordFilter, RecordInfo, RecordStats};
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 pub mod atomic;
 mod capabilities;
+#[cfg(feature = "dynamodb")]
+mod dynamodb;
 mod memory;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 mod migrate;
@@ -45,6 +47,9 @@ mod sql;
 pub(crate) mod sqlite;
 
 pub use capabilities::Capabilities;
+#[cfg(feature = "dynamodb")]
+#[cfg_attr(docsrs, doc(cfg(feature = "dynamodb")))]
+pub use dynamodb::{DynamoDbStore, DynamoDbStoreBuilder};
 pub use memory::MemoryStore;
 #[cfg(feature = "object-store")]
 #[cfg_attr(docsrs, doc(cfg(feature = "object-store")))]
@@ -170,7 +175,7 @@ pub enum Fence {
 /// claimers of an absent record, exactly one gets [`Claim::Acquired`].
 #[diagnostic::on_unimplemented(
     message = "`{Self}` is not an idempotency store",
-    note = "use `MemoryStore`, `SqliteStore`, `PostgresStore`, `RedisStore` or implement `idem_runtime::store::Store`"
+    note = "use `MemoryStore`, `SqliteStore`, `PostgresStore`, `RedisStore`, `BucketStore`, `DynamoDbStore` or implement `idem_runtime::store::Store`"
 )]
 pub trait Store: Send + Sync + 'static {
     /// Claims the record for a new request, or reports who holds it.
@@ -224,6 +229,17 @@ pub trait Store: Send + Sync + 'static {
     /// to go away. `false` for stores whose backend expires records itself (Redis).
     fn needs_sweeping(&self) -> bool {
         true
+    }
+
+    /// The largest payload the store can keep, if it has a limit below the engine's
+    /// (DynamoDB's item size). The engine lowers its
+    /// [`max_response_bytes`](crate::Builder::max_response_bytes) to fit, so a larger response
+    /// is stored as the too-large marker its retries are answered with; a payload over the
+    /// limit that still reaches [`complete`](Store::complete) is refused with
+    /// [`StoreError::TooLarge`], the record left in flight until it expires. `None` (the
+    /// default): no limit of the store's own.
+    fn max_payload_bytes(&self) -> Option<usize> {
+        None
     }
 
     /// Whether [`peek_completed`](Store::peek_completed) reads records in process, without a
@@ -328,6 +344,7 @@ pub(crate) type Found = Option<(RecordInfo, Option<Bytes>)>;
 /// Object-safe mirror of [`Store`], so the engine can hold any store behind one pointer.
 pub(crate) trait DynStore: Send + Sync + 'static {
     fn needs_sweeping(&self) -> bool;
+    fn max_payload_bytes(&self) -> Option<usize>;
     fn reads_in_process(&self) -> bool;
     fn peek_completed(&self, key: &RecordKey, now: Timestamp)
     -> Option<(Bytes, Option<Timestamp>)>;
@@ -379,6 +396,9 @@ pub(crate) trait DynStore: Send + Sync + 'static {
 impl<T: Store> DynStore for T {
     fn needs_sweeping(&self) -> bool {
         Store::needs_sweeping(self)
+    }
+    fn max_payload_bytes(&self) -> Option<usize> {
+        Store::max_payload_bytes(self)
     }
     fn reads_in_process(&self) -> bool {
         Store::reads_in_process(self)

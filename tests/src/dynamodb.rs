@@ -1,0 +1,89 @@
+//! DynamoDB for tests: the moto server `.ci/run` starts serves DynamoDB beside S3 on the same
+//! port (`JOBS_TEST_S3_ENDPOINT`). [`dynamodb_client`] reaches it over plain HTTP with test
+//! credentials; each [`DynamoDbStore`] of [`TestStore::fresh`] has a table of its own, named like
+//! the PostgreSQL schemas ([`unique_name`]), which [`discard`](TestStore::discard) deletes.
+
+use std::net::SocketAddr;
+
+use aws_sdk_dynamodb::Client;
+use aws_sdk_dynamodb::config::{BehaviorVersion, Credentials, Region};
+use idem_runtime::store::{DynamoDbStore, DynamoDbStoreBuilder};
+
+use crate::db::{TestStore, unique_name};
+
+/// The moto server's URL, or `None` (the test is skipped, and says so) outside CI when none is
+/// running. Under CI (`CI=true`) a missing server fails the test.
+pub fn dynamodb_endpoint() -> Option<String> {
+    match std::env::var("JOBS_TEST_S3_ENDPOINT") {
+        Ok(url) if !url.is_empty() => Some(url),
+        _ if std::env::var("CI").is_ok_and(|ci| ci == "true") => {
+            panic!("CI=true but JOBS_TEST_S3_ENDPOINT is not set: .ci/run starts moto and sets it")
+        }
+        _ => {
+            eprintln!(
+                "skipped: no DynamoDB (moto) server (set JOBS_TEST_S3_ENDPOINT, as .ci/run does)"
+            );
+            None
+        }
+    }
+}
+
+/// The moto server's `host:port`, for a proxy in front of it.
+///
+/// # Panics
+/// When the endpoint is not `http://<ip>:<port>`.
+pub fn dynamodb_addr(endpoint: &str) -> SocketAddr {
+    endpoint
+        .trim_start_matches("http://")
+        .trim_end_matches('/')
+        .replace("localhost", "127.0.0.1")
+        .parse()
+        .expect("JOBS_TEST_S3_ENDPOINT as http://<ip>:<port>")
+}
+
+/// A DynamoDB client for `endpoint`: plain HTTP (no TLS crate), region `us-east-1`, static test
+/// credentials, as an application would build one with `aws-config` and an endpoint override.
+pub fn dynamodb_client(endpoint: &str) -> Client {
+    let config = aws_sdk_dynamodb::Config::builder()
+        .behavior_version(BehaviorVersion::latest())
+        .endpoint_url(endpoint)
+        .region(Region::new("us-east-1"))
+        .credentials_provider(Credentials::new(
+            "testing",
+            "testing",
+            None,
+            None,
+            "idem-tests",
+        ))
+        .http_client(aws_smithy_http_client::Builder::new().build_http())
+        .build();
+    Client::from_conf(config)
+}
+
+/// A builder for a store on a fresh table of the server at `endpoint`, created on demand.
+pub fn dynamodb_store_builder(endpoint: &str) -> DynamoDbStoreBuilder {
+    DynamoDbStore::builder(dynamodb_client(endpoint))
+        .table(unique_name())
+        .create_table_if_missing(true)
+}
+
+/// Deletes `table` on the server `client` reaches. Best effort.
+pub async fn delete_table(client: &Client, table: &str) {
+    let _ = client.delete_table().table_name(table).send().await;
+}
+
+/// A store on a fresh table of the moto server. Only call it when [`dynamodb_endpoint`] found
+/// one (the conformance suite checks first).
+impl TestStore for DynamoDbStore {
+    async fn fresh() -> Self {
+        let endpoint = dynamodb_endpoint().expect("a DynamoDB (moto) server");
+        dynamodb_store_builder(&endpoint)
+            .build()
+            .await
+            .unwrap_or_else(|e| panic!("the DynamoDB server at {endpoint}: {e}"))
+    }
+
+    async fn discard(self) {
+        delete_table(self.client(), self.table()).await;
+    }
+}
