@@ -102,7 +102,7 @@ pub use crate::core::clock;
 pub use crate::core::error::{KeyError, StoreError};
 pub use crate::core::fingerprint::{Fingerprint, canonical_json};
 pub use crate::core::key::{IdempotencyKey, MAX_KEY_LEN, RecordKey};
-pub use crate::engine::{Commits, InFlightMode};
+pub use crate::engine::{Commits, InFlightMode, InvocationDeadline};
 pub use crate::http::endpoint::{AtomicNeed, Endpoint, KeyMode};
 pub use crate::http::rejection::Rejection;
 pub use crate::http::response::{REPLAYED_HEADER, StoredResponse};
