@@ -11,6 +11,7 @@ use crate::store::{Claim, ClaimRequest, Completion, Fence, LeaseToken, MemorySto
 use crate::{Idempotency, InvocationDeadline, OperationError, Outcome, RecordKey, StoreError};
 
 const LEASE: Duration = Duration::from_secs(30);
+const STORE_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// A memory store whose writes fail while told to, as an unreachable store's do, and which
 /// counts every call.
@@ -21,6 +22,8 @@ struct Flaky {
     failing_writes: Arc<AtomicBool>,
     /// The next claim lands, but its caller is told the store failed (a lost reply).
     losing_claim: Arc<AtomicBool>,
+    /// The next claim lands at once, but its reply takes longer than the store timeout.
+    slow_claim: Arc<AtomicBool>,
     calls: Arc<AtomicUsize>,
 }
 
@@ -46,6 +49,9 @@ impl Store for Flaky {
     async fn claim(&self, request: ClaimRequest<'_>) -> Result<Claim, StoreError> {
         self.calls.fetch_add(1, Ordering::SeqCst);
         let claim = self.inner.claim(request).await;
+        if self.slow_claim.swap(false, Ordering::SeqCst) {
+            tokio::time::sleep(STORE_TIMEOUT + Duration::from_secs(1)).await;
+        }
         if self.losing_claim.swap(false, Ordering::SeqCst) {
             return Err(StoreError::Unavailable("the reply was lost".into()));
         }
@@ -83,6 +89,7 @@ fn engine(store: &Flaky, clock: &ManualClock, background_work: bool) -> Idempote
         .store(store.clone())
         .clock(clock.clone())
         .lease(LEASE)
+        .store_timeout(STORE_TIMEOUT)
         .background_work(background_work)
         .skip_endpoint_checks()
         .build()
@@ -298,4 +305,20 @@ async fn a_claim_the_store_failed_is_released_before_the_refusal() {
     let retried = charge(&idempotency, None, 2, false).await.unwrap();
     assert_eq!(retried, Outcome::Fresh(2));
     healer.await.unwrap();
+}
+
+/// A claim whose reply comes after the caller stopped waiting (503): the release of that claim,
+/// once it is answered, is made before the caller gets its 503, so the retry runs at once.
+#[tokio::test(start_paused = true)]
+async fn a_claim_answered_after_its_caller_gave_up_is_released_before_the_refusal() {
+    let (store, clock) = (Flaky::default(), ManualClock::new());
+    let idempotency = engine(&store, &clock, false);
+    store.slow_claim.store(true, Ordering::SeqCst);
+    let refused = charge(&idempotency, None, 1, false).await;
+    assert!(matches!(
+        refused,
+        Err(OperationError::Unavailable(StoreError::Timeout(_)))
+    ));
+    let retried = charge(&idempotency, None, 2, false).await.unwrap();
+    assert_eq!(retried, Outcome::Fresh(2));
 }
