@@ -65,12 +65,14 @@ impl Engine {
         {
             return claimed;
         }
-        let terms = self.lease_terms(attempt);
+        let believed = self.lease_terms(attempt);
         let waiting_since = Instant::now();
         let mut backoff = Duration::from_millis(10);
         // The current version's fingerprint, until a record of the previous version's turns up.
         let mut fingerprint = attempt.fingerprint;
         loop {
+            // A deadline that passed while a duplicate waited no longer shortens the lease.
+            let terms = believed.as_of(self.now());
             let request = self.claim_request(attempt, &fingerprint, &terms);
             let started = Instant::now();
             let claim = self.store.claim(request).await;

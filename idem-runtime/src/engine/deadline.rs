@@ -119,6 +119,15 @@ impl LeaseTerms {
         }
     }
 
+    /// The same terms for a claim made `now`: without the deadline if it has passed since (a
+    /// claim never starts with a lease that already ended).
+    pub(crate) fn as_of(self, now: Timestamp) -> Self {
+        Self {
+            deadline: self.deadline.filter(|&deadline| now < deadline),
+            ..self
+        }
+    }
+
     /// The configured length.
     pub(crate) fn length(&self) -> Duration {
         self.length
@@ -249,6 +258,23 @@ mod tests {
         let terms = LeaseTerms::new(LEASE, now, deadline_in(now, Duration::from_millis(1)));
         assert_eq!(terms.until(now), now.after(Duration::from_millis(1001)));
         assert!(terms.until(now) > now);
+    }
+
+    /// A duplicate that waited past its invocation's deadline before claiming: its claim gets
+    /// the configured lease, never one that ended already.
+    #[test]
+    fn a_claim_made_after_the_deadline_passed_gets_the_configured_lease() {
+        let clock = ManualClock::new();
+        let start = clock.now();
+        let terms = LeaseTerms::new(LEASE, start, deadline_in(start, Duration::from_secs(2)));
+        clock.advance(Duration::from_secs(5));
+        let now = clock.now();
+        assert_eq!(terms.as_of(now).until(now), now.after(LEASE));
+        // Before the deadline, the terms are kept.
+        assert_eq!(
+            terms.as_of(start).until(start),
+            start.after(Duration::from_secs(3))
+        );
     }
 
     #[test]
