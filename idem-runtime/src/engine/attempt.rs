@@ -96,7 +96,8 @@ pub(crate) enum Kept {
     Retrying,
     /// The store failed, and went on failing while the engine retried before answering
     /// (`background_work(false)`): not stored; duplicates get "in flight" until the lease ends,
-    /// then a retry runs the work again.
+    /// then a retry runs the work again. (A result the store refused as too large is never
+    /// retried: it left the record in flight until it expires.)
     Unstored,
     /// Another attempt took the record over (this one outlived its lease): not stored; the
     /// work's effects happened, and the other attempt repeats them.

@@ -399,6 +399,13 @@ impl Engine {
                 );
                 Kept::Retrying
             }
+            Written::Unsettled(error @ StoreError::TooLarge { .. }) => {
+                tracing::error!(
+                    error = &error as &dyn std::error::Error,
+                    "the store refused the result; its key answers in flight until it expires"
+                );
+                Kept::Unstored
+            }
             Written::Unsettled(error) => {
                 tracing::error!(
                     error = &error as &dyn std::error::Error,

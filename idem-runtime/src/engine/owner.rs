@@ -209,6 +209,12 @@ impl Owner {
             }
             // `Drop` spawns the retries.
             Err(error) if self.inline.is_none() => Written::Deferred(error),
+            // Refused for good (the store left the record in flight until it expires): trying
+            // again would fail the same way.
+            Err(error @ StoreError::TooLarge { .. }) => {
+                self.state = State::Done;
+                Written::Unsettled(error)
+            }
             Err(error) => {
                 let limit = self.inline.unwrap_or_default();
                 let within = self.terms.within(self.clock.now(), limit);

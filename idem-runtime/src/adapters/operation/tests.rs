@@ -24,6 +24,9 @@ struct Flaky {
     losing_claim: Arc<AtomicBool>,
     /// The next claim lands at once, but its reply takes longer than the store timeout.
     slow_claim: Arc<AtomicBool>,
+    /// Completions are refused as too large for the store (DynamoDB's item).
+    too_large: Arc<AtomicBool>,
+    completions: Arc<AtomicUsize>,
     calls: Arc<AtomicUsize>,
 }
 
@@ -63,6 +66,13 @@ impl Store for Flaky {
         token: LeaseToken,
         completion: Completion<'_>,
     ) -> Result<Fence, StoreError> {
+        self.completions.fetch_add(1, Ordering::SeqCst);
+        if self.too_large.load(Ordering::SeqCst) {
+            return Err(StoreError::TooLarge {
+                size: completion.payload.len(),
+                limit: 1,
+            });
+        }
         self.write()?;
         self.inner.complete(key, token, completion).await
     }
@@ -321,4 +331,25 @@ async fn a_claim_answered_after_its_caller_gave_up_is_released_before_the_refusa
     ));
     let retried = charge(&idempotency, None, 2, false).await.unwrap();
     assert_eq!(retried, Outcome::Fresh(2));
+}
+
+/// A result the store refuses as too large is not retried before the answer (it would be
+/// refused again): the caller gets its output after one try, and nothing runs after.
+#[tokio::test(start_paused = true)]
+async fn a_result_refused_as_too_large_is_not_retried_before_the_answer() {
+    let (store, clock) = (Flaky::default(), ManualClock::new());
+    let idempotency = engine(&store, &clock, false);
+    store.too_large.store(true, Ordering::SeqCst);
+    let started = tokio::time::Instant::now();
+    let first = charge(&idempotency, None, 1, false).await.unwrap();
+    assert_eq!(first, Outcome::Fresh(1));
+    assert_eq!(store.completions.load(Ordering::SeqCst), 1);
+    assert_eq!(
+        started.elapsed(),
+        Duration::ZERO,
+        "no backoff before the answer"
+    );
+    let calls = store.calls();
+    tokio::time::sleep(Duration::from_secs(3600)).await;
+    assert_eq!(store.calls(), calls, "nothing ran after the answer");
 }
