@@ -353,3 +353,24 @@ async fn a_result_refused_as_too_large_is_not_retried_before_the_answer() {
     tokio::time::sleep(Duration::from_secs(3600)).await;
     assert_eq!(store.calls(), calls, "nothing ran after the answer");
 }
+
+/// A failed operation whose release still fails when the time for retries is up: the caller
+/// gets its error, nothing retries after the answer, and the key runs again once the lease ends.
+#[tokio::test(start_paused = true)]
+async fn a_release_that_cannot_be_written_leaves_the_key_until_the_lease_ends() {
+    let (store, clock) = (Flaky::default(), ManualClock::new());
+    let idempotency = engine(&store, &clock, false);
+    store.fail_writes(true);
+    let failed = charge(&idempotency, None, 1, true).await;
+    assert!(matches!(failed, Err(OperationError::Failed(_))));
+    let calls = store.calls();
+    tokio::time::sleep(Duration::from_secs(3600)).await;
+    assert_eq!(store.calls(), calls, "nothing ran after the answer");
+    store.fail_writes(false);
+    assert!(in_flight(&charge(&idempotency, None, 2, false).await));
+    clock.advance(LEASE);
+    assert_eq!(
+        charge(&idempotency, None, 2, false).await.unwrap(),
+        Outcome::Fresh(2)
+    );
+}
