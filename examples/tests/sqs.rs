@@ -3,11 +3,14 @@
 //! sends them (`tests/sqs/fixtures`). Its records live on a real store: a SQLite file always,
 //! and a DynamoDB table on moto when `JOBS_TEST_S3_ENDPOINT` names one (CI starts it). The
 //! effect is real too: a row per shipment in a SQLite `orders_fulfilled` table, counted.
+//! [`function`] runs the `sqs-orders` binary itself, against a Lambda Runtime API of its own.
 //!
 //! ```text
 //! cargo test -p idem-examples --test sqs
 //! ```
 
+#[path = "sqs/function.rs"]
+mod function;
 #[path = "sqs/support.rs"]
 mod support;
 
