@@ -14,7 +14,8 @@ mod function;
 #[path = "sqs/support.rs"]
 mod support;
 
-use idem_examples::sqs::{Failure, KeyFrom, NoKey, RecordOutcome};
+use idem_examples::sqs::{Failure, KeyFrom, NoKey, OrdersTable, RecordOutcome};
+use idem_tests::db::TestDatabase;
 use serde_json::json;
 use support::{Backend, Bench, answer, fixture, ids, invoke, only};
 
@@ -283,4 +284,26 @@ async fn a_failed_record_without_a_message_id_fails_the_invocation() {
     assert_eq!((report.processed(), report.skipped()), (0, 2));
     assert_eq!(bench.orders.shipments(&BATCH).await, [1, 1, 0]);
     bench.discard().await;
+}
+
+/// The orders table on PostgreSQL (`DATABASE_URL=postgres://...` for `sqs-orders`): the same
+/// shipments, once each, and the same refusal of a quantity of 0.
+#[tokio::test]
+async fn the_orders_table_ships_once_on_postgres_too() {
+    let database = TestDatabase::create().await;
+    let orders = OrdersTable::postgres(database.pool().await).await.unwrap();
+    let bench = Bench::new(&Backend::Sqlite).await;
+    let consumer = bench.consumer_of(KeyFrom::MessageId, orders.clone());
+    let first = consumer.process(fixture("batch")).await;
+    let again = consumer.process(fixture("batch_redelivered")).await;
+    assert_eq!((first.processed(), again.skipped()), (3, 3));
+    let report = consumer.process(fixture("bad_quantity")).await;
+    let failed: Vec<_> = report.failures().map(|(_, failure)| failure).collect();
+    assert!(matches!(failed[..], [Failure::Effect(_)]), "{failed:?}");
+    for order in BATCH.into_iter().chain(["o-3001", "o-3003"]) {
+        assert_eq!(orders.shipments(order).await.unwrap(), 1, "{order}");
+    }
+    assert_eq!(orders.total().await.unwrap(), 5);
+    bench.discard().await;
+    database.drop().await;
 }

@@ -102,6 +102,11 @@ impl Bench {
         .key_from(key_from)
     }
 
+    /// A consumer of another effect, on the same records.
+    pub(crate) fn consumer_of<E: Effect>(&self, key_from: KeyFrom, effect: E) -> Consumer<E> {
+        Consumer::new(self.idempotency.clone(), "orders.fulfil", effect).key_from(key_from)
+    }
+
     /// The store goes away: the SQLite pool is closed, the proxy to DynamoDB cut.
     pub(crate) async fn store_down(&self) {
         match &self.records {
