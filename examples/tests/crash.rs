@@ -1,6 +1,6 @@
 //! A crash mid-request (the README's "in flight, owner's lease lapsed (crash): take it over"),
 //! over real processes: `payments` is SIGKILLed while a charge runs, a new process starts on the
-//! same database (and the same Redis, when the records live there), and the client's retry with
+//! same database (and the same Redis or DynamoDB table, when the records live there), and the client's retry with
 //! the same key is answered 409 until the dead owner's lease lapses, then runs the charge once.
 //!
 //! The same for a payout killed after its row was written (atomic mode): the row dies with the
@@ -13,7 +13,10 @@ mod common;
 use std::os::unix::process::ExitStatusExt;
 use std::time::{Duration, Instant};
 
-use common::{Call, PgDatabase, RedisPrefix, Response, STEP_TIMEOUT, ScratchDir, Server, charge};
+use common::{
+    Call, DynamoTable, PgDatabase, RedisPrefix, Response, STEP_TIMEOUT, ScratchDir, Server,
+    ServerBuilder, charge,
+};
 use serde_json::json;
 
 /// How long the charge runs: long enough to be killed mid-way.
@@ -25,22 +28,28 @@ const TAKEOVER_DEADLINE: Duration = Duration::from_secs(20);
 const POLL: Duration = Duration::from_millis(250);
 const SIGKILL: i32 = 9;
 
-fn server(database_url: &str, redis: Option<&RedisPrefix>) -> Server {
-    let builder = Server::builder()
-        .env("DATABASE_URL", database_url)
-        .env("SLOW_MS", SLOW_MS)
-        .env("IDEM_LEASE_MS", LEASE_MS);
-    match redis {
-        Some(prefix) => builder.redis(prefix),
-        None => builder,
-    }
+/// Where a server keeps its records: in its database, or where this adds (Redis, DynamoDB).
+type Records<'a> = &'a dyn Fn(ServerBuilder) -> ServerBuilder;
+
+/// Records in the server's own database.
+fn in_the_database(builder: ServerBuilder) -> ServerBuilder {
+    builder
+}
+
+fn server(database_url: &str, records: Records<'_>) -> Server {
+    records(
+        Server::builder()
+            .env("DATABASE_URL", database_url)
+            .env("SLOW_MS", SLOW_MS)
+            .env("IDEM_LEASE_MS", LEASE_MS),
+    )
     .start()
 }
 
-/// Kills the server running a charge, restarts it on the same database (and Redis records, if
-/// `redis`) and retries the charge until the new process takes it over.
-async fn a_retry_after_a_crash_charges_once(database_url: &str, redis: Option<&RedisPrefix>) {
-    let mut first = server(database_url, redis);
+/// Kills the server running a charge, restarts it on the same database (and the same records,
+/// wherever `records` keeps them) and retries the charge until the new process takes it over.
+async fn a_retry_after_a_crash_charges_once(database_url: &str, records: Records<'_>) {
+    let mut first = server(database_url, records);
     let request = first
         .post("/v1/charges")
         .org("acme")
@@ -70,7 +79,7 @@ async fn a_retry_after_a_crash_charges_once(database_url: &str, redis: Option<&R
     drop(first);
 
     // A new process on the same database: the dead owner's record is still there, in flight.
-    let second = server(database_url, redis);
+    let second = server(database_url, records);
     let request = request.to(&second);
     let (created, conflicts) = retry_until_taken_over(&request).await;
     assert_eq!(created.status, 201, "{}", created.text());
@@ -162,7 +171,7 @@ async fn payout_rows(database_url: &str) -> i64 {
 /// Kills the server after a payout's row is written, while the bank is still being asked
 /// (`ba_slow`), restarts it on the same database, and retries: one payout row in the end.
 async fn a_payout_killed_mid_way_pays_out_once(database_url: &str) {
-    let mut first = server(database_url, None);
+    let mut first = server(database_url, &in_the_database);
     let request = first
         .post("/v1/payouts")
         .org("acme")
@@ -180,7 +189,7 @@ async fn a_payout_killed_mid_way_pays_out_once(database_url: &str) {
     );
     drop(first);
 
-    let second = server(database_url, None);
+    let second = server(database_url, &in_the_database);
     let request = request.to(&second);
     let (created, conflicts) = retry_until_taken_over(&request).await;
     assert_eq!(created.status, 201, "{}", created.text());
@@ -217,13 +226,13 @@ async fn postgres_a_payout_killed_mid_way_pays_out_once() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sqlite_a_retry_after_a_crash_charges_once() {
     let dir = ScratchDir::new();
-    a_retry_after_a_crash_charges_once(&dir.sqlite_url(), None).await;
+    a_retry_after_a_crash_charges_once(&dir.sqlite_url(), &in_the_database).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_a_retry_after_a_crash_charges_once() {
     let database = PgDatabase::create().await;
-    a_retry_after_a_crash_charges_once(&database.url, None).await;
+    a_retry_after_a_crash_charges_once(&database.url, &in_the_database).await;
 }
 
 /// The crash comes while the processor authorizes, before any write: without atomic mode too,
@@ -231,5 +240,16 @@ async fn postgres_a_retry_after_a_crash_charges_once() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_a_retry_after_a_crash_charges_once() {
     let (dir, redis) = (ScratchDir::new(), RedisPrefix::new());
-    a_retry_after_a_crash_charges_once(&dir.sqlite_url(), Some(&redis)).await;
+    a_retry_after_a_crash_charges_once(&dir.sqlite_url(), &|b| b.redis(&redis)).await;
+}
+
+/// The same with the records in DynamoDB: the dead owner's item stays in flight in the table
+/// until its lease lapses, and the new process takes it over.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dynamodb_a_retry_after_a_crash_charges_once() {
+    let Some(table) = DynamoTable::new() else {
+        return;
+    };
+    let dir = ScratchDir::new();
+    a_retry_after_a_crash_charges_once(&dir.sqlite_url(), &|b| b.dynamodb(&table)).await;
 }

@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{PgDatabase, RedisPrefix, Server, ServerBuilder, charge};
+use common::{DynamoTable, PgDatabase, RedisPrefix, Server, ServerBuilder, charge};
 use serde_json::Value;
 use tokio::task::JoinSet;
 
@@ -152,6 +152,28 @@ async fn two_instances_on_one_redis_charge_once() {
             "{}",
             server.output()
         );
+    }
+    charge_once_across(&servers).await;
+    drop(servers);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_instances_on_one_dynamodb_table_charge_once() {
+    // Records in one DynamoDB table (moto), app data in one PostgreSQL database: both shared.
+    let Some(table) = DynamoTable::new() else {
+        return;
+    };
+    let database = PgDatabase::create().await;
+    let instance = || {
+        Server::builder()
+            .env("DATABASE_URL", database.url.as_str())
+            .env("SLOW_MS", "1000")
+            .dynamodb(&table)
+    };
+    let servers = start_together([instance(), instance()]);
+    for server in &servers {
+        let listening = format!("idempotency store: dynamodb table {}", table.name);
+        assert!(server.output().contains(&listening), "{}", server.output());
     }
     charge_once_across(&servers).await;
     drop(servers);

@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{PgDatabase, RedisPrefix, Server, charge};
+use common::{DynamoTable, PgDatabase, RedisPrefix, Server, charge};
 
 #[test]
 fn an_unreachable_redis_exits_non_zero_with_a_clear_message() {
@@ -29,6 +29,35 @@ fn an_unreachable_redis_exits_non_zero_with_a_clear_message() {
         "{line}"
     );
     assert!(!output.contains("hunter2"), "{output}");
+}
+
+/// DynamoDB that does not answer: the service does not start, and says which table and why.
+#[test]
+fn an_unreachable_dynamodb_exits_non_zero_with_a_clear_message() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .unwrap()
+        .port();
+    let (status, output) = Server::builder()
+        .env("IDEM_STORE", "dynamodb")
+        .env("AWS_ENDPOINT_URL", format!("http://127.0.0.1:{port}"))
+        .env("AWS_REGION", "us-east-1")
+        .env("AWS_ACCESS_KEY_ID", "testing")
+        .env("AWS_SECRET_ACCESS_KEY", "testing")
+        .env("AWS_EC2_METADATA_DISABLED", "true")
+        .run_to_exit();
+    assert!(!status.success(), "exited with {status}");
+    let line = output
+        .lines()
+        .find(|line| line.starts_with("payments: "))
+        .unwrap_or_else(|| panic!("{output}"));
+    assert!(
+        line.contains(
+            "cannot start the dynamodb store on DYNAMODB_TABLE=payments-idempotency: \
+             idempotency store unavailable"
+        ),
+        "{line}"
+    );
 }
 
 #[test]
@@ -125,6 +154,35 @@ async fn redis_keeps_the_records_and_the_database_the_data() {
         "{}",
         server.output()
     );
+}
+
+/// `IDEM_STORE=dynamodb`: the service creates its table (TTL on), keeps one item per key there,
+/// and the charges in its SQLite file.
+#[tokio::test]
+async fn dynamodb_keeps_the_records_in_a_table_it_creates() {
+    let Some(table) = DynamoTable::new() else {
+        return;
+    };
+    let server = Server::builder().dynamodb(&table).start();
+    let listening = format!("idempotency store: dynamodb table {}", table.name);
+    assert!(server.output().contains(&listening), "{}", server.output());
+    charge_and_replay(&server, "acme").await;
+    let client = idem_tests::dynamodb::dynamodb_client(&table.endpoint);
+    let ttl = client
+        .describe_time_to_live()
+        .table_name(&table.name)
+        .send()
+        .await
+        .expect("the server created the table");
+    let ttl = ttl.time_to_live_description().expect("a TTL description");
+    assert_eq!(ttl.attribute_name(), Some("expires_ttl"));
+    let items = client
+        .scan()
+        .table_name(&table.name)
+        .send()
+        .await
+        .expect("scan the table");
+    assert_eq!(items.count(), 1, "one record for the charge and its replay");
 }
 
 #[tokio::test]

@@ -14,8 +14,9 @@ use idem_runtime::store::records::RecordState;
 pub(crate) struct Cli {
     /// The store: sqlite://FILE, postgres://..., redis://HOST:PORT/DB (port and database
     /// optional), s3://BUCKET/PREFIX (records under PREFIX, default `idem`; the client from the
-    /// AWS_* variables). Redis Cluster: --cluster, with one or more node URLs joined
-    /// by commas.
+    /// AWS_* variables), dynamodb://TABLE (the client from the AWS environment: AWS_REGION,
+    /// AWS_ENDPOINT_URL, credentials, AWS_PROFILE). Redis Cluster: --cluster, with one or more
+    /// node URLs joined by commas.
     #[arg(long, env = "IDEM_STORE_URL", value_name = "URL")]
     pub(crate) store: String,
 

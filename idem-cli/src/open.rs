@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use idem_runtime::store::{BucketStore, PostgresStore, RedisStore, SqliteStore};
+use idem_runtime::store::{BucketStore, DynamoDbStore, PostgresStore, RedisStore, SqliteStore};
 use idem_runtime::{Idempotency, Records, StoreError};
 use object_store::ObjectStore;
 use object_store::aws::AmazonS3Builder;
@@ -35,10 +35,11 @@ pub(crate) async fn records(cli: &Cli) -> Result<Records, Failure> {
         }
         "redis" | "rediss" => builder.store(redis(cli, url).await?),
         "s3" => builder.store(bucket(url).await?),
+        "dynamodb" => builder.store(dynamodb(url, cli.timeout).await?),
         _ => {
             return Err(Failure::Usage(format!(
                 "unknown store URL `{url}`: use sqlite://FILE, postgres://..., redis://HOST, \
-                 s3://BUCKET/PREFIX"
+                 s3://BUCKET/PREFIX, dynamodb://TABLE"
             )));
         }
     };
@@ -122,4 +123,30 @@ async fn bucket(url: &str) -> Result<BucketStore, Failure> {
         "" => BucketStore::new(store).await?,
         prefix => BucketStore::with_prefix(store, prefix).await?,
     })
+}
+
+/// `dynamodb://TABLE`: the records a `DynamoDbStore` keeps in `TABLE`, which must exist (the
+/// command never creates one), with a client configured from the AWS environment as the SDK
+/// reads it: region, endpoint (`AWS_ENDPOINT_URL`), credentials and profile. Each call, the
+/// SDK's retries included, is bounded by the command's `--timeout`.
+async fn dynamodb(url: &str, timeout: Duration) -> Result<DynamoDbStore, Failure> {
+    let table = url.strip_prefix("dynamodb://").unwrap_or_default();
+    let table = table.trim_end_matches('/');
+    if table.is_empty() || table.contains('/') {
+        return Err(Failure::Usage(
+            "a DynamoDB store URL names its table: dynamodb://TABLE".into(),
+        ));
+    }
+    let config = aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await;
+    if config.region().is_none() {
+        return Err(Failure::Usage(
+            "DynamoDB needs a region: set AWS_REGION (or a profile's region)".into(),
+        ));
+    }
+    let client = aws_sdk_dynamodb::Client::new(&config);
+    Ok(DynamoDbStore::builder(client)
+        .table(table)
+        .timeout(timeout)
+        .build()
+        .await?)
 }

@@ -6,8 +6,8 @@
 //! ```text
 //! cargo test -p idem-cli
 //! ```
-//! S3 runs on the moto server `.ci/run` starts (`JOBS_TEST_S3_ENDPOINT`); outside CI without
-//! one, that test says so and passes.
+//! S3 and DynamoDB run on the moto server `.ci/run` starts (`JOBS_TEST_S3_ENDPOINT`); outside CI
+//! without one, those tests say so and pass.
 
 #[path = "cli/scenario.rs"]
 mod scenario;
@@ -18,6 +18,7 @@ use std::sync::Arc;
 
 use idem_runtime::store::{BucketStore, RedisStore};
 use idem_tests::db::{self, sqlite_url};
+use idem_tests::dynamodb::{aws_env, delete_table, dynamodb_endpoint, dynamodb_store_builder};
 use idem_tests::redis::{cluster_node, delete_prefix, redis_url, unique_prefix};
 use idem_tests::s3;
 use scenario::operators_see_explain_and_fix;
@@ -81,6 +82,51 @@ async fn on_s3() {
     let mut target = Target::new(&format!("s3://{bucket}/idem"));
     target.env = s3::s3_env(&endpoint);
     operators_see_explain_and_fix(store, target).await;
+}
+
+/// DynamoDB, its client configured by the standard AWS environment alone (`AWS_ENDPOINT_URL`,
+/// `AWS_REGION`, the credentials) as on any machine with AWS access. A table that does not
+/// exist is refused (exit 2, never created), and a region must be known.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_dynamodb() {
+    let Some(endpoint) = dynamodb_endpoint() else {
+        return;
+    };
+    let store = dynamodb_store_builder(&endpoint)
+        .build()
+        .await
+        .expect("moto serves DynamoDB");
+    let (client, table) = (store.client().clone(), store.table().to_owned());
+    let mut target = Target::new(&format!("dynamodb://{table}"));
+    target.env = aws_env(&endpoint);
+    operators_see_explain_and_fix(store, target).await;
+
+    let mut missing = Target::new("dynamodb://no-such-table");
+    missing.env = aws_env(&endpoint);
+    let ran = missing.expect(2, &["ls"]).await;
+    assert!(
+        ran.stderr.contains("`no-such-table` does not exist"),
+        "{ran:?}"
+    );
+    let listed = client
+        .list_tables()
+        .send()
+        .await
+        .expect("moto lists tables");
+    assert!(
+        !listed.table_names().iter().any(|t| t == "no-such-table"),
+        "the command never creates a table"
+    );
+    let mut no_region = Target::new(&format!("dynamodb://{table}"));
+    no_region.env = aws_env(&endpoint)
+        .into_iter()
+        .filter(|(name, _)| name != "AWS_REGION")
+        .collect();
+    let ran = no_region.expect(2, &["ls"]).await;
+    assert!(ran.stderr.contains("AWS_REGION"), "{ran:?}");
+    let ran = Target::new("dynamodb://").expect(2, &["ls"]).await;
+    assert!(ran.stderr.contains("dynamodb://TABLE"), "{ran:?}");
+    delete_table(&client, &table).await;
 }
 
 /// Exit 1, and a sentence, when the store cannot be reached or stalls; a SQLite file that does

@@ -60,6 +60,16 @@ pub fn dynamodb_client(endpoint: &str) -> Client {
     Client::from_conf(config)
 }
 
+/// The standard AWS environment (`AWS_ENDPOINT_URL`, `AWS_REGION`, `AWS_ACCESS_KEY_ID`,
+/// `AWS_SECRET_ACCESS_KEY`) pointing a process at the moto server: what a program that loads its
+/// client with `aws-config` (the `idem` command, the examples) reads: the same variables as S3's,
+/// and no instance metadata service to wait for.
+pub fn aws_env(endpoint: &str) -> Vec<(String, String)> {
+    let mut env = crate::s3::s3_env(endpoint);
+    env.push(("AWS_EC2_METADATA_DISABLED".into(), "true".into()));
+    env
+}
+
 /// A builder for a store on a fresh table of the server at `endpoint`, created on demand.
 pub fn dynamodb_store_builder(endpoint: &str) -> DynamoDbStoreBuilder {
     DynamoDbStore::builder(dynamodb_client(endpoint))

@@ -5,7 +5,9 @@
 //!
 //! In a test binary whose name ends in `_redis` (`payments_redis.rs`), every server keeps its
 //! idempotency records in Redis (`IDEM_STORE=redis`) under a key prefix of its own, deleted
-//! with the server: the same tests, on the Redis store.
+//! with the server: the same tests, on the Redis store. In one whose name ends in `_dynamodb`
+//! (`payments_dynamodb.rs`), the records are in a DynamoDB table of its own on the moto server
+//! (`IDEM_STORE=dynamodb`, through the standard AWS environment), deleted with the server.
 #![allow(dead_code)]
 
 use std::io::{BufRead, BufReader, Read};
@@ -20,10 +22,13 @@ use serde_json::Value;
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
+mod dynamodb;
 mod http;
 mod postgres;
 mod redis;
 
+#[allow(unused_imports)] // Not every test binary uses DynamoDB.
+pub(crate) use dynamodb::DynamoTable;
 pub(crate) use http::{Call, Response, Sent};
 #[allow(unused_imports)] // Not every test binary uses PostgreSQL.
 pub(crate) use postgres::PgDatabase;
@@ -34,12 +39,13 @@ pub(crate) use redis::RedisPrefix;
 pub(crate) const STEP_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// Variables the binary reads; cleared so the developer's or CI's environment cannot leak in.
-const SERVICE_VARS: [&str; 11] = [
+const SERVICE_VARS: [&str; 12] = [
     "BIND",
     "DATABASE_URL",
     "IDEM_STORE",
     "REDIS_URL",
     "REDIS_PREFIX",
+    "DYNAMODB_TABLE",
     "SLOW_MS",
     "IDEM_LEASE_MS",
     "HEADER_TIMEOUT_MS",
@@ -58,6 +64,8 @@ pub(crate) struct Server {
     log: Arc<Mutex<String>>,
     /// The Redis prefix this server owns, if any: its keys go after the process.
     _redis: Option<RedisPrefix>,
+    /// The DynamoDB table this server owns, if any: deleted after the process.
+    _dynamodb: Option<DynamoTable>,
 }
 
 /// A directory of the test's own under the target directory, removed on drop. Outlives the
@@ -92,13 +100,41 @@ impl Drop for ScratchDir {
     }
 }
 
-/// Configures a [`Server`] before start. `Default` and `redis` are in [`redis`].
+/// Configures a [`Server`] before start; `redis` and `dynamodb` are in those modules.
 pub(crate) struct ServerBuilder {
     env: Vec<(String, String)>,
     /// Another example binary than `payments` (it must print `listening on http://ADDR`).
     bin: Option<&'static str>,
     /// The Redis prefix the server will own (see [`redis`]).
     redis: Option<RedisPrefix>,
+    /// The DynamoDB table the server will own (see [`dynamodb`]).
+    dynamodb: Option<DynamoTable>,
+}
+
+/// The default store of the test binary (see the module docs): SQLite, Redis or DynamoDB.
+impl Default for ServerBuilder {
+    fn default() -> Self {
+        let mut builder = Self {
+            env: Vec::new(),
+            bin: None,
+            redis: None,
+            dynamodb: None,
+        };
+        if redis::redis_by_default() {
+            let prefix = RedisPrefix::new();
+            builder = builder.redis(&prefix);
+            builder.redis = Some(prefix);
+        } else if dynamodb::dynamodb_by_default() {
+            match DynamoTable::new() {
+                Some(table) => {
+                    builder = builder.dynamodb(&table);
+                    builder.dynamodb = Some(table);
+                }
+                None => eprintln!("no DynamoDB server: this test runs on the default store"),
+            }
+        }
+        builder
+    }
 }
 
 impl ServerBuilder {
@@ -132,7 +168,18 @@ impl ServerBuilder {
                     dir,
                     log,
                     _redis: self.redis,
+                    _dynamodb: self.dynamodb,
                 };
+                if server._dynamodb.is_some() {
+                    // This binary really runs on DynamoDB.
+                    assert!(
+                        server
+                            .output()
+                            .contains("idempotency store: dynamodb table"),
+                        "{}",
+                        server.output()
+                    );
+                }
                 if server._redis.is_some() {
                     // The listening line names the store: this binary really runs on Redis.
                     assert!(

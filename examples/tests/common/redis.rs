@@ -6,25 +6,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use super::ServerBuilder;
 
 /// Whether this test binary runs every server on Redis (see the `common` module docs).
-fn redis_by_default() -> bool {
+pub(super) fn redis_by_default() -> bool {
     env!("CARGO_CRATE_NAME").ends_with("_redis")
-}
-
-impl Default for ServerBuilder {
-    fn default() -> Self {
-        let builder = Self {
-            env: Vec::new(),
-            bin: None,
-            redis: None,
-        };
-        if !redis_by_default() {
-            return builder;
-        }
-        let prefix = RedisPrefix::new();
-        let mut builder = builder.redis(&prefix);
-        builder.redis = Some(prefix);
-        builder
-    }
 }
 
 impl ServerBuilder {

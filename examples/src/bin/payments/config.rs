@@ -1,5 +1,5 @@
 //! Configuration from the environment: `BIND`, `DATABASE_URL`, `IDEM_STORE`, `REDIS_URL`,
-//! `REDIS_PREFIX`, `SLOW_MS`, `IDEM_LEASE_MS`, `HEADER_TIMEOUT_MS`, `BODY_TIMEOUT_MS`,
+//! `REDIS_PREFIX`, `DYNAMODB_TABLE` (and the AWS environment), `SLOW_MS`, `IDEM_LEASE_MS`, `HEADER_TIMEOUT_MS`, `BODY_TIMEOUT_MS`,
 //! `MAX_CONNECTIONS`, `ERROR_FORMAT`. Everything has a default, so `cargo run` needs no set-up.
 
 use std::fmt;
@@ -15,6 +15,8 @@ const DEFAULT_DATABASE_URL: &str = "sqlite://payments.db";
 const DEFAULT_REDIS_URL: &str = "redis://127.0.0.1:6379";
 /// What the keys of the records start with in Redis unless `REDIS_PREFIX` says otherwise.
 const DEFAULT_REDIS_PREFIX: &str = "payments:idem:";
+/// The table of the records with `IDEM_STORE=dynamodb` unless `DYNAMODB_TABLE` says otherwise.
+const DEFAULT_DYNAMODB_TABLE: &str = "payments-idempotency";
 const DEFAULT_SLOW_MS: u64 = 2000;
 const DEFAULT_LEASE_MS: u64 = 30_000;
 const DEFAULT_HEADER_TIMEOUT_MS: u64 = 5_000;
@@ -34,6 +36,9 @@ pub(crate) struct Config {
     pub(crate) store: StoreKind,
     /// `REDIS_URL` and `REDIS_PREFIX`, read when `IDEM_STORE=redis`.
     pub(crate) redis: Option<Redis>,
+    /// `DYNAMODB_TABLE`, read when `IDEM_STORE=dynamodb`: the table of the records (created if
+    /// missing), reached with the client the AWS environment configures.
+    pub(crate) dynamodb_table: Option<String>,
     /// `SLOW_MS`: how long the `tok_slow` test source takes.
     pub(crate) slow: Duration,
     /// `IDEM_LEASE_MS`: how long an in-flight record stays owned without a renewal, i.e. how
@@ -63,6 +68,8 @@ pub(crate) enum StoreKind {
     Postgres,
     /// The Redis server of `REDIS_URL`; app data stays in `DATABASE_URL`.
     Redis,
+    /// The DynamoDB table `DYNAMODB_TABLE`; app data stays in `DATABASE_URL`.
+    DynamoDb,
 }
 
 impl StoreKind {
@@ -72,6 +79,7 @@ impl StoreKind {
             Self::Sqlite => "sqlite",
             Self::Postgres => "postgres",
             Self::Redis => "redis",
+            Self::DynamoDb => "dynamodb",
         }
     }
 }
@@ -117,7 +125,8 @@ impl fmt::Display for ConfigError {
             ),
             Self::UnknownStore(value) => write!(
                 f,
-                "IDEM_STORE must be one of memory, sqlite, postgres, redis; got `{value}`"
+                "IDEM_STORE must be one of memory, sqlite, postgres, redis, dynamodb; got \
+                 `{value}`"
             ),
             Self::RedisUrl(url) => write!(
                 f,
@@ -179,6 +188,7 @@ impl Config {
             Some(s) if s == "sqlite" => StoreKind::Sqlite,
             Some(s) if s == "postgres" || s == "postgresql" => StoreKind::Postgres,
             Some(s) if s == "redis" => StoreKind::Redis,
+            Some(s) if s == "dynamodb" => StoreKind::DynamoDb,
             Some(other) => return Err(ConfigError::UnknownStore(other)),
         };
         let redis = if store == StoreKind::Redis {
@@ -191,6 +201,8 @@ impl Config {
         } else {
             None
         };
+        let dynamodb_table = (store == StoreKind::DynamoDb)
+            .then(|| var("DYNAMODB_TABLE").unwrap_or_else(|| DEFAULT_DYNAMODB_TABLE.to_owned()));
         match (store, database) {
             (StoreKind::Sqlite, Backend::Postgres) | (StoreKind::Postgres, Backend::Sqlite) => {
                 return Err(ConfigError::StoreNeedsDatabase { store });
@@ -241,6 +253,7 @@ impl Config {
             database,
             store,
             redis,
+            dynamodb_table,
             slow,
             lease,
             limits,
@@ -362,6 +375,21 @@ mod tests {
         );
         // Without IDEM_STORE=redis, REDIS_URL is not read.
         assert_eq!(config(&[("REDIS_URL", "nonsense")]).unwrap().redis, None);
+    }
+
+    #[test]
+    fn dynamodb_keeps_the_records_in_its_table() {
+        let c = config(&[("IDEM_STORE", "DynamoDB")]).unwrap();
+        assert_eq!(
+            (c.store, c.database),
+            (StoreKind::DynamoDb, Backend::Sqlite)
+        );
+        assert_eq!(c.dynamodb_table.as_deref(), Some("payments-idempotency"));
+        let c = config(&[("IDEM_STORE", "dynamodb"), ("DYNAMODB_TABLE", "pay-idem")]).unwrap();
+        assert_eq!(c.dynamodb_table.as_deref(), Some("pay-idem"));
+        // Without IDEM_STORE=dynamodb, DYNAMODB_TABLE is not read.
+        let c = config(&[("DYNAMODB_TABLE", "pay-idem")]).unwrap();
+        assert_eq!(c.dynamodb_table, None);
     }
 
     #[test]

@@ -16,15 +16,19 @@
 //! # Records in Redis (REDIS_URL, default redis://127.0.0.1:6379), app data in SQLite
 //! # (or in DATABASE_URL); several instances can share both.
 //! IDEM_STORE=redis cargo run -p idem-examples --bin payments
+//!
+//! # Records in a DynamoDB table (DYNAMODB_TABLE, created if missing), app data in SQLite.
+//! AWS_REGION=eu-west-1 IDEM_STORE=dynamodb cargo run -p idem-examples --bin payments
 //! ```
 //!
 //! | env | default | meaning |
 //! |---|---|---|
 //! | `BIND` | `127.0.0.1:3000` | listen address |
 //! | `DATABASE_URL` | `sqlite://payments.db` | app data, and the idempotency store unless `IDEM_STORE` says otherwise |
-//! | `IDEM_STORE` | from `DATABASE_URL` | `memory`, `sqlite`, `postgres`, `redis` |
+//! | `IDEM_STORE` | from `DATABASE_URL` | `memory`, `sqlite`, `postgres`, `redis`, `dynamodb` |
 //! | `REDIS_URL` | `redis://127.0.0.1:6379` | the Redis server, with `IDEM_STORE=redis` |
 //! | `REDIS_PREFIX` | `payments:idem:` | what the records' keys start with in Redis |
+//! | `DYNAMODB_TABLE` | `payments-idempotency` | the records' table (created if missing), with `IDEM_STORE=dynamodb`; the client reads `AWS_REGION`, `AWS_ENDPOINT_URL` and the credentials as every AWS SDK does |
 //! | `SLOW_MS` | `2000` | how long the `tok_slow` source and the `ba_slow` bank account take |
 //! | `IDEM_LEASE_MS` | `30000` | lease of an in-flight request, renewed while it runs: how soon a retry may take over after a crash |
 //! | `HEADER_TIMEOUT_MS` | `5000` | a connection that has not sent a request head this long after it opened (or after its last response) is closed |
@@ -194,26 +198,23 @@ async fn run(config: Config) -> Result<(), BoxError> {
                 redact(&config.database_url)
             )
         })?;
-    let idempotency = store::idempotency(
-        config.store,
-        &db,
-        config.redis.as_ref(),
-        config.slow,
-        config.lease,
-        config.errors,
-    )
-    .await
-    .map_err(|e| match &config.redis {
-        Some(redis) => format!(
-            "cannot start the redis store at REDIS_URL={}: {}",
-            redact(&redis.url),
-            causes(&*e)
-        ),
-        None => format!(
-            "cannot start the {} store: {}",
-            config.store.name(),
-            causes(&*e)
-        ),
+    let idempotency = store::idempotency(&config, &db).await.map_err(|e| {
+        match (&config.redis, &config.dynamodb_table) {
+            (Some(redis), _) => format!(
+                "cannot start the redis store at REDIS_URL={}: {}",
+                redact(&redis.url),
+                causes(&*e)
+            ),
+            (_, Some(table)) => format!(
+                "cannot start the dynamodb store on DYNAMODB_TABLE={table}: {}",
+                causes(&*e)
+            ),
+            (None, None) => format!(
+                "cannot start the {} store: {}",
+                config.store.name(),
+                causes(&*e)
+            ),
+        }
     })?;
     for endpoint in idempotency.endpoints() {
         tracing::debug!(
@@ -229,9 +230,10 @@ async fn run(config: Config) -> Result<(), BoxError> {
         .await
         .map_err(|e| format!("cannot listen on BIND={}: {e}", config.bind))?;
     let addr = listener.local_addr()?;
-    let store = match &config.redis {
-        Some(redis) => format!("redis at {} under {}", redact(&redis.url), redis.prefix),
-        None => config.store.name().to_owned(),
+    let store = match (&config.redis, &config.dynamodb_table) {
+        (Some(redis), _) => format!("redis at {} under {}", redact(&redis.url), redis.prefix),
+        (_, Some(table)) => format!("dynamodb table {table}"),
+        (None, None) => config.store.name().to_owned(),
     };
     tracing::info!(
         "payments listening on http://{addr} (idempotency store: {store}, database: {}, errors: {})",

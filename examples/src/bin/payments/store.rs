@@ -1,16 +1,16 @@
 //! The idempotency engine: which store holds its records, and whose keys they are.
 //!
-//! With `IDEM_STORE=memory` or `redis` the records are not in the app's database, so the store
+//! With `IDEM_STORE=memory`, `redis` or `dynamodb` the records are not in the app's database, so the store
 //! lends no transactions: `AnyTx` is `AnyTx::None` and the charge and refund handlers write on a
 //! pooled connection, without atomic mode (see `routes`).
 
 use std::time::Duration;
 
 use idem_runtime::Idempotency;
-use idem_runtime::store::{MemoryStore, PostgresStore, RedisStore, SqliteStore};
+use idem_runtime::store::{DynamoDbStore, MemoryStore, PostgresStore, RedisStore, SqliteStore};
 
 use crate::auth;
-use crate::config::{Redis, StoreKind};
+use crate::config::{Config, StoreKind};
 use crate::db::Db;
 use crate::envelope::{self, ErrorFormat};
 
@@ -18,29 +18,27 @@ use crate::envelope::{self, ErrorFormat};
 const SWEEP_PERIOD: Duration = Duration::from_secs(60);
 const SWEEP_BATCH: u32 = 1000;
 
-/// Builds the engine on the store `kind`; SQL stores share the app's pool, so records live in
-/// the app's database (in their own tables, created by the store's own migrations); the Redis store connects to
-/// `redis`. `lease` is
-/// how soon after a crash a retry may take over the crashed request. The engine's own answers
-/// (400 invalid key, 409 in flight, 422 reused, 503 store down) are in `errors`' format: its
-/// default, problem+json, is already this service's; Stripe's is rendered by
+/// Builds the engine on the store `config.store`; SQL stores share the app's pool, so records
+/// live in the app's database (in their own tables, created by the store's own migrations); the
+/// Redis store connects to `REDIS_URL`; the DynamoDB store uses the table `DYNAMODB_TABLE`
+/// (created if missing) with the client the AWS environment configures. `IDEM_LEASE_MS` is how
+/// soon after a crash a retry may take over the crashed request. The engine's own answers (400
+/// invalid key, 409 in flight, 422 reused, 503 store down) are in `ERROR_FORMAT`: its default,
+/// problem+json, is already this service's; Stripe's is rendered by
 /// [`envelope::render_rejection`].
 pub(crate) async fn idempotency(
-    kind: StoreKind,
+    config: &Config,
     db: &Db,
-    redis: Option<&Redis>,
-    slow: Duration,
-    lease: Duration,
-    errors: ErrorFormat,
 ) -> Result<Idempotency, Box<dyn std::error::Error + Send + Sync>> {
     let mut builder = Idempotency::builder()
         .scope("org", auth::org_scope)
-        .lease(lease)
+        .lease(config.lease)
         // A refund duplicate waits for the first one, which may take `SLOW_MS`.
-        .wait_timeout(Duration::from_secs(10).max(slow + Duration::from_secs(5)));
-    if errors == ErrorFormat::Stripe {
+        .wait_timeout(Duration::from_secs(10).max(config.slow + Duration::from_secs(5)));
+    if config.errors == ErrorFormat::Stripe {
         builder = builder.render_rejections(envelope::render_rejection);
     }
+    let kind = config.store;
     let builder = match (kind, db) {
         (StoreKind::Memory, _) => builder.store(MemoryStore::new()),
         (StoreKind::Sqlite, Db::Sqlite(pool)) => {
@@ -50,13 +48,23 @@ pub(crate) async fn idempotency(
             builder.store(PostgresStore::from_pool(pool.clone()).await?)
         }
         (StoreKind::Redis, _) => {
-            let redis = redis.ok_or("IDEM_STORE=redis needs REDIS_URL")?;
+            let redis = config
+                .redis
+                .as_ref()
+                .ok_or("IDEM_STORE=redis needs REDIS_URL")?;
             // Warns at start-up if Redis may evict records (`maxmemory-policy`).
             let store = RedisStore::builder(redis.url.as_str())
                 .prefix(redis.prefix.as_str())
                 .build()
                 .await?;
             builder.store(store)
+        }
+        (StoreKind::DynamoDb, _) => {
+            let table = config
+                .dynamodb_table
+                .as_deref()
+                .ok_or("IDEM_STORE=dynamodb needs DYNAMODB_TABLE")?;
+            builder.store(dynamodb(table).await?)
         }
         // `Config` only pairs a SQL store with a database of the same kind.
         (StoreKind::Sqlite | StoreKind::Postgres, _) => {
@@ -68,6 +76,22 @@ pub(crate) async fn idempotency(
         }
     };
     Ok(builder.build()?)
+}
+
+/// The DynamoDB store on `table`, created if missing (on-demand capacity, TTL on), with the
+/// client the AWS environment configures: `AWS_REGION`, `AWS_ENDPOINT_URL`, the credentials or
+/// profile, as every AWS SDK reads them.
+async fn dynamodb(table: &str) -> Result<DynamoDbStore, Box<dyn std::error::Error + Send + Sync>> {
+    let aws = aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await;
+    if aws.region().is_none() {
+        return Err("IDEM_STORE=dynamodb needs a region: set AWS_REGION".into());
+    }
+    let store = DynamoDbStore::builder(aws_sdk_dynamodb::Client::new(&aws))
+        .table(table)
+        .create_table_if_missing(true)
+        .build()
+        .await?;
+    Ok(store)
 }
 
 /// Purges expired records in the background until aborted. On Redis, which expires records

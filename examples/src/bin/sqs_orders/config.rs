@@ -3,7 +3,6 @@
 use std::time::Duration;
 
 use aws_config::BehaviorVersion;
-use aws_smithy_http_client::tls::{Provider, rustls_provider::CryptoMode};
 use idem_examples::sqs::{KeyFrom, OrdersTable};
 use idem_runtime::Idempotency;
 use idem_runtime::store::{DynamoDbStore, SqliteStore};
@@ -94,15 +93,9 @@ impl Config {
 }
 
 /// A store on `table`, created if missing, through the client `aws-config` builds from the
-/// standard environment (`AWS_REGION`, credentials, `AWS_ENDPOINT_URL`) over rustls.
+/// standard environment (`AWS_REGION`, credentials, `AWS_ENDPOINT_URL`) with its HTTPS client.
 async fn dynamodb(table: &str) -> Result<DynamoDbStore, Error> {
-    let https = aws_smithy_http_client::Builder::new()
-        .tls_provider(Provider::Rustls(CryptoMode::AwsLc))
-        .build_https();
-    let config = aws_config::defaults(BehaviorVersion::latest())
-        .http_client(https)
-        .load()
-        .await;
+    let config = aws_config::load_defaults(BehaviorVersion::latest()).await;
     let client = aws_sdk_dynamodb::Client::new(&config);
     let store = DynamoDbStore::builder(client)
         .table(table)
