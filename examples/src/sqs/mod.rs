@@ -184,9 +184,7 @@ impl<E: Effect> Consumer<E> {
             let id = message_id.as_deref().unwrap_or("");
             match &outcome {
                 RecordOutcome::Processed => tracing::info!(message_id = id, "record processed"),
-                RecordOutcome::Skipped => {
-                    tracing::info!(message_id = id, "record skipped: already processed")
-                }
+                RecordOutcome::Skipped => {} // logged with the first run's output
                 RecordOutcome::Failed(failure) => {
                     if let (Failure::StoreUnavailable(why), None) = (failure, &store_down) {
                         store_down = Some(why.clone());
@@ -231,8 +229,9 @@ impl<E: Effect> Consumer<E> {
         match outcome {
             Ok(Outcome::Fresh(_)) => RecordOutcome::Processed,
             Ok(Outcome::Replayed(output)) => {
-                let first = serde_json::to_string(&output).unwrap_or_default();
-                tracing::debug!(first_run = %first, "the key's effect already ran");
+                let first_run = serde_json::to_string(&output).unwrap_or_default();
+                let message_id = record.message_id.as_deref().unwrap_or("");
+                tracing::info!(message_id, %first_run, "record skipped: already processed");
                 RecordOutcome::Skipped
             }
             Err(error) => RecordOutcome::Failed(failure(error)),

@@ -184,6 +184,11 @@ async fn the_function_answers_batches_through_the_runtime_api() {
 
     let log = stop(function).await;
     assert_eq!(log.matches("record skipped").count(), 3, "{log}");
+    let skipped = concat!(
+        r#"record skipped: already processed "#,
+        r#"message_id="059f36b4-87a3-44ab-83d2-661975830a7d" first_run={"shipment":1}"#,
+    );
+    assert!(log.contains(skipped), "{log}");
     let failure = format!("message_id=\"{bad}\" failure=the effect failed");
     assert!(log.contains(&failure), "{log}");
     let orders = orders_at(&path).await;
