@@ -114,9 +114,25 @@ async fn init_error(State(api): State<Api>, body: String) -> StatusCode {
     StatusCode::ACCEPTED
 }
 
+/// What the function reads that a developer's shell may have set (`IDEM_STORE=redis` for the
+/// payments tests, say): unset unless the test sets it.
+const SETTINGS: [&str; 8] = [
+    "IDEM_KEY_FROM",
+    "IDEM_STORE",
+    "IDEM_TTL",
+    "DYNAMODB_TABLE",
+    "DATABASE_URL",
+    "AWS_PROFILE",
+    "AWS_ENDPOINT_URL_DYNAMODB",
+    "AWS_SESSION_TOKEN",
+];
+
 /// `sqs-orders` started against `api`, with the Lambda variables and `vars`.
 fn function(api: &RuntimeApi, vars: &[(&str, &str)]) -> Child {
     let mut command = Command::new(env!("CARGO_BIN_EXE_sqs-orders"));
+    for name in SETTINGS {
+        command.env_remove(name);
+    }
     command
         .env("AWS_LAMBDA_RUNTIME_API", api.addr.to_string())
         .env("AWS_LAMBDA_FUNCTION_NAME", "sqs-orders")
