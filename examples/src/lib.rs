@@ -2,5 +2,8 @@
 //!
 //! - [`jobs`]: a task queue kept entirely in an object store, with idempotent `submit` (the
 //!   `jobs` binary is its command line).
+//! - [`sqs`]: an idempotent SQS batch consumer for AWS Lambda, each record's effect at most
+//!   once per key, failures reported as `batchItemFailures` (the `sqs-orders` function).
 
 pub mod jobs;
+pub mod sqs;

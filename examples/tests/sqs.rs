@@ -1,0 +1,309 @@
+//! The `sqs-orders` consumer (`idem_examples::sqs`), invoked in process as the Lambda runtime
+//! invokes it (`LambdaEvent<SqsEvent>` in, `SqsBatchResponse` out), with SQS events as AWS
+//! sends them (`tests/sqs/fixtures`). Its records live on a real store: a SQLite file always,
+//! and a DynamoDB table on moto when `JOBS_TEST_S3_ENDPOINT` names one (CI starts it). The
+//! effect is real too: a row per shipment in a SQLite `orders_fulfilled` table, counted.
+//! [`function`] runs the `sqs-orders` binary itself, against a Lambda Runtime API of its own.
+//!
+//! ```text
+//! cargo test -p idem-examples --test sqs
+//! ```
+
+#[path = "sqs/function.rs"]
+mod function;
+#[path = "sqs/support.rs"]
+mod support;
+
+use idem_examples::sqs::{Failure, KeyFrom, NoKey, OrdersTable, RecordOutcome};
+use idem_tests::db::TestDatabase;
+use serde_json::json;
+use support::{Backend, Bench, answer, fixture, ids, invoke, only};
+
+const BATCH: [&str; 3] = ["o-1001", "o-1002", "o-1003"];
+
+/// SQS delivers a batch again (its visibility timeout lapsed before the function answered):
+/// every record is skipped, nothing ships twice, nothing is reported failed.
+#[tokio::test]
+async fn a_redelivered_batch_performs_each_effect_once() {
+    for backend in Backend::all() {
+        let bench = Bench::new(&backend).await;
+        let consumer = bench.consumer(KeyFrom::MessageId);
+        let first = consumer.process(fixture("batch")).await;
+        assert_eq!((first.processed(), first.skipped()), (3, 0), "{backend:?}");
+        let again = fixture("batch_redelivered");
+        assert_eq!(invoke(&consumer, &again).await, Vec::<String>::new());
+        let replay = consumer.process(again).await;
+        assert_eq!(
+            (replay.processed(), replay.skipped()),
+            (0, 3),
+            "{backend:?}"
+        );
+        assert_eq!(
+            bench.orders.shipments(&BATCH).await,
+            [1, 1, 1],
+            "{backend:?}"
+        );
+        bench.discard().await;
+    }
+}
+
+/// One record's effect fails (the table refuses a quantity of 0): exactly that record is in
+/// `batchItemFailures`, as AWS's JSON, and the others ship once; the batch redelivered ships
+/// nothing more.
+#[tokio::test]
+async fn a_batch_with_one_failing_record_reports_exactly_that_one() {
+    for backend in Backend::all() {
+        let bench = Bench::new(&backend).await;
+        let consumer = bench.consumer(KeyFrom::MessageId);
+        let event = fixture("bad_quantity");
+        let bad = ids(&event)[1].clone();
+        let response = answer(&consumer, &event).await;
+        let expected = json!({ "batchItemFailures": [{ "itemIdentifier": bad }] });
+        assert_eq!(
+            serde_json::to_value(&response).unwrap(),
+            expected,
+            "{backend:?}"
+        );
+        let orders = ["o-3001", "o-3002", "o-3003"];
+        assert_eq!(
+            bench.orders.shipments(&orders).await,
+            [1, 0, 1],
+            "{backend:?}"
+        );
+
+        let report = consumer.process(event).await;
+        assert_eq!(
+            (report.processed(), report.skipped()),
+            (0, 2),
+            "{backend:?}"
+        );
+        let failed: Vec<_> = report.failures().collect();
+        assert!(
+            matches!(failed[..], [(Some(id), Failure::Effect(_))] if id == bad),
+            "{backend:?}: {failed:?}"
+        );
+        assert_eq!(
+            bench.orders.shipments(&orders).await,
+            [1, 0, 1],
+            "{backend:?}"
+        );
+        bench.discard().await;
+    }
+}
+
+/// A record fails (the warehouse did not answer), so SQS delivers just it again: it ships
+/// once, and a later redelivery of the whole batch ships nothing more.
+#[tokio::test]
+async fn a_failed_record_redelivered_alone_runs_once() {
+    for backend in Backend::all() {
+        let bench = Bench::new(&backend).await;
+        let consumer = bench.consumer(KeyFrom::MessageId);
+        let event = fixture("batch");
+        let second = ids(&event)[1].clone();
+        bench.orders.fail_next("o-1002");
+        let failed = invoke(&consumer, &event).await;
+        assert_eq!(failed, [second.as_str()], "{backend:?}");
+        assert_eq!(
+            bench.orders.shipments(&BATCH).await,
+            [1, 0, 1],
+            "{backend:?}"
+        );
+
+        let redelivery = only(&event, &[&second]);
+        assert_eq!(invoke(&consumer, &redelivery).await, Vec::<String>::new());
+        assert_eq!(
+            bench.orders.shipments(&BATCH).await,
+            [1, 1, 1],
+            "{backend:?}"
+        );
+        let whole = consumer.process(fixture("batch_redelivered")).await;
+        assert_eq!((whole.processed(), whole.skipped()), (0, 3), "{backend:?}");
+        assert_eq!(
+            bench.orders.shipments(&BATCH).await,
+            [1, 1, 1],
+            "{backend:?}"
+        );
+        bench.discard().await;
+    }
+}
+
+/// A producer retried its send: two messages, two ids, one body. Keyed by body they ship
+/// once, by message id twice (what message ids cannot catch).
+#[tokio::test]
+async fn a_retried_send_runs_once_by_body_and_twice_by_message_id() {
+    for backend in Backend::all() {
+        for (key_from, shipments) in [(KeyFrom::BodyFingerprint, 1), (KeyFrom::MessageId, 2)] {
+            let bench = Bench::new(&backend).await;
+            let consumer = bench.consumer(key_from.clone());
+            let event = fixture("retried_send");
+            assert_eq!(invoke(&consumer, &event).await, Vec::<String>::new());
+            let count = bench.orders.shipments(&["o-2001"]).await;
+            assert_eq!(count, [shipments], "{backend:?}, {key_from}");
+            bench.discard().await;
+        }
+    }
+}
+
+/// A retried send whose body differs (the producer stamps its send time): only a field of
+/// the body, the order id, tells it is the same order.
+#[tokio::test]
+async fn a_restamped_retry_runs_once_by_field_and_twice_by_body() {
+    for backend in Backend::all() {
+        let by_field = KeyFrom::Field("order_id".into());
+        for (key_from, shipments) in [(by_field, 1), (KeyFrom::BodyFingerprint, 2)] {
+            let bench = Bench::new(&backend).await;
+            let consumer = bench.consumer(key_from.clone());
+            let report = consumer.process(fixture("retried_send_restamped")).await;
+            assert_eq!(report.failures().count(), 0, "{backend:?}, {key_from}");
+            let count = bench.orders.shipments(&["o-2002"]).await;
+            assert_eq!(count, [shipments], "{backend:?}, {key_from}");
+            bench.discard().await;
+        }
+    }
+}
+
+/// Keyed by `order_id`, a body without one, and a body that is not JSON, cannot be keyed:
+/// those two records fail, saying why, and the others ship.
+#[tokio::test]
+async fn a_record_without_its_key_field_fails_alone() {
+    for backend in Backend::all() {
+        let bench = Bench::new(&backend).await;
+        let consumer = bench.consumer(KeyFrom::Field("order_id".into()));
+        let event = fixture("field_missing");
+        let all = ids(&event);
+        let report = consumer.process(event.clone()).await;
+        let failed: Vec<_> = report.failures().collect();
+        let no_field = Failure::NoKey(NoKey::MissingField("order_id".into()));
+        let not_json = Failure::NoKey(NoKey::NotJson);
+        assert_eq!(
+            failed,
+            [
+                (Some(all[1].as_str()), &no_field),
+                (Some(all[2].as_str()), &not_json)
+            ],
+            "{backend:?}"
+        );
+        let orders = ["o-4001", "o-4004"];
+        assert_eq!(bench.orders.shipments(&orders).await, [1, 1], "{backend:?}");
+        assert_eq!(bench.orders.table.total().await.unwrap(), 2, "{backend:?}");
+        assert_eq!(invoke(&consumer, &event).await, all[1..3], "{backend:?}");
+        bench.discard().await;
+    }
+}
+
+/// Another invocation is fulfilling an order when its message comes again (SQS delivered it
+/// twice, to two invocations): the second reports it failed (SQS retries it later) and ships
+/// the rest; once the first has finished, the retry is skipped. One shipment each.
+#[tokio::test]
+async fn a_record_in_flight_elsewhere_is_reported_failed() {
+    for backend in Backend::all() {
+        let bench = Bench::new(&backend).await;
+        let consumer = bench.consumer(KeyFrom::MessageId);
+        let event = fixture("batch");
+        let second = ids(&event)[1].clone();
+        let gate = bench.orders.hold("o-1002");
+        let first_invocation = tokio::spawn({
+            let (consumer, event) = (consumer.clone(), only(&event, &[&second]));
+            async move { invoke(&consumer, &event).await }
+        });
+        gate.entered().await; // the first invocation holds o-1002's key, mid-effect
+
+        let report = consumer.process(fixture("batch_redelivered")).await;
+        let failed: Vec<_> = report.failures().collect();
+        assert_eq!(
+            failed,
+            [(Some(second.as_str()), &Failure::InFlight)],
+            "{backend:?}"
+        );
+        assert_eq!(report.processed(), 2, "{backend:?}");
+
+        gate.open();
+        assert_eq!(first_invocation.await.unwrap(), Vec::<String>::new());
+        let retry = consumer.process(only(&event, &[&second])).await;
+        assert_eq!(
+            retry.records[0].outcome,
+            RecordOutcome::Skipped,
+            "{backend:?}"
+        );
+        assert_eq!(
+            bench.orders.shipments(&BATCH).await,
+            [1, 1, 1],
+            "{backend:?}"
+        );
+        bench.discard().await;
+    }
+}
+
+/// The idempotency store is down: every record is reported failed and nothing ships (fail
+/// closed: no effect without a claim). When it is back, the redelivered batch ships once.
+#[tokio::test]
+async fn a_store_outage_fails_every_record_and_runs_nothing() {
+    for backend in Backend::all() {
+        let mut bench = Bench::new(&backend).await;
+        let consumer = bench.consumer(KeyFrom::MessageId);
+        let event = fixture("batch");
+        bench.store_down().await;
+        let report = consumer.process(event.clone()).await;
+        for (_, failure) in report.failures() {
+            assert!(
+                matches!(failure, Failure::StoreUnavailable(_)),
+                "{backend:?}: {failure}"
+            );
+        }
+        assert_eq!(invoke(&consumer, &event).await, ids(&event), "{backend:?}");
+        assert_eq!(bench.orders.table.total().await.unwrap(), 0, "{backend:?}");
+
+        bench.store_up().await;
+        let consumer = bench.consumer(KeyFrom::MessageId);
+        let redelivered = fixture("batch_redelivered");
+        assert_eq!(invoke(&consumer, &redelivered).await, Vec::<String>::new());
+        assert_eq!(invoke(&consumer, &redelivered).await, Vec::<String>::new());
+        assert_eq!(
+            bench.orders.shipments(&BATCH).await,
+            [1, 1, 1],
+            "{backend:?}"
+        );
+        bench.discard().await;
+    }
+}
+
+/// A failed record without a `messageId` cannot be named in `batchItemFailures`: the
+/// invocation fails, so SQS redelivers the whole batch, whose done records are then skipped.
+#[tokio::test]
+async fn a_failed_record_without_a_message_id_fails_the_invocation() {
+    let bench = Bench::new(&Backend::Sqlite).await;
+    let consumer = bench.consumer(KeyFrom::MessageId);
+    let mut event = fixture("batch");
+    event.records[2].message_id = None;
+    let invocation = lambda_runtime::LambdaEvent::new(event.clone(), Default::default());
+    let error = consumer.handle(invocation).await.unwrap_err();
+    assert!(error.to_string().contains("without a messageId"), "{error}");
+    assert_eq!(bench.orders.shipments(&BATCH).await, [1, 1, 0]);
+
+    let report = consumer.process(event).await;
+    assert_eq!((report.processed(), report.skipped()), (0, 2));
+    assert_eq!(bench.orders.shipments(&BATCH).await, [1, 1, 0]);
+    bench.discard().await;
+}
+
+/// The orders table on PostgreSQL (`DATABASE_URL=postgres://...` for `sqs-orders`): the same
+/// shipments, once each, and the same refusal of a quantity of 0.
+#[tokio::test]
+async fn the_orders_table_ships_once_on_postgres_too() {
+    let database = TestDatabase::create().await;
+    let orders = OrdersTable::postgres(database.pool().await).await.unwrap();
+    let bench = Bench::new(&Backend::Sqlite).await;
+    let consumer = bench.consumer_of(KeyFrom::MessageId, orders.clone());
+    let first = consumer.process(fixture("batch")).await;
+    let again = consumer.process(fixture("batch_redelivered")).await;
+    assert_eq!((first.processed(), again.skipped()), (3, 3));
+    let report = consumer.process(fixture("bad_quantity")).await;
+    let failed: Vec<_> = report.failures().map(|(_, failure)| failure).collect();
+    assert!(matches!(failed[..], [Failure::Effect(_)]), "{failed:?}");
+    for order in BATCH.into_iter().chain(["o-3001", "o-3003"]) {
+        assert_eq!(orders.shipments(order).await.unwrap(), 1, "{order}");
+    }
+    assert_eq!(orders.total().await.unwrap(), 5);
+    bench.discard().await;
+    database.drop().await;
+}
