@@ -31,6 +31,8 @@
 //! - [`store`]: the [`Store`](store::Store) trait and the memory, SQLite, PostgreSQL and Redis
 //!   stores.
 //! - [`Rejection`]: the `application/problem+json` answers the engine gives itself.
+//! - [`InvocationDeadline`] and [`Builder::background_work`]: serverless runtimes (AWS Lambda),
+//!   where a process is frozen between requests.
 //! - [`Idempotency::operation`]: the programmatic API, for work that is not an HTTP handler
 //!   (a job submission, a message consumer): run a closure once per key, typed outcome.
 //!
@@ -44,6 +46,7 @@
 //! | `redis` | `store::RedisStore`, on the `redis` crate (Lua scripts, a reconnecting connection manager, expiry by Redis); no atomic mode |
 //! | `cluster` | `RedisStore::cluster_builder`: the same store on Redis Cluster |
 //! | `utoipa` | `openapi::IdempotencyDoc`: the key header and the engine's answers in a utoipa OpenAPI document |
+//! | `lambda` | `lambda::DeadlineLayer`: the same handlers on AWS Lambda with `lambda_http`, each request's lease ending with its invocation |
 //!
 //! None is on by default: the memory store needs none. With both `sqlite` and `postgres`,
 //! `AnyTx` takes whichever store the engine was built with.
@@ -67,6 +70,9 @@ mod idempotency;
 mod rpc;
 
 mod adapters;
+#[cfg(feature = "lambda")]
+#[cfg_attr(docsrs, doc(cfg(feature = "lambda")))]
+pub mod lambda;
 #[cfg(feature = "utoipa")]
 #[cfg_attr(docsrs, doc(cfg(feature = "utoipa")))]
 pub mod openapi;
@@ -102,7 +108,7 @@ pub use crate::core::clock;
 pub use crate::core::error::{KeyError, StoreError};
 pub use crate::core::fingerprint::{Fingerprint, canonical_json};
 pub use crate::core::key::{IdempotencyKey, MAX_KEY_LEN, RecordKey};
-pub use crate::engine::{Commits, InFlightMode};
+pub use crate::engine::{Commits, InFlightMode, InvocationDeadline};
 pub use crate::http::endpoint::{AtomicNeed, Endpoint, KeyMode};
 pub use crate::http::rejection::Rejection;
 pub use crate::http::response::{REPLAYED_HEADER, StoredResponse};

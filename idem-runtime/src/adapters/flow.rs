@@ -21,7 +21,9 @@ use http::{Method, header};
 use crate::adapters::answer::{Settled, settle};
 use crate::core::fingerprint::{Fingerprint, Previous, Version};
 use crate::core::key::{IdempotencyKey, RecordKey, tenant_of};
-use crate::engine::{Answer, Attempt, Commits, InFlightMode, Lending, OpName, Verdict};
+use crate::engine::{
+    Answer, Attempt, Commits, InFlightMode, InvocationDeadline, Lending, OpName, Verdict,
+};
 use crate::http::capture::capture;
 use crate::http::endpoint::{Endpoint, KeyMode};
 use crate::http::rejection::Rejection;
@@ -239,6 +241,7 @@ impl Started {
             lending: self.lending.clone(),
             commits: operation.commits,
             operation: operation.name,
+            deadline: parts.extensions.get::<InvocationDeadline>().copied(),
         };
         let prepared = Prepared {
             attempt: Some(Keyed {

@@ -6,6 +6,7 @@ use std::time::Duration;
 use bytes::Bytes;
 
 use super::Lending;
+use super::deadline::InvocationDeadline;
 use super::outcome::OpName;
 use super::policy::{Commits, InFlightMode};
 use crate::core::error::StoreError;
@@ -36,6 +37,9 @@ pub(crate) struct Attempt {
     pub(crate) lending: Option<Lending>,
     /// Whether the claim rides in the lent transaction where the store can claim inside one.
     pub(crate) commits: Commits,
+    /// The end of the invocation serving the request, when the request carries one: the lease
+    /// never outlives it.
+    pub(crate) deadline: Option<InvocationDeadline>,
 }
 
 /// What the work decided about its result.
@@ -90,6 +94,11 @@ pub(crate) enum Kept {
     /// The store failed; the engine retries in the background, holding the lease, so
     /// duplicates get "in flight" until it lands.
     Retrying,
+    /// The store failed, and went on failing while the engine retried before answering
+    /// (`background_work(false)`): not stored; duplicates get "in flight" until the lease ends,
+    /// then a retry runs the work again. (A result the store refused as too large is never
+    /// retried: it left the record in flight until it expires.)
+    Unstored,
     /// Another attempt took the record over (this one outlived its lease): not stored; the
     /// work's effects happened, and the other attempt repeats them.
     LeaseLost,

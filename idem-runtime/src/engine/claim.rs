@@ -10,8 +10,10 @@ use tokio::time::Instant;
 use bytes::Bytes;
 
 use super::attempt::Attempt;
-use super::owner::{self, Owner};
+use super::deadline::LeaseTerms;
+use super::owner::Owner;
 use super::policy::{Commits, InFlightMode};
+use super::retry;
 use super::{Engine, Lending};
 use crate::core::clock::Timestamp;
 use crate::core::error::StoreError;
@@ -63,25 +65,28 @@ impl Engine {
         {
             return claimed;
         }
+        let believed = self.lease_terms(attempt);
         let waiting_since = Instant::now();
         let mut backoff = Duration::from_millis(10);
         // The current version's fingerprint, until a record of the previous version's turns up.
         let mut fingerprint = attempt.fingerprint;
         loop {
-            let request = self.claim_request(attempt, &fingerprint);
+            // A deadline that passed while a duplicate waited no longer shortens the lease.
+            let terms = believed.as_of(self.now());
+            let request = self.claim_request(attempt, &fingerprint, &terms);
             let started = Instant::now();
             let claim = self.store.claim(request).await;
             tracing::debug!(store_ms = started.elapsed().as_secs_f64() * 1e3, "claim");
             return match claim {
                 Err(error) => {
-                    self.release_unanswered(attempt, &request);
+                    self.release_unanswered(attempt, &request, &terms).await;
                     Claimed::Settled(self.unavailable(error))
                 }
                 Ok(Claim::Acquired { took_over }) => {
                     if took_over {
                         tracing::warn!("took over a record whose owner's lease lapsed");
                     }
-                    Claimed::Owner(self.owner(attempt, &request))
+                    Claimed::Owner(self.owner(attempt, &request, terms))
                 }
                 Ok(
                     Claim::Completed {
@@ -128,15 +133,34 @@ impl Engine {
     /// store answers or the claim's lease would have lapsed anyway. Fenced, so a claim that
     /// never landed loses nothing. At most `Engine::UNANSWERED` such releases retry at once;
     /// beyond them (a flood during an outage), one attempt each.
-    fn release_unanswered(&self, attempt: &Attempt, request: &ClaimRequest<'_>) {
+    ///
+    /// Without background work, the release is tried before the claim's answer, and retried
+    /// for at most the store's timeout (less if the invocation ends sooner): a claim that still
+    /// may have landed then lapses with its lease.
+    async fn release_unanswered(
+        &self,
+        attempt: &Attempt,
+        request: &ClaimRequest<'_>,
+        terms: &LeaseTerms,
+    ) {
         let retrying = self.unanswered.clone().try_acquire_owned().ok();
-        let release = owner::release_unanswered(
+        let release = retry::release_unanswered(
             self.store.clone(),
             self.clock.clone(),
             (attempt.key, request.token),
             request.lease_until,
             retrying.is_some(),
         );
+        if let Some(limit) = self.policy.inline_retries() {
+            let within = terms.within(self.now(), limit);
+            let released = tokio::time::timeout(within, release).await;
+            if !matches!(released, Ok(Ok(_))) {
+                tracing::debug!(
+                    "could not release a claim the store failed; it lapses with its lease"
+                );
+            }
+            return;
+        }
         tokio::spawn(async move {
             let _retrying = retrying;
             if let Err(error) = release.await {
@@ -175,7 +199,8 @@ impl Engine {
     ) -> Option<Claimed> {
         use crate::store::atomic::TransactionClaim;
 
-        let request = self.claim_request(attempt, &attempt.fingerprint);
+        let terms = self.lease_terms(attempt);
+        let request = self.claim_request(attempt, &attempt.fingerprint, &terms);
         let deadline = self.lock_wait(attempt) + self.policy.store_timeout;
         let claim = store.claim_in_transaction(
             request,
@@ -188,7 +213,7 @@ impl Engine {
         Some(match claim {
             Ok(TransactionClaim::Acquired(transaction)) => {
                 lending.park::<DB>(transaction);
-                Claimed::Owner(self.owner(attempt, &request).in_transaction())
+                Claimed::Owner(self.owner(attempt, &request, terms).in_transaction())
             }
             Ok(TransactionClaim::Stored) => return None,
             Ok(TransactionClaim::InFlight) => Claimed::Settled(Settled::InFlight),
@@ -204,11 +229,19 @@ impl Engine {
         }
     }
 
-    /// A claim of `attempt`'s record with `fingerprint` as of now, under a fresh token.
+    /// The terms of `attempt`'s lease: the configured lease, ended by the invocation's deadline
+    /// when the request carries one that is believed.
+    fn lease_terms(&self, attempt: &Attempt) -> LeaseTerms {
+        LeaseTerms::new(self.policy.lease, self.now(), attempt.deadline)
+    }
+
+    /// A claim of `attempt`'s record with `fingerprint` as of now, under a fresh token and the
+    /// lease `terms` give.
     fn claim_request<'a>(
         &self,
         attempt: &'a Attempt,
         fingerprint: &'a Fingerprint,
+        terms: &LeaseTerms,
     ) -> ClaimRequest<'a> {
         let now = self.now();
         ClaimRequest {
@@ -216,7 +249,7 @@ impl Engine {
             fingerprint,
             token: LeaseToken::random(),
             now,
-            lease_until: now.after(self.policy.lease),
+            lease_until: terms.until(now),
             expires_at: now.after(attempt.ttl),
             operation: &attempt.operation,
             scope: attempt.scope,
@@ -246,11 +279,11 @@ impl Engine {
         Settled::Unavailable { error, retry_after }
     }
 
-    fn owner(&self, attempt: &Attempt, request: &ClaimRequest<'_>) -> Owner {
+    fn owner(&self, attempt: &Attempt, request: &ClaimRequest<'_>, terms: LeaseTerms) -> Owner {
         Owner::new(
             self.store.clone(),
             self.clock.clone(),
-            self.policy.lease,
+            (terms, self.policy.inline_retries()),
             (attempt.key, request.token, request.expires_at),
             attempt.operation.clone(),
         )

@@ -24,6 +24,7 @@ use tracing::Instrument;
 
 use super::attempt::{Answer, Attempt, Kept, RolledBack, Verdict};
 use super::claim::{Claimed, Settled};
+use super::deadline::LeaseTerms;
 use super::outcome::{OpName, OutcomeLabel, count, span};
 use super::owner::{Owner, Written};
 use super::policy::{Commits, InFlightMode};
@@ -72,6 +73,12 @@ impl Engine {
         let span = span(&attempt.operation, &attempt.key);
         let operation = attempt.operation.clone();
         let deadline = self.claim_deadline(&attempt);
+        // Without background work, how long the answer waits for what the task still does after
+        // it (a release): a write and its inline retries, and never past the invocation's end.
+        let drain = self.policy.inline_retries().map(|limit| {
+            LeaseTerms::quiet(self.policy.lease, self.now(), attempt.deadline)
+                .within(self.now(), limit * 2)
+        });
         let (decided, mut decision) = oneshot::channel();
         let (done, finished) = oneshot::channel();
         let gave_up = Arc::new(AtomicBool::new(false));
@@ -80,12 +87,12 @@ impl Engine {
             done,
             gave_up: gave_up.clone(),
         };
-        tokio::spawn(
+        let task = tokio::spawn(
             self.clone()
                 .attempt(attempt, work, reply)
                 .instrument(span.clone()),
         );
-        async move {
+        let answer = async move {
             let decision = match tokio::time::timeout(deadline, &mut decision).await {
                 Ok(Ok(decision)) => decision,
                 Ok(Err(_)) => return self.task_lost(&operation),
@@ -117,8 +124,18 @@ impl Engine {
                 },
             }
         }
-        .instrument(span)
-        .await
+        .instrument(span.clone())
+        .await;
+        if let Some(within) = drain
+            && tokio::time::timeout(within, task).await.is_err()
+        {
+            let _entered = span.enter();
+            tracing::warn!(
+                ?within,
+                "answering while the attempt's task still settles its record"
+            );
+        }
+        answer
     }
 
     /// How long a caller waits for the claim's answer.
@@ -222,11 +239,16 @@ impl Engine {
                 count(&attempt.operation, OutcomeLabel::Cancelled);
             }
             tracing::info!("the caller left before its claim settled; releasing the record");
-            if let Written::Deferred(error) = owner.release().await {
-                tracing::warn!(
+            match owner.release().await {
+                Written::Done(_) => {}
+                Written::Deferred(error) => tracing::warn!(
                     error = &error as &dyn std::error::Error,
                     "could not release the record yet: retrying in the background"
-                );
+                ),
+                Written::Unsettled(error) => tracing::warn!(
+                    error = &error as &dyn std::error::Error,
+                    "could not release the record; it frees when its lease ends"
+                ),
             }
             return;
         }
@@ -377,6 +399,20 @@ impl Engine {
                 );
                 Kept::Retrying
             }
+            Written::Unsettled(error @ StoreError::TooLarge { .. }) => {
+                tracing::error!(
+                    error = &error as &dyn std::error::Error,
+                    "the store refused the result; its key answers in flight until it expires"
+                );
+                Kept::Unstored
+            }
+            Written::Unsettled(error) => {
+                tracing::error!(
+                    error = &error as &dyn std::error::Error,
+                    "could not store the result before answering: duplicates get 409 until the lease ends, then a retry runs the operation again"
+                );
+                Kept::Unstored
+            }
         };
         Finished::Ran(reply, kept)
     }
@@ -390,6 +426,13 @@ impl Engine {
                 tracing::warn!(
                     error = &error as &dyn std::error::Error,
                     "could not release the record yet: retrying in the background"
+                );
+            }
+            Written::Unsettled(error) => {
+                count(operation, OutcomeLabel::ReleaseFailed);
+                tracing::warn!(
+                    error = &error as &dyn std::error::Error,
+                    "could not release the record; it frees when its lease ends"
                 );
             }
         }

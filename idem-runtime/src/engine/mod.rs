@@ -4,8 +4,8 @@
 //! [`Attempt`] and a piece of work, calls [`Engine::run`], and turns the [`Answer`] back. The
 //! engine claims the record, runs the work on a task of its own under a renewed lease, then
 //! stores its result (inside the operation's transaction in atomic mode) or releases the record,
-//! retrying a failed write in the background, and counts how the request ended. Nothing here
-//! knows HTTP.
+//! retrying a failed write in the background (or, for processes frozen between requests,
+//! inline before answering), and counts how the request ended. Nothing here knows HTTP.
 
 use std::sync::Arc;
 
@@ -18,14 +18,17 @@ use crate::store::{Capabilities, DynStore};
 
 mod attempt;
 mod claim;
+mod deadline;
 mod lending;
 mod lifecycle;
 mod outcome;
 mod owner;
 mod policy;
+mod retry;
 mod timed;
 
 pub(crate) use attempt::{Answer, Attempt, Kept, RolledBack, Verdict};
+pub use deadline::InvocationDeadline;
 pub(crate) use lending::Lending;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 pub(crate) use lending::{LendError, Transaction};

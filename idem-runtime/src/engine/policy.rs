@@ -18,6 +18,10 @@ pub(crate) struct Policy {
     /// How long a transaction lent to an operation may stay open, from its first use (or from
     /// the claim, when the claim rides in it): past it the operation is stopped and rolled back.
     pub(crate) transaction_timeout: Duration,
+    /// Whether work for a request may go on after its answer (`Builder::background_work`):
+    /// when not, failed writes are retried inline, for at most `store_timeout`, and the answer
+    /// waits for the attempt's task to end.
+    pub(crate) background_work: bool,
 }
 
 impl Policy {
@@ -28,6 +32,7 @@ impl Policy {
         retry_after: Duration::from_secs(1),
         store_timeout: Duration::from_secs(5),
         transaction_timeout: Duration::from_secs(10),
+        background_work: true,
     };
 
     /// How long each statement in a lent transaction may run or wait for a lock on the server
@@ -36,6 +41,12 @@ impl Policy {
     /// for still frees its connection.
     pub(crate) fn statement_timeout(&self) -> Duration {
         self.transaction_timeout + Duration::from_secs(1)
+    }
+
+    /// How long a write the store failed is retried before the request is answered: `None`
+    /// when it is retried in the background instead.
+    pub(crate) fn inline_retries(&self) -> Option<Duration> {
+        (!self.background_work).then_some(self.store_timeout)
     }
 }
 

@@ -175,6 +175,37 @@ impl Builder {
         self
     }
 
+    /// Whether the engine may leave work for a request running after the request is answered
+    /// (default `true`). Set `false` where the process is frozen between requests, so that
+    /// nothing the engine still had to do could be lost: AWS Lambda (see `idem_runtime::lambda`,
+    /// feature `lambda`), or any platform that throttles the CPU once a response is sent.
+    ///
+    /// With `false`:
+    /// - a completion or release the store fails is retried before the answer returns, for at
+    ///   most [`store_timeout`](Self::store_timeout), and never past the request's
+    ///   [`InvocationDeadline`](crate::InvocationDeadline), instead of in the background until
+    ///   it lands;
+    /// - if the result still is not stored, the caller gets the operation's own answer all the
+    ///   same (it ran; for HTTP its response, for [`Operation::run`](crate::Operation::run) its
+    ///   output) and the record stays in flight, held by the lease it has: duplicates get 409
+    ///   until the lease ends (never past the invocation's deadline plus its margin), then a
+    ///   retry runs the operation again, as after a crash. A release that still fails leaves
+    ///   the record in flight the same way, until its lease ends;
+    /// - a claim the store failed (it may have landed) is released before the refusal (503) is
+    ///   answered, tried for at most the store timeout, or it lapses with its lease;
+    /// - the answer waits for the attempt's task to finish what it does after the result (the
+    ///   release of a claim whose caller stopped waiting, or of a transaction stopped at its
+    ///   deadline), for at most twice the store timeout.
+    ///
+    /// The sweeper ([`Idempotency::spawn_sweeper`](crate::Idempotency::spawn_sweeper)) is a
+    /// background task of the application's choosing: where processes freeze, purge expired
+    /// records from a scheduled job (or the `idem purge` command) instead, or use a store that
+    /// expires them itself.
+    pub fn background_work(mut self, allowed: bool) -> Self {
+        self.policy.background_work = allowed;
+        self
+    }
+
     /// `Retry-After` sent with 409 and 503 answers (default 1 s).
     pub fn retry_after(mut self, after: Duration) -> Self {
         self.policy.retry_after = after;

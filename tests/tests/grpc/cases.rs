@@ -3,6 +3,8 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
+use idem_runtime::InvocationDeadline;
+use idem_runtime::clock::Clock;
 use prost::Message;
 use tonic::Code;
 use tonic_types::StatusExt;
@@ -377,5 +379,37 @@ pub(crate) async fn completed_records_expire_after_their_ttl(store: Store) {
         !ok(service.charge(call(charge("k1", 100))).await).1,
         "ttl = 1h"
     );
+    assert_eq!(service.calls.get(), 2);
+}
+
+/// An invocation's deadline in a call's extensions (a serverless platform's, inserted by a tower
+/// layer) ends its claim's lease: a duplicate is aborted until a second after that deadline,
+/// then takes the key over and runs (the timed-out invocation could no longer be running).
+pub(crate) async fn a_deadline_in_the_extensions_ends_the_lease(store: Store) {
+    let (service, clock) = service(store).await;
+    let mut message = charge("k1", 100);
+    message.outcome = "gate".into();
+    let ends = clock.now().after(Duration::from_secs(3)).as_millis();
+    let first = {
+        let mut request = call(message.clone());
+        let deadline = InvocationDeadline::from_epoch_millis(ends);
+        request.extensions_mut().insert(deadline);
+        let service = service.clone();
+        tokio::spawn(async move { service.charge(request).await })
+    };
+    service.gate.entered().await;
+    clock.advance(Duration::from_millis(3_900));
+    let status = failed(service.charge(call(message.clone())).await);
+    assert_answer(&status, Code::Aborted, "IDEMPOTENCY_KEY_IN_PROGRESS", true);
+    clock.advance(Duration::from_millis(200));
+    let second = {
+        let service = service.clone();
+        tokio::spawn(async move { service.charge(call(message)).await })
+    };
+    service.gate.entered().await; // the duplicate took the key over and runs
+    service.gate.open();
+    service.gate.open();
+    ok(first.await.unwrap());
+    ok(second.await.unwrap());
     assert_eq!(service.calls.get(), 2);
 }

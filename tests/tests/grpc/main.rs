@@ -51,6 +51,7 @@ cases!(
     methods_do_not_share_keys,
     a_dropped_call_runs_to_its_end_and_its_retry_replays,
     completed_records_expire_after_their_ttl,
+    a_deadline_in_the_extensions_ends_the_lease,
     a_store_failure_fails_closed_with_unavailable,
     a_reply_over_the_replay_limit_is_never_run_again,
 );

@@ -6,8 +6,8 @@
 
 use std::time::Duration;
 
-use idem_runtime::Idempotency;
 use idem_runtime::store::{DynamoDbStore, MemoryStore, PostgresStore, RedisStore, SqliteStore};
+use idem_runtime::{Builder, Idempotency};
 
 use crate::auth;
 use crate::config::{Config, StoreKind};
@@ -30,6 +30,15 @@ pub(crate) async fn idempotency(
     config: &Config,
     db: &Db,
 ) -> Result<Idempotency, Box<dyn std::error::Error + Send + Sync>> {
+    Ok(builder(config, db).await?.build()?)
+}
+
+/// The engine [`idempotency`] builds, before it is built: `payments-lambda` adds its own
+/// setting (`background_work(false)`).
+pub(crate) async fn builder(
+    config: &Config,
+    db: &Db,
+) -> Result<Builder, Box<dyn std::error::Error + Send + Sync>> {
     let mut builder = Idempotency::builder()
         .scope("org", auth::org_scope)
         .lease(config.lease)
@@ -75,7 +84,7 @@ pub(crate) async fn idempotency(
             .into());
         }
     };
-    Ok(builder.build()?)
+    Ok(builder)
 }
 
 /// The DynamoDB store on `table`, created if missing (on-demand capacity, TTL on), with the

@@ -17,7 +17,7 @@ use crate::adapters::answer::{Settled, settle};
 use crate::core::error::KeyError;
 use crate::core::fingerprint::{Fingerprint, Hasher, Previous, Version};
 use crate::core::key::{IdempotencyKey, RecordKey, tenant_of};
-use crate::engine::{Answer, Attempt, Lending, Verdict};
+use crate::engine::{Answer, Attempt, InvocationDeadline, Lending, Verdict};
 use crate::http::endpoint::KeyMode;
 use crate::http::rejection::Rejection;
 use crate::http::settings::HttpSettings;
@@ -176,6 +176,7 @@ where
         in_flight: method.in_flight(),
         lending,
         commits: method.commits(),
+        deadline: extensions.get::<InvocationDeadline>().copied(),
     };
     let request = Request::from_parts(metadata, extensions, message);
     let limit = idempotency.http().max_response_bytes;

@@ -17,7 +17,8 @@ use crate::core::error::KeyError;
 use crate::core::fingerprint::{Fingerprint, Previous, Version};
 use crate::core::key::{IdempotencyKey, RecordKey, tenant_of};
 use crate::engine::{
-    Answer, Attempt, Commits, InFlightMode, Kept, Lending, OpName, RolledBack, Verdict,
+    Answer, Attempt, Commits, InFlightMode, InvocationDeadline, Kept, Lending, OpName, RolledBack,
+    Verdict,
 };
 use crate::idempotency::Idempotency;
 
@@ -25,6 +26,8 @@ use crate::idempotency::Idempotency;
 mod atomic;
 mod error;
 mod payload;
+#[cfg(test)]
+mod tests;
 
 pub use error::{OperationError, PayloadError};
 
@@ -83,6 +86,7 @@ impl Idempotency {
             scope: String::new(),
             ttl: idem_rules::ttl::DEFAULT_TTL,
             wait: false,
+            deadline: None,
         }
     }
 }
@@ -112,6 +116,7 @@ pub struct Operation<'a> {
     scope: String,
     ttl: Duration,
     wait: bool,
+    deadline: Option<InvocationDeadline>,
 }
 
 impl Operation<'_> {
@@ -140,6 +145,14 @@ impl Operation<'_> {
     /// [`OperationError::InFlight`]. Default `false`.
     pub fn wait(mut self, wait: bool) -> Self {
         self.wait = wait;
+        self
+    }
+
+    /// The end of the invocation running this operation (a serverless function's deadline):
+    /// the record's lease never outlives it, so a record whose invocation timed out mid-run
+    /// frees then. One that is past or too far ahead is ignored. See [`InvocationDeadline`].
+    pub fn deadline(mut self, deadline: InvocationDeadline) -> Self {
+        self.deadline = Some(deadline);
         self
     }
 
@@ -206,6 +219,7 @@ impl Operation<'_> {
             lending,
             // The claim commits on its own first: the closure may never begin its transaction.
             commits: Commits::Two,
+            deadline: self.deadline,
         })
     }
 

@@ -1,0 +1,376 @@
+//! An operation under an invocation's deadline, and in an engine without background work, as a
+//! serverless function runs them: the engine's test clock stands for the wall clock, tokio's
+//! paused time for the waits, and a store that fails on demand for the store blinking.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use crate::clock::{Clock, ManualClock, Timestamp};
+use crate::store::{Claim, ClaimRequest, Completion, Fence, LeaseToken, MemoryStore, Store};
+use crate::{Idempotency, InvocationDeadline, OperationError, Outcome, RecordKey, StoreError};
+
+const LEASE: Duration = Duration::from_secs(30);
+const STORE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// A memory store whose writes fail while told to, as an unreachable store's do, and which
+/// counts every call.
+#[derive(Clone, Default)]
+struct Flaky {
+    inner: MemoryStore,
+    /// Completions and releases fail while set.
+    failing_writes: Arc<AtomicBool>,
+    /// The next claim lands, but its caller is told the store failed (a lost reply).
+    losing_claim: Arc<AtomicBool>,
+    /// The next claim lands at once, but its reply takes longer than the store timeout.
+    slow_claim: Arc<AtomicBool>,
+    /// Completions are refused as too large for the store (DynamoDB's item).
+    too_large: Arc<AtomicBool>,
+    completions: Arc<AtomicUsize>,
+    calls: Arc<AtomicUsize>,
+}
+
+impl Flaky {
+    fn calls(&self) -> usize {
+        self.calls.load(Ordering::SeqCst)
+    }
+
+    fn fail_writes(&self, failing: bool) {
+        self.failing_writes.store(failing, Ordering::SeqCst);
+    }
+
+    fn write(&self) -> Result<(), StoreError> {
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        match self.failing_writes.load(Ordering::SeqCst) {
+            true => Err(StoreError::Unavailable("the store blinked".into())),
+            false => Ok(()),
+        }
+    }
+}
+
+impl Store for Flaky {
+    async fn claim(&self, request: ClaimRequest<'_>) -> Result<Claim, StoreError> {
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        let claim = self.inner.claim(request).await;
+        if self.slow_claim.swap(false, Ordering::SeqCst) {
+            tokio::time::sleep(STORE_TIMEOUT + Duration::from_secs(1)).await;
+        }
+        if self.losing_claim.swap(false, Ordering::SeqCst) {
+            return Err(StoreError::Unavailable("the reply was lost".into()));
+        }
+        claim
+    }
+    async fn complete(
+        &self,
+        key: &RecordKey,
+        token: LeaseToken,
+        completion: Completion<'_>,
+    ) -> Result<Fence, StoreError> {
+        self.completions.fetch_add(1, Ordering::SeqCst);
+        if self.too_large.load(Ordering::SeqCst) {
+            return Err(StoreError::TooLarge {
+                size: completion.payload.len(),
+                limit: 1,
+            });
+        }
+        self.write()?;
+        self.inner.complete(key, token, completion).await
+    }
+    async fn release(&self, key: &RecordKey, token: LeaseToken) -> Result<Fence, StoreError> {
+        self.write()?;
+        self.inner.release(key, token).await
+    }
+    async fn renew(
+        &self,
+        key: &RecordKey,
+        token: LeaseToken,
+        until: Timestamp,
+    ) -> Result<Fence, StoreError> {
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        self.inner.renew(key, token, until).await
+    }
+    async fn purge_expired(&self, now: Timestamp, limit: u32) -> Result<u64, StoreError> {
+        self.inner.purge_expired(now, limit).await
+    }
+}
+
+fn engine(store: &Flaky, clock: &ManualClock, background_work: bool) -> Idempotency {
+    Idempotency::builder()
+        .store(store.clone())
+        .clock(clock.clone())
+        .lease(LEASE)
+        .store_timeout(STORE_TIMEOUT)
+        .background_work(background_work)
+        .skip_endpoint_checks()
+        .build()
+        .unwrap()
+}
+
+fn deadline_in(clock: &ManualClock, ahead: Duration) -> InvocationDeadline {
+    InvocationDeadline::from_epoch_millis(clock.now().after(ahead).as_millis())
+}
+
+type Ran = Result<Outcome<u32>, OperationError<std::io::Error>>;
+
+/// Runs `charge` under `key` and returns `run`, the run's number, as its output.
+async fn charge(
+    idempotency: &Idempotency,
+    deadline: Option<InvocationDeadline>,
+    run: u32,
+    fail: bool,
+) -> Ran {
+    let mut operation = idempotency.operation("charges.create");
+    if let Some(deadline) = deadline {
+        operation = operation.deadline(deadline);
+    }
+    operation
+        .run("k1", "amount=2000", move |_| async move {
+            match fail {
+                true => Err(std::io::Error::other("declined")),
+                false => Ok(run),
+            }
+        })
+        .await
+}
+
+/// Starts a run whose operation hangs (an invocation that times out); returns once it is
+/// claimed.
+async fn hang(idempotency: &Idempotency, deadline: Option<InvocationDeadline>) {
+    let hanging = idempotency.clone();
+    tokio::spawn(async move {
+        let mut operation = hanging.operation("charges.create");
+        if let Some(deadline) = deadline {
+            operation = operation.deadline(deadline);
+        }
+        let _ = operation
+            .run("k1", "amount=2000", |_| async {
+                std::future::pending::<Result<u32, std::io::Error>>().await
+            })
+            .await;
+    });
+    // Let the claim land.
+    for _ in 0..10 {
+        tokio::task::yield_now().await;
+    }
+}
+
+fn in_flight(ran: &Ran) -> bool {
+    matches!(ran, Err(OperationError::InFlight { .. }))
+}
+
+/// A Lambda invocation that times out mid-run: its key frees a margin after the deadline, not
+/// when the configured lease would have lapsed.
+#[tokio::test(start_paused = true)]
+async fn a_timed_out_invocations_key_frees_after_its_deadline() {
+    let (store, clock) = (Flaky::default(), ManualClock::new());
+    let idempotency = engine(&store, &clock, false);
+    hang(
+        &idempotency,
+        Some(deadline_in(&clock, Duration::from_secs(3))),
+    )
+    .await;
+    assert!(in_flight(&charge(&idempotency, None, 2, false).await));
+    clock.advance(Duration::from_millis(3_900)); // within the margin
+    assert!(in_flight(&charge(&idempotency, None, 2, false).await));
+    clock.advance(Duration::from_millis(200)); // 4.1 s: the deadline and its margin are past
+    let retried = charge(&idempotency, None, 2, false).await.unwrap();
+    assert_eq!(retried, Outcome::Fresh(2));
+}
+
+/// An invocation with minutes left renews its lease as usual, but never past its deadline: once
+/// the invocation could no longer be running, its key frees.
+#[tokio::test(start_paused = true)]
+async fn renewals_never_outlive_the_invocation() {
+    let (store, clock) = (Flaky::default(), ManualClock::new());
+    let idempotency = engine(&store, &clock, false);
+    hang(
+        &idempotency,
+        Some(deadline_in(&clock, Duration::from_secs(100))),
+    )
+    .await;
+    // Both clocks move together; the owner renews every 10 s.
+    for _ in 0..10 {
+        clock.advance(Duration::from_secs(10));
+        tokio::time::advance(Duration::from_secs(10)).await;
+    }
+    // 100 s: 70 s past the first lease, held by the renewals.
+    assert!(in_flight(&charge(&idempotency, None, 2, false).await));
+    clock.advance(Duration::from_millis(1_100));
+    tokio::time::advance(Duration::from_millis(1_100)).await;
+    let retried = charge(&idempotency, None, 2, false).await.unwrap();
+    assert_eq!(retried, Outcome::Fresh(2));
+}
+
+/// The local emulator's deadline (a time in 1970), or one past the longest invocation, is not
+/// believed: the configured lease applies, and the claim does not expire at once.
+#[tokio::test(start_paused = true)]
+async fn an_unbelievable_deadline_leaves_the_configured_lease() {
+    let far = InvocationDeadline::MAX_AHEAD + InvocationDeadline::MARGIN + Duration::from_secs(1);
+    let deadlines = |clock: &ManualClock| {
+        [
+            InvocationDeadline::from_epoch_millis(600_000),
+            deadline_in(clock, far),
+        ]
+    };
+    for case in 0..2 {
+        let (store, clock) = (Flaky::default(), ManualClock::new());
+        let idempotency = engine(&store, &clock, false);
+        hang(&idempotency, Some(deadlines(&clock)[case])).await;
+        assert!(in_flight(&charge(&idempotency, None, 2, false).await));
+        clock.advance(LEASE - Duration::from_secs(1));
+        assert!(
+            in_flight(&charge(&idempotency, None, 2, false).await),
+            "case {case}"
+        );
+        clock.advance(Duration::from_secs(2)); // the lease lapsed, nobody renewed it
+        let retried = charge(&idempotency, None, 2, false).await.unwrap();
+        assert_eq!(retried, Outcome::Fresh(2), "case {case}");
+    }
+}
+
+/// Without background work, a completion the store fails is retried before the caller gets
+/// its output: the first retry after the answer replays it, and nothing is left running.
+#[tokio::test(start_paused = true)]
+async fn a_completion_the_store_blinked_on_is_stored_before_the_answer() {
+    let (store, clock) = (Flaky::default(), ManualClock::new());
+    let idempotency = engine(&store, &clock, false);
+    store.fail_writes(true);
+    let healer = {
+        let store = store.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(120)).await;
+            store.fail_writes(false);
+        })
+    };
+    let first = charge(&idempotency, None, 1, false).await.unwrap();
+    healer.await.unwrap();
+    assert_eq!(first, Outcome::Fresh(1));
+    let calls = store.calls();
+    let again = charge(&idempotency, None, 2, false).await.unwrap();
+    assert_eq!(again, Outcome::Replayed(1));
+    assert_eq!(store.calls(), calls + 1, "one claim, that found the result");
+}
+
+/// A completion that still fails when the time for retries is up: the caller gets its output
+/// (the operation ran), nothing retries after the answer, duplicates are refused until the
+/// lease ends, and a retry after it runs the operation again, as after a crash.
+#[tokio::test(start_paused = true)]
+async fn a_completion_that_cannot_be_written_is_given_up_before_the_answer() {
+    let (store, clock) = (Flaky::default(), ManualClock::new());
+    let idempotency = engine(&store, &clock, false);
+    store.fail_writes(true);
+    let first = charge(&idempotency, None, 1, false).await.unwrap();
+    assert_eq!(first, Outcome::Fresh(1));
+    let calls = store.calls();
+    tokio::time::sleep(Duration::from_secs(3600)).await;
+    assert_eq!(store.calls(), calls, "nothing ran after the answer");
+    store.fail_writes(false);
+    assert!(in_flight(&charge(&idempotency, None, 2, false).await));
+    clock.advance(LEASE);
+    assert_eq!(
+        charge(&idempotency, None, 2, false).await.unwrap(),
+        Outcome::Fresh(2)
+    );
+}
+
+/// A failed operation's release that the store blinked on is retried before the error is
+/// returned: the caller's retry runs at once.
+#[tokio::test(start_paused = true)]
+async fn a_release_the_store_blinked_on_is_made_before_the_answer() {
+    let (store, clock) = (Flaky::default(), ManualClock::new());
+    let idempotency = engine(&store, &clock, false);
+    store.fail_writes(true);
+    let healer = {
+        let store = store.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(120)).await;
+            store.fail_writes(false);
+        })
+    };
+    let failed = charge(&idempotency, None, 1, true).await;
+    healer.await.unwrap();
+    assert!(matches!(failed, Err(OperationError::Failed(_))));
+    let retried = charge(&idempotency, None, 2, false).await.unwrap();
+    assert_eq!(retried, Outcome::Fresh(2));
+}
+
+/// A claim whose reply was lost (it landed, the caller was told the store failed) is released
+/// before the refusal is returned, its release retried while the store blinks: the retry runs
+/// at once, not after the lease.
+#[tokio::test(start_paused = true)]
+async fn a_claim_the_store_failed_is_released_before_the_refusal() {
+    let (store, clock) = (Flaky::default(), ManualClock::new());
+    let idempotency = engine(&store, &clock, false);
+    store.losing_claim.store(true, Ordering::SeqCst);
+    store.fail_writes(true);
+    let healer = {
+        let store = store.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(120)).await;
+            store.fail_writes(false);
+        })
+    };
+    let refused = charge(&idempotency, None, 1, false).await;
+    assert!(matches!(refused, Err(OperationError::Unavailable(_))));
+    let retried = charge(&idempotency, None, 2, false).await.unwrap();
+    assert_eq!(retried, Outcome::Fresh(2));
+    healer.await.unwrap();
+}
+
+/// A claim whose reply comes after the caller stopped waiting (503): the release of that claim,
+/// once it is answered, is made before the caller gets its 503, so the retry runs at once.
+#[tokio::test(start_paused = true)]
+async fn a_claim_answered_after_its_caller_gave_up_is_released_before_the_refusal() {
+    let (store, clock) = (Flaky::default(), ManualClock::new());
+    let idempotency = engine(&store, &clock, false);
+    store.slow_claim.store(true, Ordering::SeqCst);
+    let refused = charge(&idempotency, None, 1, false).await;
+    assert!(matches!(
+        refused,
+        Err(OperationError::Unavailable(StoreError::Timeout(_)))
+    ));
+    let retried = charge(&idempotency, None, 2, false).await.unwrap();
+    assert_eq!(retried, Outcome::Fresh(2));
+}
+
+/// A result the store refuses as too large is not retried before the answer (it would be
+/// refused again): the caller gets its output after one try, and nothing runs after.
+#[tokio::test(start_paused = true)]
+async fn a_result_refused_as_too_large_is_not_retried_before_the_answer() {
+    let (store, clock) = (Flaky::default(), ManualClock::new());
+    let idempotency = engine(&store, &clock, false);
+    store.too_large.store(true, Ordering::SeqCst);
+    let started = tokio::time::Instant::now();
+    let first = charge(&idempotency, None, 1, false).await.unwrap();
+    assert_eq!(first, Outcome::Fresh(1));
+    assert_eq!(store.completions.load(Ordering::SeqCst), 1);
+    assert_eq!(
+        started.elapsed(),
+        Duration::ZERO,
+        "no backoff before the answer"
+    );
+    let calls = store.calls();
+    tokio::time::sleep(Duration::from_secs(3600)).await;
+    assert_eq!(store.calls(), calls, "nothing ran after the answer");
+}
+
+/// A failed operation whose release still fails when the time for retries is up: the caller
+/// gets its error, nothing retries after the answer, and the key runs again once the lease ends.
+#[tokio::test(start_paused = true)]
+async fn a_release_that_cannot_be_written_leaves_the_key_until_the_lease_ends() {
+    let (store, clock) = (Flaky::default(), ManualClock::new());
+    let idempotency = engine(&store, &clock, false);
+    store.fail_writes(true);
+    let failed = charge(&idempotency, None, 1, true).await;
+    assert!(matches!(failed, Err(OperationError::Failed(_))));
+    let calls = store.calls();
+    tokio::time::sleep(Duration::from_secs(3600)).await;
+    assert_eq!(store.calls(), calls, "nothing ran after the answer");
+    store.fail_writes(false);
+    assert!(in_flight(&charge(&idempotency, None, 2, false).await));
+    clock.advance(LEASE);
+    assert_eq!(
+        charge(&idempotency, None, 2, false).await.unwrap(),
+        Outcome::Fresh(2)
+    );
+}
