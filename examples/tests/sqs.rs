@@ -234,6 +234,85 @@ async fn a_record_in_flight_elsewhere_is_reported_failed() {
     }
 }
 
+/// An invocation times out mid-effect (here: its effect is held past its deadline, as a frozen
+/// process would hold it). Its record frees a margin after the invocation's deadline, not after
+/// the engine's 30-second lease: the redelivery is refused while that invocation could still be
+/// running, then runs the effect. The late invocation's completion is fenced out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_timed_out_invocations_record_frees_after_its_deadline() {
+    use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+    use lambda_runtime::{Context, LambdaEvent};
+
+    for backend in Backend::all() {
+        let bench = Bench::new(&backend).await;
+        let consumer = bench.consumer(KeyFrom::MessageId);
+        let event = fixture("batch");
+        let second = ids(&event)[1].clone();
+        let gate = bench.orders.hold("o-1002");
+        let now_ms = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap()
+            .as_millis();
+        let mut context = Context::default();
+        context.deadline = u64::try_from(now_ms).unwrap() + 1000;
+        let timed_out = tokio::spawn({
+            let (consumer, event) = (consumer.clone(), only(&event, &[&second]));
+            async move { consumer.handle(LambdaEvent::new(event, context)).await }
+        });
+        gate.entered().await;
+        let early = consumer.process(only(&event, &[&second])).await;
+        assert_eq!(
+            early.records[0].outcome,
+            RecordOutcome::Failed(Failure::InFlight),
+            "{backend:?}: refused while the invocation may still run"
+        );
+
+        // The deadline (1 s) plus its margin (1 s), far below the engine's 30 s lease.
+        let started = Instant::now();
+        let redelivered = loop {
+            let report = consumer.process(only(&event, &[&second])).await;
+            match &report.records[0].outcome {
+                RecordOutcome::Failed(Failure::InFlight)
+                    if started.elapsed() < Duration::from_secs(15) =>
+                {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                outcome => break outcome.clone(),
+            }
+        };
+        assert_eq!(redelivered, RecordOutcome::Processed, "{backend:?}");
+
+        gate.open();
+        // Its completion is fenced out (another owner holds the record): it reports the record
+        // failed, and that redelivery is skipped.
+        let late = timed_out
+            .await
+            .unwrap()
+            .expect("the late invocation answers");
+        let late: Vec<_> = late
+            .batch_item_failures
+            .iter()
+            .map(|f| &f.item_identifier)
+            .collect();
+        assert_eq!(late, [&second], "{backend:?}");
+        let after = consumer.process(only(&event, &[&second])).await;
+        assert_eq!(
+            after.records[0].outcome,
+            RecordOutcome::Skipped,
+            "{backend:?}"
+        );
+        // Two shipments: the timed-out invocation's effect happened (at least once, as after
+        // any crash mid-effect), and the redelivery's. The record kept the redelivery's.
+        assert_eq!(
+            bench.orders.shipments(&["o-1002"]).await,
+            [2],
+            "{backend:?}"
+        );
+        bench.discard().await;
+    }
+}
+
 /// The idempotency store is down: every record is reported failed and nothing ships (fail
 /// closed: no effect without a claim). When it is back, the redelivered batch ships once.
 #[tokio::test]

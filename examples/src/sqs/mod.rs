@@ -55,9 +55,15 @@
 //! While a key's record lives ([`Consumer::ttl`], 24 hours by default: keep it above the
 //! queue's retention, or the longest a producer retries), its effect runs to completion at
 //! most once, whatever SQS redelivers and however many invocations run at once. An invocation
-//! that dies mid-effect (the function timed out) leaves the key in flight until its lease
-//! lapses (the engine's `lease`, 30 s); the redelivery after that runs the effect again, so an
-//! effect that can be cut off half-way should be a transaction. Standard queues only: a FIFO
+//! that dies mid-effect leaves the key in flight until its lease lapses: through [`handle`]
+//! the lease ends with the invocation's deadline (plus a second), so a timed-out invocation's
+//! records free as soon as it can no longer be running; otherwise the engine's `lease` (30 s).
+//! The redelivery after that runs the effect again, so an effect that can be cut off half-way
+//! should be a transaction. On Lambda, build the engine with
+//! [`background_work(false)`](idem_runtime::Builder::background_work), as `sqs-orders` does:
+//! every write then settles before the batch is answered.
+//!
+//! [`handle`]: Consumer::handle Standard queues only: a FIFO
 //! queue also needs the records after a failed one in its message group reported failed, which
 //! this consumer does not do.
 
@@ -72,7 +78,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent, SqsMessage};
-use idem_runtime::{Idempotency, OperationError, Outcome};
+use idem_runtime::{Idempotency, InvocationDeadline, OperationError, Outcome};
 use lambda_runtime::LambdaEvent;
 
 pub use effect::{Effect, Message};
@@ -162,15 +168,34 @@ impl<E: Effect> Consumer<E> {
 
     /// The Lambda handler: processes the batch and answers the failed records'
     /// `batchItemFailures`. Give it to `lambda_runtime::run` with `service_fn`.
+    ///
+    /// The records' leases end with the invocation (its context's deadline, plus a margin; see
+    /// [`InvocationDeadline`]): a record whose invocation timed out mid-effect frees when that
+    /// invocation can no longer be running, and its redelivery runs it.
     pub async fn handle(
         &self,
         event: LambdaEvent<SqsEvent>,
     ) -> Result<SqsBatchResponse, lambda_runtime::Error> {
-        Ok(self.process(event.payload).await.response()?)
+        let deadline = i64::try_from(event.context.deadline)
+            .ok()
+            .map(InvocationDeadline::from_epoch_millis);
+        Ok(self
+            .process_until(event.payload, deadline)
+            .await
+            .response()?)
     }
 
     /// Processes a batch: each record once per key, in order; what became of each.
     pub async fn process(&self, event: SqsEvent) -> BatchReport {
+        self.process_until(event, None).await
+    }
+
+    /// [`process`](Self::process), the records' leases ended by `deadline` when given.
+    async fn process_until(
+        &self,
+        event: SqsEvent,
+        deadline: Option<InvocationDeadline>,
+    ) -> BatchReport {
         let mut report = BatchReport::default();
         let mut store_down = None;
         for record in event.records {
@@ -178,7 +203,7 @@ impl<E: Effect> Consumer<E> {
                 Some(why) => RecordOutcome::Failed(Failure::StoreUnavailable(format!(
                     "not tried, the store failed earlier in this batch: {why}"
                 ))),
-                None => self.process_record(&record).await,
+                None => self.process_record(&record, deadline).await,
             };
             let message_id = record.message_id;
             let id = message_id.as_deref().unwrap_or("");
@@ -206,7 +231,11 @@ impl<E: Effect> Consumer<E> {
         report
     }
 
-    async fn process_record(&self, record: &SqsMessage) -> RecordOutcome {
+    async fn process_record(
+        &self,
+        record: &SqsMessage,
+        deadline: Option<InvocationDeadline>,
+    ) -> RecordOutcome {
         let body = record.body.clone().unwrap_or_default();
         let derived = match self.key_from.derive(record.message_id.as_deref(), &body) {
             Ok(derived) => derived,
@@ -217,11 +246,15 @@ impl<E: Effect> Consumer<E> {
             body,
         };
         let effect = Arc::clone(&self.effect);
-        let outcome = self
+        let mut operation = self
             .idempotency
             .operation(self.operation.clone())
             .scope(self.scope.clone())
-            .ttl(self.ttl)
+            .ttl(self.ttl);
+        if let Some(deadline) = deadline {
+            operation = operation.deadline(deadline);
+        }
+        let outcome = operation
             .run(derived.key, derived.input, move |_| async move {
                 effect.apply(message).await
             })

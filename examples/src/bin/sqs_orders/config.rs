@@ -82,7 +82,9 @@ impl Config {
     }
 
     async fn engine(&self, sqlite: Option<SqlitePool>) -> Result<Idempotency, Error> {
-        let builder = Idempotency::builder();
+        // Lambda freezes the process between invocations: every write settles before the
+        // batch is answered.
+        let builder = Idempotency::builder().background_work(false);
         let builder = match (&self.store, sqlite) {
             (StoreKind::DynamoDb { table }, _) => builder.store(dynamodb(table).await?),
             (StoreKind::Sqlite, Some(pool)) => builder.store(SqliteStore::from_pool(pool).await?),
