@@ -55,15 +55,13 @@
 //! While a key's record lives ([`Consumer::ttl`], 24 hours by default: keep it above the
 //! queue's retention, or the longest a producer retries), its effect runs to completion at
 //! most once, whatever SQS redelivers and however many invocations run at once. An invocation
-//! that dies mid-effect leaves the key in flight until its lease lapses: through [`handle`]
-//! the lease ends with the invocation's deadline (plus a second), so a timed-out invocation's
+//! that dies mid-effect leaves the key in flight until its lease lapses: through
+//! [`Consumer::handle`] the lease ends with the invocation's deadline (plus a second), so a timed-out invocation's
 //! records free as soon as it can no longer be running; otherwise the engine's `lease` (30 s).
 //! The redelivery after that runs the effect again, so an effect that can be cut off half-way
 //! should be a transaction. On Lambda, build the engine with
 //! [`background_work(false)`](idem_runtime::Builder::background_work), as `sqs-orders` does:
-//! every write then settles before the batch is answered.
-//!
-//! [`handle`]: Consumer::handle Standard queues only: a FIFO
+//! every write then settles before the batch is answered. Standard queues only: a FIFO
 //! queue also needs the records after a failed one in its message group reported failed, which
 //! this consumer does not do.
 
