@@ -42,6 +42,9 @@ use std::process::ExitCode;
 use idem_runtime::lambda::DeadlineLayer;
 
 // `payments`' modules, as they are: the router and everything it serves.
+#[allow(dead_code)] // the engine and the metrics a server's background tasks use
+#[path = "payments/app.rs"]
+mod app;
 #[path = "payments/auth.rs"]
 mod auth;
 #[path = "payments/body.rs"]
@@ -77,9 +80,8 @@ mod store;
 #[path = "payments/telemetry.rs"]
 mod telemetry;
 
+use app::BoxError;
 use config::{Config, redact};
-
-type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 fn main() -> ExitCode {
     // `payments` defaults to a store in its SQLite file: here the choice is the deployer's.
@@ -112,37 +114,11 @@ fn main() -> ExitCode {
 }
 
 async fn run(config: Config) -> Result<(), BoxError> {
-    config.errors.install();
-    let metrics = telemetry::Metrics::install()?;
-    let db = db::Db::connect(&config.database_url, config.database)
-        .await
-        .map_err(|e| {
-            format!(
-                "cannot open DATABASE_URL={}: {e}",
-                redact(&config.database_url)
-            )
-        })?;
-    let idempotency = store::builder(&config, &db)
-        .await
-        .map_err(|e| format!("cannot start the {} store: {e}", config.store.name()))?
-        .background_work(false)
-        .build()?;
+    let app::Service { router, .. } = app::build(&config, false).await?;
     tracing::info!(
         "payments-lambda ready (idempotency store: {}, database: {})",
-        config
-            .dynamodb_table
-            .as_deref()
-            .map_or(config.store.name().to_owned(), |table| format!(
-                "dynamodb table {table}"
-            )),
+        app::store_description(&config),
         redact(&config.database_url),
     );
-    let app = routes::router(routes::AppState {
-        idempotency,
-        db,
-        processor: processor::Processor::new(config.slow),
-        metrics,
-    })
-    .layer(DeadlineLayer::new());
-    lambda_http::run(app).await
+    lambda_http::run(router.layer(DeadlineLayer::new())).await
 }

@@ -146,6 +146,7 @@ use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::sync::Notify;
 
+mod app;
 mod auth;
 mod body;
 mod config;
@@ -161,12 +162,11 @@ mod serve;
 mod store;
 mod telemetry;
 
+use app::BoxError;
 use config::{Config, redact};
 
 /// How long requests in flight may take to finish after SIGINT/SIGTERM.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(30);
-
-type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 #[tokio::main]
 async fn main() -> ExitCode {
@@ -188,70 +188,28 @@ async fn main() -> ExitCode {
 }
 
 async fn run(config: Config) -> Result<(), BoxError> {
-    config.errors.install();
-    let metrics = telemetry::Metrics::install()?;
-    let db = db::Db::connect(&config.database_url, config.database)
-        .await
-        .map_err(|e| {
-            format!(
-                "cannot open DATABASE_URL={}: {e}",
-                redact(&config.database_url)
-            )
-        })?;
-    let idempotency = store::idempotency(&config, &db).await.map_err(|e| {
-        match (&config.redis, &config.dynamodb_table) {
-            (Some(redis), _) => format!(
-                "cannot start the redis store at REDIS_URL={}: {}",
-                redact(&redis.url),
-                causes(&*e)
-            ),
-            (_, Some(table)) => format!(
-                "cannot start the dynamodb store on DYNAMODB_TABLE={table}: {}",
-                causes(&*e)
-            ),
-            (None, None) => format!(
-                "cannot start the {} store: {}",
-                config.store.name(),
-                causes(&*e)
-            ),
-        }
-    })?;
-    for endpoint in idempotency.endpoints() {
-        tracing::debug!(
-            name = endpoint.name(),
-            handler = endpoint.handler(),
-            scope = endpoint.scope(),
-            ttl_secs = endpoint.ttl().as_secs(),
-            "idempotent endpoint"
-        );
-    }
-
+    let app::Service {
+        router,
+        idempotency,
+        db,
+        metrics,
+    } = app::build(&config, true).await?;
     let listener = TcpListener::bind(&config.bind)
         .await
         .map_err(|e| format!("cannot listen on BIND={}: {e}", config.bind))?;
     let addr = listener.local_addr()?;
-    let store = match (&config.redis, &config.dynamodb_table) {
-        (Some(redis), _) => format!("redis at {} under {}", redact(&redis.url), redis.prefix),
-        (_, Some(table)) => format!("dynamodb table {table}"),
-        (None, None) => config.store.name().to_owned(),
-    };
     tracing::info!(
-        "payments listening on http://{addr} (idempotency store: {store}, database: {}, errors: {})",
+        "payments listening on http://{addr} (idempotency store: {}, database: {}, errors: {})",
+        app::store_description(&config),
         redact(&config.database_url),
         config.errors.name(),
     );
 
     let sweeper = store::spawn_sweeper(&idempotency);
     let upkeep = metrics.spawn_upkeep();
-    let app = routes::router(routes::AppState {
-        idempotency,
-        db: db.clone(),
-        processor: processor::Processor::new(config.slow),
-        metrics,
-    });
 
     let stopping = Arc::new(Notify::new());
-    let server = serve::serve(listener, app, config.limits, {
+    let server = serve::serve(listener, router, config.limits, {
         let stopping = stopping.clone();
         async move {
             shutdown_signal().await;
@@ -299,20 +257,4 @@ async fn shutdown_signal() {
         () = interrupt => {}
         () = terminate => {}
     }
-}
-
-/// `error` and its sources, `: `-separated: "idempotency store unavailable: Connection refused".
-fn causes(error: &(dyn std::error::Error + 'static)) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        // Some errors repeat their source in their own message: say it once.
-        let cause_text = cause.to_string();
-        if !text.ends_with(&cause_text) {
-            text.push_str(": ");
-            text.push_str(&cause_text);
-        }
-        source = cause.source();
-    }
-    text
 }

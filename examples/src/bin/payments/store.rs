@@ -18,7 +18,7 @@ use crate::envelope::{self, ErrorFormat};
 const SWEEP_PERIOD: Duration = Duration::from_secs(60);
 const SWEEP_BATCH: u32 = 1000;
 
-/// Builds the engine on the store `config.store`; SQL stores share the app's pool, so records
+/// The engine's builder on the store `config.store`; SQL stores share the app's pool, so records
 /// live in the app's database (in their own tables, created by the store's own migrations); the
 /// Redis store connects to `REDIS_URL`; the DynamoDB store uses the table `DYNAMODB_TABLE`
 /// (created if missing) with the client the AWS environment configures. `IDEM_LEASE_MS` is how
@@ -26,15 +26,9 @@ const SWEEP_BATCH: u32 = 1000;
 /// invalid key, 409 in flight, 422 reused, 503 store down) are in `ERROR_FORMAT`: its default,
 /// problem+json, is already this service's; Stripe's is rendered by
 /// [`envelope::render_rejection`].
-pub(crate) async fn idempotency(
-    config: &Config,
-    db: &Db,
-) -> Result<Idempotency, Box<dyn std::error::Error + Send + Sync>> {
-    Ok(builder(config, db).await?.build()?)
-}
-
-/// The engine [`idempotency`] builds, before it is built: `payments-lambda` adds its own
-/// setting (`background_work(false)`).
+///
+/// Each binary adds its own settings before building it (`payments-lambda`:
+/// `background_work(false)`).
 pub(crate) async fn builder(
     config: &Config,
     db: &Db,
