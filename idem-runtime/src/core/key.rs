@@ -118,6 +118,7 @@ impl fmt::Debug for RecordKey {
     }
 }
 
+/// `bytes` as lowercase hex digits.
 pub(crate) fn hex(bytes: &[u8]) -> String {
     const DIGITS: &[u8; 16] = b"0123456789abcdef";
     let mut s = String::with_capacity(bytes.len() * 2);
@@ -128,9 +129,29 @@ pub(crate) fn hex(bytes: &[u8]) -> String {
     s
 }
 
+/// 32 bytes from 64 hex digits (either case), or `None`: the inverse of [`hex`] for keys and
+/// digests, as the stores that keep them as text read them back.
+pub(crate) fn unhex(digits: &[u8]) -> Option<[u8; 32]> {
+    if digits.len() != 64 {
+        return None;
+    }
+    let mut bytes = [0u8; 32];
+    for (byte, pair) in bytes.iter_mut().zip(digits.chunks_exact(2)) {
+        *byte = u8::from_str_radix(std::str::from_utf8(pair).ok()?, 16).ok()?;
+    }
+    Some(bytes)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn keys_round_trip_through_their_hex() {
+        let key = RecordKey::from_bytes([0xab; 32]);
+        assert_eq!(unhex(key.to_hex().as_bytes()), Some([0xab; 32]));
+        assert_eq!(unhex(b"ab"), None);
+    }
 
     #[test]
     fn keys_follow_the_shared_rules() {

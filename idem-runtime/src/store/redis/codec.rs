@@ -8,6 +8,7 @@ use redis::Value;
 use crate::core::clock::Timestamp;
 use crate::core::error::StoreError;
 use crate::core::fingerprint::Fingerprint;
+use crate::core::key::unhex;
 use crate::store::Claim;
 
 /// Reads the claim script's reply (see `claim.lua`).
@@ -86,18 +87,6 @@ pub(super) fn fingerprint(value: Option<Value>) -> Result<Fingerprint, StoreErro
         return Err(bad());
     };
     unhex(&digits).map(Fingerprint::from_bytes).ok_or_else(bad)
-}
-
-/// 32 bytes from 64 hex digits (either case), or `None`.
-pub(super) fn unhex(digits: &[u8]) -> Option<[u8; 32]> {
-    if digits.len() != 64 {
-        return None;
-    }
-    let mut bytes = [0u8; 32];
-    for (byte, pair) in bytes.iter_mut().zip(digits.chunks_exact(2)) {
-        *byte = u8::from_str_radix(std::str::from_utf8(pair).ok()?, 16).ok()?;
-    }
-    Some(bytes)
 }
 
 #[cfg(test)]

@@ -6,10 +6,9 @@
 use std::collections::HashSet;
 
 use super::RedisStore;
-use super::codec::unhex;
 use super::conn::Node;
 use crate::core::error::StoreError;
-use crate::core::key::RecordKey;
+use crate::core::key::{RecordKey, unhex};
 
 /// The `COUNT` hint of each `SCAN`: how many keys Redis visits per call, about.
 const COUNT: u32 = 1000;
