@@ -289,3 +289,100 @@ impl RecordStats {
             .sum()
     }
 }
+
+/// The oldest `limit` records, by creation then key, among those a listing offers: what a store
+/// that selects records in process answers [`Store::list_records`](super::Store::list_records)
+/// with. It holds at most twice the limit (at least 256) at a time, however many are offered.
+#[derive(Debug)]
+pub(crate) struct Oldest {
+    limit: usize,
+    found: Vec<RecordInfo>,
+}
+
+impl Oldest {
+    pub(crate) fn new(limit: u32) -> Self {
+        Self {
+            limit: limit as usize,
+            found: Vec::new(),
+        }
+    }
+
+    /// Takes `record` into account.
+    pub(crate) fn offer(&mut self, record: RecordInfo) {
+        self.found.push(record);
+        if self.found.len() >= self.limit.saturating_mul(2).max(256) {
+            self.keep_oldest();
+        }
+    }
+
+    /// The oldest `limit` records offered, oldest first.
+    pub(crate) fn into_vec(mut self) -> Vec<RecordInfo> {
+        self.keep_oldest();
+        self.found
+    }
+
+    fn keep_oldest(&mut self) {
+        self.found.sort_unstable_by_key(|r| (r.created_at, r.key));
+        self.found.truncate(self.limit);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_oldest_are_kept_by_creation_then_key() {
+        let record = |n: u8, created: i64| {
+            let times = RecordTimes {
+                created_at: Timestamp::from_millis(created),
+                completed_at: None,
+                lease_until: Timestamp::from_millis(0),
+                expires_at: Timestamp::from_millis(1),
+            };
+            RecordInfo::new(
+                RecordKey::from_bytes([n; 32]),
+                "",
+                "",
+                "",
+                false,
+                None,
+                times,
+            )
+        };
+        let mut oldest = Oldest::new(3);
+        for record in [record(3, 5), record(2, 9), record(1, 5), record(4, 1)] {
+            oldest.offer(record);
+        }
+        let keys: Vec<u8> = oldest
+            .into_vec()
+            .iter()
+            .map(|r| r.key.as_bytes()[0])
+            .collect();
+        assert_eq!(keys, [4, 1, 3]);
+    }
+
+    #[test]
+    fn memory_stays_bounded_however_many_are_offered() {
+        let mut oldest = Oldest::new(2);
+        for n in (0..10_000i64).rev() {
+            let times = RecordTimes {
+                created_at: Timestamp::from_millis(n),
+                completed_at: None,
+                lease_until: Timestamp::from_millis(0),
+                expires_at: Timestamp::from_millis(1),
+            };
+            let mut key = [0u8; 32];
+            key[..8].copy_from_slice(&n.to_be_bytes());
+            let info = RecordInfo::new(RecordKey::from_bytes(key), "", "", "", false, None, times);
+            oldest.offer(info);
+            assert!(oldest.found.len() < 256, "{}", oldest.found.len());
+        }
+        let created: Vec<i64> = oldest
+            .into_vec()
+            .iter()
+            .map(|r| r.created_at.as_millis())
+            .collect();
+        assert_eq!(created, [0, 1]);
+    }
+}

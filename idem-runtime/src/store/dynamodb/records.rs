@@ -19,7 +19,9 @@ use super::item::{
 use crate::core::clock::Timestamp;
 use crate::core::error::StoreError;
 use crate::core::key::RecordKey;
-use crate::store::records::{Forgotten, RecordFilter, RecordInfo, RecordState, RecordStats};
+use crate::store::records::{
+    Forgotten, Oldest, RecordFilter, RecordInfo, RecordState, RecordStats,
+};
 
 /// Where a paged `Scan` is: not started, at a page's last key, or done.
 enum Page {
@@ -65,26 +67,19 @@ impl DynamoDbStore {
         now: Timestamp,
         limit: u32,
     ) -> Result<Vec<RecordInfo>, StoreError> {
-        let limit = limit as usize;
-        let mut found = Vec::new();
         if limit == 0 {
-            return Ok(found);
+            return Ok(Vec::new());
         }
+        let mut oldest = Oldest::new(limit);
         let mut page = Page::First;
         while let Some(records) = self.next_page(&mut page).await? {
-            found.extend(
-                records
-                    .iter()
-                    .map(Stored::info)
-                    .filter(|info| filter.matches(info, now)),
-            );
-            // Keep at most twice the limit in memory, however many records match.
-            if found.len() >= limit.saturating_mul(2) {
-                keep_oldest(&mut found, limit);
+            for info in records.iter().map(Stored::info) {
+                if filter.matches(&info, now) {
+                    oldest.offer(info);
+                }
             }
         }
-        keep_oldest(&mut found, limit);
-        Ok(found)
+        Ok(oldest.into_vec())
     }
 
     pub(super) async fn read(
@@ -282,10 +277,4 @@ impl DynamoDbStore {
             }
         }
     }
-}
-
-/// Keeps the `limit` oldest records, by creation then key, in that order.
-fn keep_oldest(records: &mut Vec<RecordInfo>, limit: usize) {
-    records.sort_by_key(|r| (r.created_at, r.key));
-    records.truncate(limit);
 }

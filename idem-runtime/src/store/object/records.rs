@@ -16,7 +16,7 @@ use crate::core::clock::Timestamp;
 use crate::core::error::StoreError;
 use crate::core::key::RecordKey;
 use crate::store::records::{
-    Forgotten, RecordFilter, RecordInfo, RecordState, RecordStats, RecordTimes,
+    Forgotten, Oldest, RecordFilter, RecordInfo, RecordState, RecordStats, RecordTimes,
 };
 
 /// How many objects a listing reads at once.
@@ -67,12 +67,6 @@ fn parse_key(name: &str) -> Option<RecordKey> {
         *byte = (digit(pair[0])? << 4) | digit(pair[1])?;
     }
     Some(RecordKey::from_bytes(bytes))
-}
-
-/// Sorts `found` oldest first, by creation then key, and keeps the first `limit`.
-fn keep_oldest(found: &mut Vec<RecordInfo>, limit: usize) {
-    found.sort_unstable_by_key(|r| (r.created_at, r.key));
-    found.truncate(limit);
 }
 
 impl BucketStore {
@@ -137,19 +131,12 @@ impl BucketStore {
         now: Timestamp,
         limit: u32,
     ) -> Result<Vec<RecordInfo>, StoreError> {
-        let limit = limit as usize;
-        // Only the oldest `limit` are kept as the listing goes, so memory stays bounded.
-        let room = limit.saturating_mul(2).max(256);
-        let mut found = Vec::new();
+        let mut oldest = Oldest::new(limit);
         let mut records = pin!(self.selected(filter, now));
         while let Some((info, _)) = records.try_next().await? {
-            found.push(info);
-            if found.len() >= room {
-                keep_oldest(&mut found, limit);
-            }
+            oldest.offer(info);
         }
-        keep_oldest(&mut found, limit);
-        Ok(found)
+        Ok(oldest.into_vec())
     }
 
     pub(super) async fn read_one(

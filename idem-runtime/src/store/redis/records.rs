@@ -20,7 +20,7 @@ use crate::core::clock::Timestamp;
 use crate::core::error::StoreError;
 use crate::core::key::RecordKey;
 use crate::store::records::{
-    Forgotten, RecordFilter, RecordInfo, RecordState, RecordStats, RecordTimes,
+    Forgotten, Oldest, RecordFilter, RecordInfo, RecordState, RecordStats, RecordTimes,
 };
 
 static FORGET: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("forget.lua")));
@@ -60,25 +60,19 @@ impl RedisStore {
         now: Timestamp,
         limit: u32,
     ) -> Result<Vec<RecordInfo>, StoreError> {
-        let limit = limit as usize;
-        let mut found = Vec::new();
         if limit == 0 {
-            return Ok(found);
+            return Ok(Vec::new());
         }
+        let mut oldest = Oldest::new(limit);
         let mut keys = Keys::new(self).await?;
         while let Some(batch) = keys.next().await? {
             for stored in self.read_many(&batch).await? {
                 if filter.matches(&stored.info, now) {
-                    found.push(stored.info);
+                    oldest.offer(stored.info);
                 }
             }
-            // Keep at most twice the limit in memory, however many records match.
-            if found.len() >= limit.saturating_mul(2) {
-                keep_oldest(&mut found, limit);
-            }
         }
-        keep_oldest(&mut found, limit);
-        Ok(found)
+        Ok(oldest.into_vec())
     }
 
     pub(super) async fn read(
@@ -301,12 +295,6 @@ fn is_wrong_type(error: &RedisError) -> bool {
     error.code() == Some("WRONGTYPE")
 }
 
-/// Keeps the `limit` oldest records, by creation then key, in that order.
-fn keep_oldest(records: &mut Vec<RecordInfo>, limit: usize) {
-    records.sort_by_key(|r| (r.created_at, r.key));
-    records.truncate(limit);
-}
-
 /// A record from its [`FIELDS`] as `HMGET` read them: `None` when none is there (the hash is
 /// gone), [`StoreError::Corrupt`] when a field a record always has is missing or does not parse.
 /// `scope` and `scope_value` read empty on records written before the store kept them, as
@@ -473,30 +461,5 @@ mod tests {
                 "{changes:?}"
             );
         }
-    }
-
-    #[test]
-    fn the_oldest_are_kept_by_creation_then_key() {
-        let record = |n: u8, created: i64| {
-            let times = RecordTimes {
-                created_at: Timestamp::from_millis(created),
-                completed_at: None,
-                lease_until: Timestamp::from_millis(0),
-                expires_at: Timestamp::from_millis(1),
-            };
-            RecordInfo::new(
-                RecordKey::from_bytes([n; 32]),
-                "",
-                "",
-                "",
-                false,
-                None,
-                times,
-            )
-        };
-        let mut records = vec![record(3, 5), record(2, 9), record(1, 5), record(4, 1)];
-        keep_oldest(&mut records, 3);
-        let keys: Vec<u8> = records.iter().map(|r| r.key.as_bytes()[0]).collect();
-        assert_eq!(keys, [4, 1, 3]);
     }
 }
