@@ -14,18 +14,7 @@ use crate::db::{TestStore, unique_name};
 /// The moto server's URL, or `None` (the test is skipped, and says so) outside CI when none is
 /// running. Under CI (`CI=true`) a missing server fails the test.
 pub fn dynamodb_endpoint() -> Option<String> {
-    match std::env::var("JOBS_TEST_S3_ENDPOINT") {
-        Ok(url) if !url.is_empty() => Some(url),
-        _ if std::env::var("CI").is_ok_and(|ci| ci == "true") => {
-            panic!("CI=true but JOBS_TEST_S3_ENDPOINT is not set: .ci/run starts moto and sets it")
-        }
-        _ => {
-            eprintln!(
-                "skipped: no DynamoDB (moto) server (set JOBS_TEST_S3_ENDPOINT, as .ci/run does)"
-            );
-            None
-        }
-    }
+    crate::s3::moto_endpoint("DynamoDB")
 }
 
 /// The moto server's `host:port`, for a proxy in front of it.

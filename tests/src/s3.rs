@@ -4,13 +4,22 @@
 /// The moto server's URL, or `None` (the test is skipped, and says so) outside CI when none is
 /// running. Under CI (`CI=true`) a missing server fails the test.
 pub fn s3_endpoint() -> Option<String> {
+    moto_endpoint("S3")
+}
+
+/// The URL of the moto server (`JOBS_TEST_S3_ENDPOINT`), which serves `service` (S3, DynamoDB)
+/// for the test; `None`, after saying the test is skipped, outside CI when none runs. Under CI
+/// (`CI=true`) a missing server fails the test.
+pub(crate) fn moto_endpoint(service: &str) -> Option<String> {
     match std::env::var("JOBS_TEST_S3_ENDPOINT") {
         Ok(url) if !url.is_empty() => Some(url),
         _ if std::env::var("CI").is_ok_and(|ci| ci == "true") => {
             panic!("CI=true but JOBS_TEST_S3_ENDPOINT is not set: .ci/run starts moto and sets it")
         }
         _ => {
-            eprintln!("skipped: no S3 server (set JOBS_TEST_S3_ENDPOINT, as .ci/run does)");
+            eprintln!(
+                "skipped: no {service} (moto) server (set JOBS_TEST_S3_ENDPOINT, as .ci/run does)"
+            );
             None
         }
     }
