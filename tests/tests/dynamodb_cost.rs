@@ -1,13 +1,15 @@
 //! What each request costs on DynamoDB, counted: the calls the store makes for a fresh request, a
-//! replay, a conflict, a reused key, a failed operation and a wait in flight, seen by an
-//! interceptor on the SDK client; and the capacity units they consume, from the sizes of the
-//! items they write, by DynamoDB's published rules (a write: 1 WCU per started KB of the larger of
-//! the item before and after, also when its condition fails; a strongly consistent read: 1 RCU per
-//! started 4 KB). `docs/serverless.md` quotes these numbers. Against the moto server CI starts
-//! (`JOBS_TEST_S3_ENDPOINT`); skipped, saying so, outside CI without one.
+//! replay, a conflict, a reused key, a failed operation, a wait in flight and the renewals of a
+//! long run, seen by an interceptor on the SDK client; and the capacity units they consume, from
+//! the sizes of the items they write, by DynamoDB's published rules (a write: 1 WCU per started
+//! KB of the larger of the item before and after, also when its condition fails; a strongly
+//! consistent read: 1 RCU per started 4 KB). `docs/serverless.md` quotes these numbers. Against
+//! the moto server CI starts (`JOBS_TEST_S3_ENDPOINT`); skipped, saying so, outside CI without
+//! one.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::config::interceptors::BeforeTransmitInterceptorContextRef;
@@ -104,6 +106,7 @@ async fn each_request_costs_what_the_guide_says() {
         .build()
         .await
         .expect("moto serves DynamoDB");
+    let idempotency_store = store.clone();
     let idempotency = Idempotency::builder().store(store).build().unwrap();
     let charges = || idempotency.operation("charges.create").scope("acme");
     sent.take();
@@ -199,6 +202,47 @@ async fn each_request_costs_what_the_guide_says() {
         "{failed:?}"
     );
     assert_eq!(sent.take(), ["PutItem", "DeleteItem"], "a failed operation");
+
+    // A run longer than a third of its lease renews it: one UpdateItem per renewal, each
+    // fenced by the owner's token. The gate holds the run until two renewals went out.
+    let renewing = Idempotency::builder()
+        .store(idempotency_store.clone())
+        .lease(Duration::from_millis(600))
+        .build()
+        .unwrap();
+    let gate = Gate::default();
+    let long = tokio::spawn({
+        let gate = gate.clone();
+        async move {
+            renewing
+                .operation("charges.create")
+                .scope("acme")
+                .run("k4", "order-5", move |_| async move {
+                    gate.pass().await;
+                    Ok::<_, ()>(output())
+                })
+                .await
+        }
+    });
+    gate.entered().await;
+    let mut calls = sent.take();
+    while calls.iter().filter(|c| *c == "UpdateItem").count() < 2 {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        calls.extend(sent.take());
+    }
+    gate.open();
+    let ran = long.await.unwrap().expect("the long run completes");
+    assert!(!ran.is_replayed());
+    calls.extend(sent.take());
+    assert_eq!(
+        calls.first().map(String::as_str),
+        Some("PutItem"),
+        "{calls:?}"
+    );
+    assert!(
+        calls[1..].iter().all(|c| c == "UpdateItem"),
+        "renewals and the completion are UpdateItems, nothing else: {calls:?}"
+    );
 
     eprintln!(
         "DynamoDB per request, 1 KB output: fresh {fresh} WCU (claim {claimed} B, completed \
