@@ -3,24 +3,38 @@
 
 mod common;
 
+use std::process::ExitStatus;
+
 use common::{DynamoTable, PgDatabase, RedisPrefix, Server, charge};
+use idem_tests::dynamodb::aws_env;
+
+/// A loopback port nothing listens on.
+fn closed_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .unwrap()
+        .port()
+}
+
+/// The line a server that refused to start printed about why (`payments: ...`), after checking
+/// it did exit with a failure.
+fn failure_line(status: ExitStatus, output: &str) -> String {
+    assert!(!status.success(), "exited with {status}");
+    output
+        .lines()
+        .find(|line| line.starts_with("payments: "))
+        .unwrap_or_else(|| panic!("{output}"))
+        .to_owned()
+}
 
 #[test]
 fn an_unreachable_redis_exits_non_zero_with_a_clear_message() {
-    // Nothing listens on that port.
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .unwrap()
-        .port();
+    let port = closed_port();
     let (status, output) = Server::builder()
         .env("IDEM_STORE", "redis")
         .env("REDIS_URL", format!("redis://:hunter2@127.0.0.1:{port}"))
         .run_to_exit();
-    assert!(!status.success(), "exited with {status}");
-    let line = output
-        .lines()
-        .find(|line| line.starts_with("payments: "))
-        .unwrap_or_else(|| panic!("{output}"));
+    let line = failure_line(status, &output);
     assert!(
         line.contains(&format!(
             "cannot start the redis store at REDIS_URL=redis://:***@127.0.0.1:{port}: \
@@ -34,23 +48,12 @@ fn an_unreachable_redis_exits_non_zero_with_a_clear_message() {
 /// DynamoDB that does not answer: the service does not start, and says which table and why.
 #[test]
 fn an_unreachable_dynamodb_exits_non_zero_with_a_clear_message() {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .unwrap()
-        .port();
+    let port = closed_port();
     let (status, output) = Server::builder()
         .env("IDEM_STORE", "dynamodb")
-        .env("AWS_ENDPOINT_URL", format!("http://127.0.0.1:{port}"))
-        .env("AWS_REGION", "us-east-1")
-        .env("AWS_ACCESS_KEY_ID", "testing")
-        .env("AWS_SECRET_ACCESS_KEY", "testing")
-        .env("AWS_EC2_METADATA_DISABLED", "true")
+        .envs(aws_env(&format!("http://127.0.0.1:{port}")))
         .run_to_exit();
-    assert!(!status.success(), "exited with {status}");
-    let line = output
-        .lines()
-        .find(|line| line.starts_with("payments: "))
-        .unwrap_or_else(|| panic!("{output}"));
+    let line = failure_line(status, &output);
     assert!(
         line.contains(
             "cannot start the dynamodb store on DYNAMODB_TABLE=payments-idempotency: \

@@ -16,12 +16,9 @@ impl ServerBuilder {
     /// Keeps the idempotency records in `table` (`IDEM_STORE=dynamodb`, created by the server if
     /// missing); the app data stays in `DATABASE_URL`.
     pub(crate) fn dynamodb(self, table: &DynamoTable) -> Self {
-        let builder = self
-            .env("IDEM_STORE", "dynamodb")
-            .env("DYNAMODB_TABLE", table.name.as_str());
-        aws_env(&table.endpoint)
-            .into_iter()
-            .fold(builder, |builder, (name, value)| builder.env(&name, value))
+        self.env("IDEM_STORE", "dynamodb")
+            .env("DYNAMODB_TABLE", table.name.as_str())
+            .envs(aws_env(&table.endpoint))
     }
 }
 

@@ -150,6 +150,12 @@ impl ServerBuilder {
         self
     }
 
+    /// Sets each of `vars` as [`env`](Self::env) does.
+    pub(crate) fn envs(self, vars: impl IntoIterator<Item = (String, String)>) -> Self {
+        vars.into_iter()
+            .fold(self, |builder, (name, value)| builder.env(&name, value))
+    }
+
     /// Starts the binary and waits until it listens.
     pub(crate) fn start(self) -> Server {
         let dir = ScratchDir::new();

@@ -15,7 +15,7 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::routing::{get, post};
 use idem_examples::sqs::OrdersTable;
 use idem_tests::db::{sqlite_path, unique_name};
-use idem_tests::dynamodb::{delete_table, dynamodb_client, dynamodb_endpoint};
+use idem_tests::dynamodb::{aws_env, delete_table, dynamodb_client, dynamodb_endpoint};
 use serde_json::{Value, json};
 use sqlx::SqlitePool;
 use sqlx::sqlite::SqliteConnectOptions;
@@ -227,19 +227,17 @@ async fn the_function_keeps_its_records_in_dynamodb() {
     let url = format!("sqlite://{}?mode=rwc", path.display());
     let table = unique_name();
     let mut api = RuntimeApi::start().await;
-    let function = function(
-        &api,
-        &[
-            ("DATABASE_URL", &url),
-            ("DYNAMODB_TABLE", &table),
-            ("IDEM_KEY_FROM", "body"),
-            ("AWS_ENDPOINT_URL", &endpoint),
-            ("AWS_REGION", "us-east-1"),
-            ("AWS_ACCESS_KEY_ID", "testing"),
-            ("AWS_SECRET_ACCESS_KEY", "testing"),
-            ("AWS_EC2_METADATA_DISABLED", "true"),
-        ],
+    let aws = aws_env(&endpoint);
+    let mut vars = vec![
+        ("DATABASE_URL", url.as_str()),
+        ("DYNAMODB_TABLE", table.as_str()),
+        ("IDEM_KEY_FROM", "body"),
+    ];
+    vars.extend(
+        aws.iter()
+            .map(|(name, value)| (name.as_str(), value.as_str())),
     );
+    let function = function(&api, &vars);
 
     let none = json!({ "batchItemFailures": [] });
     assert_eq!(
