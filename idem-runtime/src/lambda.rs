@@ -51,7 +51,14 @@ use crate::engine::InvocationDeadline;
 /// context, or when its deadline is beyond what a timestamp holds. Whether the engine believes
 /// it (not past, not too far ahead) is the engine's rule: see [`InvocationDeadline`].
 pub fn deadline_of(extensions: &http::Extensions) -> Option<InvocationDeadline> {
-    let context = extensions.lambda_context_ref()?;
+    invocation_deadline(extensions.lambda_context_ref()?)
+}
+
+/// The deadline of the invocation `context` describes ([`lambda_http::Context::deadline`]):
+/// what a function that is not an HTTP one (an SQS consumer, say) gives
+/// [`Operation::deadline`](crate::Operation::deadline). `None` when it is beyond what a
+/// timestamp holds.
+pub fn invocation_deadline(context: &lambda_http::Context) -> Option<InvocationDeadline> {
     let millis = i64::try_from(context.deadline).ok()?;
     Some(InvocationDeadline::from_epoch_millis(millis))
 }

@@ -56,8 +56,9 @@
 //! queue's retention, or the longest a producer retries), its effect runs to completion at
 //! most once, whatever SQS redelivers and however many invocations run at once. An invocation
 //! that dies mid-effect leaves the key in flight until its lease lapses: through
-//! [`Consumer::handle`] the lease ends with the invocation's deadline (plus a second), so a timed-out invocation's
-//! records free as soon as it can no longer be running; otherwise the engine's `lease` (30 s).
+//! [`Consumer::handle`] the lease ends with the invocation's deadline (plus a second), so a
+//! timed-out invocation's records free as soon as it can no longer be running; otherwise the
+//! engine's `lease` (30 s).
 //! The redelivery after that runs the effect again, so an effect that can be cut off half-way
 //! should be a transaction. On Lambda, build the engine with
 //! [`background_work(false)`](idem_runtime::Builder::background_work), as `sqs-orders` does:
@@ -174,9 +175,7 @@ impl<E: Effect> Consumer<E> {
         &self,
         event: LambdaEvent<SqsEvent>,
     ) -> Result<SqsBatchResponse, lambda_runtime::Error> {
-        let deadline = i64::try_from(event.context.deadline)
-            .ok()
-            .map(InvocationDeadline::from_epoch_millis);
+        let deadline = idem_runtime::lambda::invocation_deadline(&event.context);
         Ok(self
             .process_until(event.payload, deadline)
             .await

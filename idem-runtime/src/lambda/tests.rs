@@ -45,6 +45,12 @@ fn the_deadline_is_the_contexts_in_epoch_millis() {
     // Beyond what a timestamp holds: no deadline, so the configured lease.
     let unreadable = http::Extensions::new().with_lambda_context(context(u64::MAX));
     assert_eq!(deadline_of(&unreadable), None);
+    // A context alone, as a function that is not an HTTP one holds it.
+    assert_eq!(
+        invocation_deadline(&context(1_700_000_000_123)),
+        Some(InvocationDeadline::from_epoch_millis(1_700_000_000_123))
+    );
+    assert_eq!(invocation_deadline(&context(u64::MAX)), None);
 }
 
 #[derive(Clone, Default)]
