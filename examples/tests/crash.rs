@@ -1,7 +1,8 @@
 //! A crash mid-request (the README's "in flight, owner's lease lapsed (crash): take it over"),
 //! over real processes: `payments` is SIGKILLed while a charge runs, a new process starts on the
-//! same database (and the same Redis or DynamoDB table, when the records live there), and the client's retry with
-//! the same key is answered 409 until the dead owner's lease lapses, then runs the charge once.
+//! same database (and the same Redis or DynamoDB table, when the records live there), and the
+//! client's retry with the same key is answered 409 until the dead owner's lease lapses, then
+//! runs the charge once.
 //!
 //! The same for a payout killed after its row was written (atomic mode): the row dies with the
 //! process, so the retry leaves exactly one payout. On PostgreSQL the payout's claim rides in its

@@ -1,6 +1,7 @@
 //! Configuration from the environment: `BIND`, `DATABASE_URL`, `IDEM_STORE`, `REDIS_URL`,
-//! `REDIS_PREFIX`, `DYNAMODB_TABLE` (and the AWS environment), `SLOW_MS`, `IDEM_LEASE_MS`, `HEADER_TIMEOUT_MS`, `BODY_TIMEOUT_MS`,
-//! `MAX_CONNECTIONS`, `ERROR_FORMAT`. Everything has a default, so `cargo run` needs no set-up.
+//! `REDIS_PREFIX`, `DYNAMODB_TABLE` (and the AWS environment), `SLOW_MS`, `IDEM_LEASE_MS`,
+//! `HEADER_TIMEOUT_MS`, `BODY_TIMEOUT_MS`, `MAX_CONNECTIONS`, `ERROR_FORMAT`. Everything has a
+//! default, so `cargo run` needs no set-up.
 
 use std::fmt;
 use std::time::Duration;

@@ -1,8 +1,8 @@
 //! The idempotency engine: which store holds its records, and whose keys they are.
 //!
-//! With `IDEM_STORE=memory`, `redis` or `dynamodb` the records are not in the app's database, so the store
-//! lends no transactions: `AnyTx` is `AnyTx::None` and the charge and refund handlers write on a
-//! pooled connection, without atomic mode (see `routes`).
+//! With `IDEM_STORE=memory`, `redis` or `dynamodb` the records are not in the app's database,
+//! so the store lends no transactions: `AnyTx` is `AnyTx::None` and the charge and refund
+//! handlers write on a pooled connection, without atomic mode (see `routes`).
 
 use std::time::Duration;
 
