@@ -131,6 +131,7 @@ pub(crate) fn hex(bytes: &[u8]) -> String {
 
 /// 32 bytes from 64 hex digits (either case), or `None`: the inverse of [`hex`] for keys and
 /// digests, as the stores that keep them as text read them back.
+#[cfg(any(feature = "redis", feature = "dynamodb"))]
 pub(crate) fn unhex(digits: &[u8]) -> Option<[u8; 32]> {
     if digits.len() != 64 {
         return None;
@@ -146,6 +147,7 @@ pub(crate) fn unhex(digits: &[u8]) -> Option<[u8; 32]> {
 mod tests {
     use super::*;
 
+    #[cfg(any(feature = "redis", feature = "dynamodb"))]
     #[test]
     fn keys_round_trip_through_their_hex() {
         let key = RecordKey::from_bytes([0xab; 32]);

@@ -293,12 +293,14 @@ impl RecordStats {
 /// The oldest `limit` records, by creation then key, among those a listing offers: what a store
 /// that selects records in process answers [`Store::list_records`](super::Store::list_records)
 /// with. It holds at most twice the limit (at least 256) at a time, however many are offered.
+#[cfg(any(feature = "redis", feature = "dynamodb", feature = "object-store"))]
 #[derive(Debug)]
 pub(crate) struct Oldest {
     limit: usize,
     found: Vec<RecordInfo>,
 }
 
+#[cfg(any(feature = "redis", feature = "dynamodb", feature = "object-store"))]
 impl Oldest {
     pub(crate) fn new(limit: u32) -> Self {
         Self {
@@ -327,7 +329,10 @@ impl Oldest {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(
+    test,
+    any(feature = "redis", feature = "dynamodb", feature = "object-store")
+))]
 mod tests {
     use super::*;
 
