@@ -37,10 +37,12 @@ pub(super) fn canonical(input: &[u8], version: Version) -> Option<Vec<u8>> {
         version,
         input,
         pos: 0,
-        out: Vec::with_capacity(input.len()),
-        // Room for the members of a few typical open objects: growth would only add copies.
-        members: Vec::with_capacity(32),
-        scratch: Vec::new(),
+        // Room for the canonical form (numbers may grow: `0.2` is `2e-1`) and, after it, for an
+        // object's members put in order: one allocation for the whole document.
+        out: Vec::with_capacity(2 * input.len() + 16),
+        // Room for the members of a few typical open objects, kept under the allocator's
+        // large-chunk size: growth would only add copies.
+        members: Vec::with_capacity(16),
         depth: DEPTH,
     };
     writer.skip_whitespace();
@@ -85,8 +87,6 @@ struct Writer<'a> {
     out: Vec<u8>,
     /// The members of the objects open at the moment, innermost last.
     members: Vec<Member<'a>>,
-    /// Where an object's members are put in order before they replace the unordered ones.
-    scratch: Vec<u8>,
     /// Levels of nesting left before serde_json's limit.
     depth: u32,
 }
@@ -227,9 +227,9 @@ impl<'a> Writer<'a> {
             let start = members[0].start;
             // Stable: a repeated key's values stay in document order, and the last is kept.
             members.sort_by(|a, b| a.key.bytes().cmp(b.key.bytes()));
-            self.scratch.clear();
-            // The object's members fit in what they take now: one allocation at most.
-            self.scratch.reserve(self.out.len() - start);
+            // The members are written in order after the object, then moved over it: the room
+            // `canonical` reserved holds them unless numbers grew past it.
+            let unordered_end = self.out.len();
             for (i, member) in members.iter().enumerate() {
                 let last_of_key = members
                     .get(i + 1)
@@ -239,15 +239,15 @@ impl<'a> Writer<'a> {
                     return Err(Invalid);
                 }
                 if last_of_key {
-                    if !self.scratch.is_empty() {
-                        self.scratch.push(b',');
+                    if self.out.len() > unordered_end {
+                        self.out.push(b',');
                     }
-                    self.scratch
-                        .extend_from_slice(&self.out[member.start..member.end]);
+                    self.out.extend_from_within(member.start..member.end);
                 }
             }
-            self.out.truncate(start);
-            self.out.extend_from_slice(&self.scratch);
+            let ordered = self.out.len() - unordered_end;
+            self.out.copy_within(unordered_end.., start);
+            self.out.truncate(start + ordered);
         }
         self.members.truncate(first);
         Ok(())
