@@ -12,9 +12,16 @@
 //!
 //! Every request is counted once: by the caller when it received the claim's answer, by the
 //! task when the caller was gone (`cancelled`) or once the work ran.
+//!
+//! A task's future is as large as the largest state of any path it may take, and is copied
+//! whole into the task. The work is boxed where it enters, and the paths plain mode's stored
+//! result does not take (releases, atomic mode's commit, a caller that left, inline retries) are
+//! boxed where they are awaited: the common path's task is that much smaller to copy and
+//! allocate (BENCHMARKS.md measures it).
 
 use std::any::Any;
 use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -31,6 +38,11 @@ use super::policy::{Commits, InFlightMode};
 use super::{Engine, Lending};
 use crate::core::error::StoreError;
 use crate::store::{Completion, Fence};
+
+/// The work, boxed once where it enters the engine: every level below moves a pointer, not the
+/// work's whole state (a task's future holds each level's arguments, so an unboxed work would be
+/// copied, at its full size, once per level and again into the task).
+type Work<R> = Pin<Box<dyn Future<Output = Verdict<R>> + Send>>;
 
 /// How the work ended, sent from the task.
 enum Finished<R> {
@@ -60,10 +72,24 @@ impl Engine {
     ///
     /// The caller waits for the claim at most the store's deadline (plus the wait in wait mode,
     /// or on another attempt's open transaction), and for the work as long as it takes.
-    pub(crate) async fn run<R, P, E>(
+    pub(crate) fn run<R, P, E>(
         self: &Arc<Self>,
         attempt: Attempt,
         work: impl Future<Output = Verdict<R>> + Send + 'static,
+        decode: impl FnOnce(&[u8]) -> Result<P, E>,
+    ) -> impl Future<Output = Answer<R, P, E>>
+    where
+        R: Send + 'static,
+        E: std::error::Error + 'static,
+    {
+        // Boxed before the future that waits for it is made, which then holds a pointer.
+        self.run_boxed(attempt, Box::pin(work), decode)
+    }
+
+    async fn run_boxed<R, P, E>(
+        self: &Arc<Self>,
+        attempt: Attempt,
+        work: Work<R>,
         decode: impl FnOnce(&[u8]) -> Result<P, E>,
     ) -> Answer<R, P, E>
     where
@@ -218,7 +244,7 @@ impl Engine {
     async fn attempt<R: Send + 'static>(
         self: Arc<Self>,
         attempt: Attempt,
-        work: impl Future<Output = Verdict<R>> + Send,
+        work: Work<R>,
         reply: Reply<R>,
     ) {
         let claimed = self.claim(&attempt, || reply.decided.is_closed()).await;
@@ -239,7 +265,7 @@ impl Engine {
                 count(&attempt.operation, OutcomeLabel::Cancelled);
             }
             tracing::info!("the caller left before its claim settled; releasing the record");
-            match owner.release().await {
+            match Box::pin(owner.release()).await {
                 Written::Done(_) => {}
                 Written::Deferred(error) => tracing::warn!(
                     error = &error as &dyn std::error::Error,
@@ -257,7 +283,7 @@ impl Engine {
         // The caller may be gone: the result is stored, and the next retry replays it.
         let _ = reply.done.send(finished);
         if let Some(owner) = release {
-            self.release(owner, &operation).await;
+            Box::pin(self.release(owner, &operation)).await;
         }
     }
 
@@ -269,7 +295,7 @@ impl Engine {
         &self,
         owner: Owner,
         attempt: Attempt,
-        work: impl Future<Output = Verdict<R>> + Send,
+        work: Work<R>,
     ) -> (Finished<R>, Option<Owner>) {
         let Attempt {
             operation,
@@ -326,12 +352,12 @@ impl Engine {
         let (payload, status, reply) = match verdict {
             Err(panic) => {
                 drop(returned);
-                self.release(owner, &operation).await;
+                Box::pin(self.release(owner, &operation)).await;
                 return Finished::Panicked(panic);
             }
             Ok(Verdict::Release(reply)) => {
                 drop(returned);
-                self.release(owner, &operation).await;
+                Box::pin(self.release(owner, &operation)).await;
                 return Finished::Ran(reply, Kept::Released);
             }
             Ok(Verdict::Keep {
@@ -349,7 +375,7 @@ impl Engine {
                 expires_at,
             };
             let (key, token) = (*owner.key(), owner.token());
-            return match returned.complete_and_commit(&key, token, completion).await {
+            return match Box::pin(returned.complete_and_commit(&key, token, completion)).await {
                 Ok(Fence::Held) => {
                     owner.disarm();
                     count(&operation, OutcomeLabel::Executed);
@@ -369,7 +395,7 @@ impl Engine {
                         error = &error as &dyn std::error::Error,
                         "could not commit the operation's writes with its result; rolled back"
                     );
-                    self.release(owner, &operation).await;
+                    Box::pin(self.release(owner, &operation)).await;
                     Finished::RolledBack(RolledBack::Failed(error))
                 }
             };
@@ -378,7 +404,7 @@ impl Engine {
             // The claim's transaction went with a `Tx` that outlived its operation: it can no
             // longer commit with the result.
             tracing::error!("the operation's `Tx` outlived it; its writes and the claim roll back");
-            self.release(owner, &operation).await;
+            Box::pin(self.release(owner, &operation)).await;
             return Finished::RolledBack(RolledBack::Failed(StoreError::unavailable(
                 std::io::Error::other("the operation's transaction outlived it"),
             )));

@@ -126,9 +126,9 @@ impl Owner {
     /// Runs `operation`, renewing the lease every third of its length until it finishes, and
     /// catching a panic so the caller can release the record before the panic continues.
     /// Counted in `idempotency_in_flight` while it runs: until it returns, or is dropped.
-    pub(crate) async fn run<F: Future>(&self, operation: F) -> Result<F::Output, Panic> {
+    pub(crate) async fn run<F: Future + Unpin>(&self, operation: F) -> Result<F::Output, Panic> {
         let _running = outcome::Running::start(&self.operation);
-        let mut operation = CatchUnwind(Box::pin(operation));
+        let mut operation = CatchUnwind(operation);
         if !self.leased {
             return operation.await;
         }
@@ -223,7 +223,8 @@ impl Owner {
                     ?within,
                     "retrying a store write before answering"
                 );
-                match self.retry().run_within(within).await {
+                // Boxed: this rare path would otherwise grow every attempt's task by its size.
+                match Box::pin(self.retry().run_within(within)).await {
                     Ok(fence) => Written::Done(fence),
                     Err(error) => Written::Unsettled(error),
                 }
@@ -277,15 +278,15 @@ impl Drop for Owner {
 /// A panic caught while the operation ran, resumed by the caller once the record is released.
 pub(crate) type Panic = Box<dyn Any + Send>;
 
-/// Turns a panic while polling `F` into a value. Boxed so it is `Unpin` without unsafe
-/// projection.
-struct CatchUnwind<F>(Pin<Box<F>>);
+/// Turns a panic while polling `F` into a value. `F` is `Unpin` (the engine boxes the work once,
+/// where it enters), so no unsafe projection is needed.
+struct CatchUnwind<F>(F);
 
-impl<F: Future> Future for CatchUnwind<F> {
+impl<F: Future + Unpin> Future for CatchUnwind<F> {
     type Output = Result<F::Output, Panic>;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let fut = self.0.as_mut();
+        let fut = Pin::new(&mut self.0);
         match catch_unwind(AssertUnwindSafe(|| fut.poll(cx))) {
             Ok(Poll::Pending) => Poll::Pending,
             Ok(Poll::Ready(out)) => Poll::Ready(Ok(out)),
