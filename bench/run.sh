@@ -5,6 +5,7 @@
 #   QUICK=1 bench/run.sh          # a smoke test: same scenarios, much shorter runs, no rewrite
 #   ONLY=memory,flat bench/run.sh # some sections only; writes bench/results/only.md and
 #                                 # leaves BENCHMARKS.md alone
+#   ALLOCATOR=mimalloc ONLY=memory bench/run.sh   # the server on mimalloc instead of glibc's
 #
 # Sections (ONLY= takes a comma-separated list of them; `all` is the default):
 #   criterion       in process: the overhead and fingerprint criterion benches
@@ -81,7 +82,9 @@ loadavg() { cut -d' ' -f1-3 /proc/loadavg; }
 } > "$OUT/env.txt"
 
 # --- build ---------------------------------------------------------------------------------------
-cargo build --release -p idem-bench --bins
+# ALLOCATOR=mimalloc serves every HTTP section from a server built with mimalloc as its global
+# allocator (the load generator keeps the system's).
+cargo build --release -p idem-bench --bins ${ALLOCATOR:+--features "$ALLOCATOR"}
 if want criterion; then cargo bench -p idem-bench --no-run; fi
 
 # --- PostgreSQL ----------------------------------------------------------------------------------
@@ -287,13 +290,15 @@ fi
 
 echo "- load average (1, 5, 15 min) at end: $(loadavg)" >> "$OUT/env.txt"
 echo "- wall time of the run: $(((SECONDS - STARTED) / 60)) min $(((SECONDS - STARTED) % 60)) s" >> "$OUT/env.txt"
+[[ -z ${ALLOCATOR:-} ]] || echo "- the server's global allocator: $ALLOCATOR" >> "$OUT/env.txt"
 
 # --- report --------------------------------------------------------------------------------------
 CRITERION_DIR=/nonexistent
 want criterion && CRITERION_DIR=$TARGET_DIR/criterion
 "$BIN/idem-bench-report" --criterion "$CRITERION_DIR" --load "$OUT/load.jsonl" \
   --env "$OUT/env.txt" > "$OUT/latest.md"
-if [[ $ONLY != ,all, ]]; then
+if [[ $ONLY != ,all, || -n ${ALLOCATOR:-} ]]; then
+  # BENCHMARKS.md's results are the defaults users get: glibc's allocator.
   cp "$OUT/latest.md" "$OUT/only.md"
 elif [[ ${QUICK:-0} != 1 ]]; then
   # Replace everything between the markers in BENCHMARKS.md with the new tables.

@@ -6,18 +6,30 @@
 #
 #   bench/pgbench/run.sh                       # every script, twice, alternating
 #   bench/pgbench/run.sh atomic_fnonce.sql     # one script
+#   ROUNDS=3 SECS=5 bench/pgbench/run.sh a.sql b.sql   # three alternating rounds of 5 s each
 #
-# Scripts: atomic_now (the previous one-commit mode, simple protocol), atomic_fnonce (the current
-# one: function calls, simple protocol), prep_once (the same work as prepared statements),
-# hand (the hand-written exactly-once handler), plain_now / plain_hot (plain mode's claim and
-# completion; plain_hot on a table made for HOT completions).
+# Scripts:
+# - bare: the handler's one INSERT, autocommit (the baseline).
+# - hand: the hand-written exactly-once handler (five statements, one commit).
+# - plain_now / plain_hot: plain mode's claim, the handler's INSERT and the completion, three
+#   commits (plain_hot on a table made for HOT completions).
+# - plain_min: the least any design with plain mode's guarantee can send: a claim that commits
+#   before the handler runs, the handler's own INSERT, a completion; each a one-row write of a
+#   bigint key with no other index. The floor of plain mode on this database.
+# - atomic_store: one-commit atomic mode's messages as the store sends them (simple protocol:
+#   `BEGIN` with the claim's function call, the INSERT, the completion's call with `COMMIT` and
+#   sqlx's `BEGIN`, the pool's `ROLLBACK`), the payload as hex text.
+# - atomic_pipelined: the same function calls over the extended protocol, pipelined: `BEGIN` and
+#   the claim behind one `Sync`, the completion and `COMMIT` behind another, the payload bound
+#   as a parameter: the design sqlx cannot send (its issue #408), as PostgreSQL would run it.
+# - atomic_now, atomic_fnonce, prep_once: earlier designs of one-commit mode.
 set -euo pipefail
 cd "$(dirname "$0")"
 PG="-h 127.0.0.1 -U postgres"
 psql -q $PG -d postgres -c 'DROP DATABASE IF EXISTS pgb' -c 'CREATE DATABASE pgb'
 psql -q $PG -d pgb -f setup.sql -f functions.sql > /dev/null
 PAYLOAD=$(head -c 1100 /dev/urandom | od -An -tx1 | tr -d ' \n')
-mode() { case $1 in atomic_now* | atomic_fnonce*) echo simple ;; *) echo prepared ;; esac; }
+mode() { case $1 in atomic_now* | atomic_fnonce* | atomic_store*) echo simple ;; *) echo prepared ;; esac; }
 pgcpu() {
   local t=0 f
   for p in $(pgrep -x postgres); do
@@ -35,5 +47,5 @@ one() {
   echo "$1: $(sed -n 's/^tps = \([0-9.]*\).*/\1/p' <<< "$out") tps, PostgreSQL $(((after - before) * 1000000 / $(getconf CLK_TCK) / (tx > 0 ? tx : 1))) µs per transaction"
 }
 scripts=("$@")
-[[ ${#scripts[@]} -gt 0 ]] || scripts=(atomic_now.sql atomic_fnonce.sql prep_once.sql hand.sql plain_now.sql plain_hot.sql)
-for round in 1 2; do for s in "${scripts[@]}"; do one "$s"; done; done
+[[ ${#scripts[@]} -gt 0 ]] || scripts=(bare.sql hand.sql atomic_store.sql atomic_pipelined.sql plain_min.sql plain_now.sql plain_hot.sql)
+for round in $(seq "${ROUNDS:-2}"); do for s in "${scripts[@]}"; do one "$s"; done; done

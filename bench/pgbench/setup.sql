@@ -29,3 +29,5 @@ ALTER TABLE pgb.rech ADD PRIMARY KEY (key);
 CREATE INDEX ON pgb.rech (expires_at);
 -- Written once, by one-commit mode's functions: the same table.
 CREATE TABLE pgb.recw (LIKE pgb.rec INCLUDING ALL);
+-- plain_min.sql's claims: a bigint key and the response, no other index.
+CREATE TABLE pgb.bare_keys (key bigint PRIMARY KEY, response bytea);

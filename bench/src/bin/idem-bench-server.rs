@@ -181,6 +181,11 @@ fn parse_args() -> Result<Args, String> {
     Ok(args)
 }
 
+/// With `--features mimalloc`, to compare allocators: everything else is the same binary.
+#[cfg(feature = "mimalloc")]
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> ExitCode {
     let args = match parse_args() {
         Ok(args) => args,

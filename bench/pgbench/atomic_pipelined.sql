@@ -1,0 +1,11 @@
+\set k random(1, 9000000000000000000)
+\set k2 :k + 1
+\startpipeline
+BEGIN;
+SELECT pgb.claim_once(sha256(int8send(:k)), :k);
+\endpipeline
+INSERT INTO pgb.bench_orders (amount, items, customer) VALUES (100, 3, 'cus_1') RETURNING id;
+\startpipeline
+SELECT pgb.complete_once(sha256(int8send(:k)), sha256(int8send(:k2)), :k, 1800000000000, 1800086400001, 'op', 1700000000000, 'op', 'op', decode(:pl, 'hex'), 201::smallint, 1700000000001);
+COMMIT;
+\endpipeline
