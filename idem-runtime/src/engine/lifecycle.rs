@@ -15,9 +15,9 @@
 //!
 //! A task's future is as large as the largest state of any path it may take, and is copied
 //! whole into the task. The work is boxed where it enters, and the paths plain mode's stored
-//! result does not take (releases, atomic mode's commit, a caller that left, inline retries) are
-//! boxed where they are awaited: the common path's task is that much smaller to copy and
-//! allocate (BENCHMARKS.md measures it).
+//! result does not take (releases, a caller that left, inline retries) are boxed where they are
+//! awaited (atomic mode's commit comes boxed from its store): the common path's task is that
+//! much smaller to copy and allocate (BENCHMARKS.md measures it).
 
 use std::any::Any;
 use std::future::Future;
@@ -375,7 +375,7 @@ impl Engine {
                 expires_at,
             };
             let (key, token) = (*owner.key(), owner.token());
-            return match Box::pin(returned.complete_and_commit(&key, token, completion)).await {
+            return match returned.complete_and_commit(&key, token, completion).await {
                 Ok(Fence::Held) => {
                     owner.disarm();
                     count(&operation, OutcomeLabel::Executed);
