@@ -16,7 +16,7 @@ use aws_sdk_dynamodb::config::interceptors::BeforeTransmitInterceptorContextRef;
 use aws_sdk_dynamodb::config::{ConfigBag, Intercept, RuntimeComponents};
 use aws_sdk_dynamodb::types::AttributeValue;
 use idem_runtime::store::DynamoDbStore;
-use idem_runtime::{Idempotency, OperationError};
+use idem_runtime::{Idempotency, OperationError, Outcome};
 use idem_tests::Gate;
 use idem_tests::db::unique_name;
 use idem_tests::dynamodb::{delete_table, dynamodb_client, dynamodb_endpoint};
@@ -81,6 +81,26 @@ fn wcu(bytes: usize) -> usize {
 }
 
 /// The output of the operation: a 1 KB JSON document, the size of a typical API response.
+/// Runs `charges.create` for `key` on a task, its operation held at `gate` until it opens.
+fn spawn_gated(
+    idempotency: Idempotency,
+    key: &'static str,
+    input: &'static str,
+    gate: &Gate,
+) -> tokio::task::JoinHandle<Result<Outcome<serde_json::Value>, OperationError<()>>> {
+    let gate = gate.clone();
+    tokio::spawn(async move {
+        idempotency
+            .operation("charges.create")
+            .scope("acme")
+            .run(key, input, move |_| async move {
+                gate.pass().await;
+                Ok::<_, ()>(output())
+            })
+            .await
+    })
+}
+
 fn output() -> serde_json::Value {
     serde_json::json!({ "id": "ch_1", "receipt": "x".repeat(1000) })
 }
@@ -163,19 +183,7 @@ async fn each_request_costs_what_the_guide_says() {
 
     // A duplicate while the first runs: one PutItem (billed by the claim's size), 409.
     let gate = Gate::default();
-    let first = tokio::spawn({
-        let (idempotency, gate) = (idempotency.clone(), gate.clone());
-        async move {
-            idempotency
-                .operation("charges.create")
-                .scope("acme")
-                .run("k2", "order-3", move |_| async move {
-                    gate.pass().await;
-                    Ok::<_, ()>(output())
-                })
-                .await
-        }
-    });
+    let first = spawn_gated(idempotency.clone(), "k2", "order-3", &gate);
     gate.entered().await;
     assert_eq!(sent.take(), ["PutItem"], "the first claim");
     let duplicate = charges()
@@ -211,19 +219,7 @@ async fn each_request_costs_what_the_guide_says() {
         .build()
         .unwrap();
     let gate = Gate::default();
-    let long = tokio::spawn({
-        let gate = gate.clone();
-        async move {
-            renewing
-                .operation("charges.create")
-                .scope("acme")
-                .run("k4", "order-5", move |_| async move {
-                    gate.pass().await;
-                    Ok::<_, ()>(output())
-                })
-                .await
-        }
-    });
+    let long = spawn_gated(renewing, "k4", "order-5", &gate);
     gate.entered().await;
     let mut calls = sent.take();
     while calls.iter().filter(|c| *c == "UpdateItem").count() < 2 {
