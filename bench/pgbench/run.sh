@@ -33,7 +33,7 @@ mode() { case $1 in atomic_now* | atomic_fnonce* | atomic_store*) echo simple ;;
 pgcpu() {
   local t=0 f
   for p in $(pgrep -x postgres); do
-    read -r -a f < "/proc/$p/stat" 2>/dev/null || continue
+    read -r -a f 2>/dev/null < "/proc/$p/stat" || continue
     t=$((t + f[13] + f[14] + f[15] + f[16]))
   done
   echo "$t"
