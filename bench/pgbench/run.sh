@@ -22,6 +22,15 @@
 # - atomic_pipelined: the same function calls over the extended protocol, pipelined: `BEGIN` and
 #   the claim behind one `Sync`, the completion and `COMMIT` behind another, the payload bound
 #   as a parameter: the design sqlx cannot send (its issue #408), as PostgreSQL would run it.
+# - atomic_store_unbooked: atomic_store without sqlx's count of open transactions (no `BEGIN`
+#   after the `COMMIT`, no `ROLLBACK`): what that bookkeeping costs, at most (pgbench sends the
+#   `ROLLBACK` on its own, where the store's goes out with the pool's check).
+# - atomic_store_no_payload: atomic_store with a 2-byte payload: what the 1 KB payload as hex
+#   text costs.
+# - atomic_store_exec: atomic_store with the three statements prepared once per session (SQL
+#   `PREPARE`) and run by `EXECUTE`, still as simple-protocol text.
+# - atomic_extended: the same function calls as prepared statements over the extended protocol,
+#   one wait each (two waits more than atomic_store), the payload bound as a parameter.
 # - atomic_now, atomic_fnonce, prep_once: earlier designs of one-commit mode.
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -38,10 +47,11 @@ pgcpu() {
   done
   echo "$t"
 }
+# `prepared` starts at 0 for every client; atomic_store_exec sets it once it has prepared.
 one() {
   local before after out tx
   before=$(pgcpu)
-  out=$(pgbench $PG -n -M "$(mode "$1")" -c 8 -j 1 -T "${SECS:-4}" -D pl="$PAYLOAD" -f "$1" pgb 2>&1)
+  out=$(pgbench $PG -n -M "$(mode "$1")" -c 8 -j 1 -T "${SECS:-4}" -D pl="$PAYLOAD" -D prepared=0 -f "$1" pgb 2>&1)
   after=$(pgcpu)
   tx=$(sed -n 's/^number of transactions actually processed: \([0-9]*\).*/\1/p' <<< "$out")
   echo "$1: $(sed -n 's/^tps = \([0-9.]*\).*/\1/p' <<< "$out") tps, PostgreSQL $(((after - before) * 1000000 / $(getconf CLK_TCK) / (tx > 0 ? tx : 1))) µs per transaction"
