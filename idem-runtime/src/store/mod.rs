@@ -45,6 +45,8 @@ mod redis;
 mod sql;
 #[cfg(feature = "sqlite")]
 pub(crate) mod sqlite;
+#[cfg(all(test, any(feature = "sqlite", feature = "object-store")))]
+mod testing;
 
 pub use capabilities::Capabilities;
 #[cfg(feature = "dynamodb")]

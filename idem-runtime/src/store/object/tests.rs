@@ -7,20 +7,8 @@
 use object_store::memory::InMemory;
 
 use super::*;
-use crate::core::fingerprint::Fingerprint;
 use crate::store::records::RecordState;
-
-const T0: i64 = 1_700_000_000_250;
-
-fn at(ms: i64) -> Timestamp {
-    Timestamp::from_millis(T0 + ms)
-}
-
-fn key(i: u32) -> RecordKey {
-    let mut bytes = [0; 32];
-    bytes[28..].copy_from_slice(&i.to_be_bytes());
-    RecordKey::from_bytes(bytes)
-}
+use crate::store::testing::{at, key, request};
 
 async fn store() -> (BucketStore, Arc<InMemory>) {
     let objects = Arc::new(InMemory::new());
@@ -46,20 +34,8 @@ async fn claim_in(
     ttl: i64,
     (scope, scope_value): (&str, &str),
 ) -> Result<Claim, StoreError> {
-    let fingerprint = Fingerprint::from_bytes([7; 32]);
     store
-        .claim(ClaimRequest {
-            key,
-            fingerprint: &fingerprint,
-            token: LeaseToken::from_i64(token),
-            now: at(now),
-            lease_until: at(now + 60_000),
-            expires_at: at(now + ttl),
-            operation: "op",
-            scope,
-            scope_value,
-            tenant: 0,
-        })
+        .claim(request(key, token, now, ttl, (scope, scope_value)))
         .await
 }
 

@@ -1,7 +1,7 @@
 //! A store in a SQLite database: the embedded default, nothing to run beside the app.
 
 use std::str::FromStr;
-use std::sync::LazyLock;
+use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -20,8 +20,12 @@ use crate::store::{
 
 mod records;
 mod schema;
+#[cfg(test)]
+mod tests;
+mod writer;
 
 use schema::{migrate, while_busy};
+use writer::{Turn, Writer};
 
 /// The operators' statements over `idem_records`, rendered once per process.
 static RECORDS: LazyLock<RecordStatements> =
@@ -33,11 +37,19 @@ static RECORDS: LazyLock<RecordStatements> =
 /// store can share a file with the application's data without touching its tables or its sqlx
 /// migrations. Records survive restarts and are shared by every process that opens the file.
 ///
-/// SQLite lets one writer in at a time; a claim is a single `INSERT .. ON CONFLICT DO UPDATE ..
-/// RETURNING`, so concurrent claimers of one key are serialised by the database and exactly one
-/// acquires it; a claim that finds a live record reads it with one more statement (a replay).
-/// Writers waiting for the lock wait up to [`SqliteStore::BUSY_TIMEOUT`] instead of failing with
-/// `SQLITE_BUSY`.
+/// SQLite lets one connection write at a time. The engine's writes (claims, completions,
+/// releases, lease renewals and the sweep) go through one connection of the store's own, the
+/// writer, which they take in turn within the process: they do not contend for SQLite's lock,
+/// and the writer keeps its page cache, which no other connection's commit invalidates. A claim
+/// first reads the key on the pool: a live record (a replay, a reused key, a key in flight)
+/// answers from that read, without waiting for the writer. Otherwise the claim is a single
+/// `INSERT .. ON CONFLICT DO UPDATE .. RETURNING` on the writer, so concurrent claimers of one
+/// key are serialised and exactly one acquires it. Statements that still meet another
+/// connection's lock (another process's, a handler's transaction in atomic mode) wait up to
+/// [`SqliteStore::BUSY_TIMEOUT`] instead of failing with `SQLITE_BUSY`. When the writer's
+/// connection fails, that write returns the error and the next opens a new connection. A
+/// store on an in-memory database, or made by [`SqliteStore::from_pool`], writes through its
+/// pool.
 ///
 /// The store offers atomic mode ([`Tx<sqlx::Sqlite>`](crate::Tx)): a handler's writes and the
 /// record's completion commit in one transaction on this database.
@@ -52,31 +64,16 @@ static RECORDS: LazyLock<RecordStatements> =
 ///
 /// # Connections, page cache and memory-mapped I/O
 ///
-/// The store's pool holds up to [`SqliteStore::DEFAULT_MAX_CONNECTIONS`] connections, each
-/// with SQLite's own page cache of about 2 MB ([`SqliteStore::DEFAULT_CACHE_SIZE_KIB`]) and
-/// no memory-mapped I/O ([`SqliteStore::DEFAULT_MMAP_SIZE`]): at most about 20 MB of cache in
-/// all. [`SqliteStore::builder`] changes each. Larger caches and memory-mapped I/O were
-/// measured and bought nothing with a pool of several connections, because of how SQLite
-/// works in WAL mode:
-///
-/// - a connection discards its whole page cache when it begins a transaction after another
-///   connection committed, and every fresh key commits twice (the claim, the completion); so
-///   under load each statement starts from an empty cache, whatever its size;
-/// - SQLite serves pages from the mapping only to statements that do not write, and the
-///   claim (an upsert) and the completion (an update) write.
-///
-/// Measured on the benchmark server (2 cores shared with the load generator, 32 clients,
-/// fresh keys, settings run in turn): with 10 connections a request read 22 pages through
-/// system calls on an empty store and 28 beside 1,000,000 records, alike with a 2, 16 or
-/// 64 MiB cache and with 256 MiB or 1 GiB mapped. On a quiet machine, throughput beside the
-/// million records was 0.88 to 0.93 of the empty store's with the defaults, 0.85 to 0.88 with
-/// a 16 MiB cache or 256 MiB mapped, and 0.73 to 0.74 with a 64 MiB cache, the largest to drop
-/// each time (about 456 µs of CPU per request against 404). Replays of one key read under one
-/// page in every setting. A smaller pool ([`SqliteStoreBuilder::max_connections`]) keeps the
-/// caches longer (4 to 8 pages read per fresh key with 2 connections) but queues requests
-/// behind fewer connections: with 2, throughput rose when other work kept the cores busy and
-/// fell on a quiet machine (fresh keys by a fifth, replays by a quarter). A handler's
-/// transaction in atomic mode holds one connection while it runs.
+/// Beside its writer, the store's pool holds up to [`SqliteStore::DEFAULT_MAX_CONNECTIONS`]
+/// connections, for the claims' reads, handlers' transactions in atomic mode (each holds one
+/// while it runs) and the operators' methods. Every connection has SQLite's own page cache of
+/// about 2 MB ([`SqliteStore::DEFAULT_CACHE_SIZE_KIB`]) and no memory-mapped I/O
+/// ([`SqliteStore::DEFAULT_MMAP_SIZE`]); [`SqliteStore::builder`] changes each. In WAL mode a
+/// connection discards its whole page cache when it begins a transaction after another
+/// connection committed, so while keys are being claimed a pooled connection's cache, whatever
+/// its size, holds little; and SQLite serves pages from the mapping only to statements that do
+/// not write. Larger caches and mappings were measured with every write on the pool and bought
+/// nothing beside a million records; BENCHMARKS.md has those measurements and the writer's.
 ///
 /// Operators can also query the table themselves (times are milliseconds since the Unix
 /// epoch):
@@ -103,6 +100,8 @@ static RECORDS: LazyLock<RecordStatements> =
 #[derive(Debug, Clone)]
 pub struct SqliteStore {
     pool: SqlitePool,
+    /// The connection for the engine's writes; `None` writes through the pool.
+    writer: Option<Arc<Writer>>,
 }
 
 impl SqliteStore {
@@ -150,7 +149,7 @@ impl SqliteStore {
 
     /// Configures a store on the database at `url` (as [`connect`](Self::connect) takes it):
     /// the size of its pool, and of each connection's page cache and memory-mapped I/O (see
-    /// [`SqliteStore`] for what they were measured to do).
+    /// [`SqliteStore`] for what they do).
     ///
     /// ```no_run
     /// # async fn run() -> Result<(), idem_runtime::StoreError> {
@@ -175,6 +174,8 @@ impl SqliteStore {
     }
 
     /// Uses an application's existing pool, applying the store's migrations to its database.
+    /// The store writes through the pool too (it opens no writer of its own): its writes then
+    /// contend for SQLite's lock in the busy handler, as the application's do.
     ///
     /// Configure the pool as [`SqliteStore::connect`] does (WAL journaling and a busy timeout) so
     /// concurrent requests wait for the write lock rather than fail. Its page cache and
@@ -203,7 +204,7 @@ impl SqliteStore {
     /// ```
     pub async fn from_pool(pool: SqlitePool) -> Result<Self, StoreError> {
         migrate(&pool).await?;
-        Ok(Self { pool })
+        Ok(Self { pool, writer: None })
     }
 
     /// The pool the store runs on.
@@ -233,13 +234,23 @@ impl SqliteStore {
         )
         .transpose()
     }
+
+    /// A connection for one of the engine's writes: the writer's, once the writes before have
+    /// had theirs. A store whose pool was closed is closed: its writer too.
+    async fn turn(&self) -> Result<Turn<'_>, StoreError> {
+        match &self.writer {
+            Some(writer) => writer.turn(self.pool.is_closed()).await,
+            None => self.pool.acquire().await.map(Turn::Pool),
+        }
+        .map_err(StoreError::unavailable)
+    }
 }
 
 /// Configures a [`SqliteStore`]; made by [`SqliteStore::builder`].
 ///
 /// The page cache and the memory-mapped I/O are per connection: sqlx applies them as pragmas
-/// (`cache_size`, `mmap_size`) to every connection the pool opens, so the pool may hold up to
-/// [`max_connections`](Self::max_connections) times each.
+/// (`cache_size`, `mmap_size`) to every connection it opens, the writer's and the pool's, so
+/// the store may hold up to [`max_connections`](Self::max_connections) + 1 times each.
 #[derive(Debug, Clone)]
 #[must_use = "call `.build().await` to open the store"]
 pub struct SqliteStoreBuilder {
@@ -275,9 +286,9 @@ impl SqliteStoreBuilder {
     }
 
     /// The most connections the pool opens (default [`SqliteStore::DEFAULT_MAX_CONNECTIONS`]),
-    /// at least 1. Fewer connections keep their page caches longer but queue requests behind
-    /// fewer of them (see [`SqliteStore`] for both measured); a handler's transaction in atomic
-    /// mode holds one while it runs. Ignored for an in-memory database, which has exactly one.
+    /// at least 1; the store's writer is one more. The pool serves the claims' reads, handlers'
+    /// transactions in atomic mode (each holds one while it runs) and the operators' methods.
+    /// Ignored for an in-memory database, which has exactly one connection, for everything.
     pub fn max_connections(mut self, max: u32) -> Self {
         self.max_connections = max;
         self
@@ -340,7 +351,15 @@ impl SqliteStoreBuilder {
         })
         .await
         .map_err(StoreError::unavailable)?;
-        SqliteStore::from_pool(pool).await
+        let mut store = SqliteStore::from_pool(pool).await?;
+        // An in-memory database is private to the pool's one connection.
+        if !in_memory {
+            let writer = while_busy(|| Writer::open(options.clone()))
+                .await
+                .map_err(StoreError::unavailable)?;
+            store.writer = Some(Arc::new(writer));
+        }
+        Ok(store)
     }
 }
 
@@ -353,12 +372,18 @@ const CLAIM_ATTEMPTS: usize = 16;
 
 impl Store for SqliteStore {
     async fn claim(&self, req: ClaimRequest<'_>) -> Result<Claim, StoreError> {
+        // A live record answers from a read on the pool, without waiting for the writer: replays,
+        // reused keys and keys in flight. What the read finds claimable is claimed below.
+        if let Some(claim) = self.existing(&req).await? {
+            return Ok(claim);
+        }
         for _ in 0..CLAIM_ATTEMPTS {
             // Inserts an absent record; replaces an expired one (a new life: one owner) or takes
             // over a lapsed lease of the same request (one more owner), which keeps what the
             // record says about itself (its operation, scope and creation time). A live record
             // is left alone and nothing is returned.
-            let owners: Option<i64> = sqlx::query_scalar(
+            let mut turn = self.turn().await?;
+            let owners: Result<Option<i64>, _> = sqlx::query_scalar(
                 "INSERT INTO idem_records (key, fingerprint, token, state, owners, lease_until, \
                     expires_at, operation, created_at, scope, scope_value) \
                  VALUES (?1, ?2, ?3, 'in_flight', 1, ?4, ?5, ?7, ?6, ?8, ?9) \
@@ -394,9 +419,9 @@ impl Store for SqliteStore {
             .bind(req.operation)
             .bind(req.scope)
             .bind(req.scope_value)
-            .fetch_optional(&self.pool)
-            .await
-            .map_err(StoreError::unavailable)?;
+            .fetch_optional(turn.conn())
+            .await;
+            let owners = turn.checked(owners).map_err(StoreError::unavailable)?;
             if let Some(owners) = owners {
                 return Ok(Claim::Acquired {
                     took_over: owners > 1,
@@ -417,18 +442,21 @@ impl Store for SqliteStore {
         token: LeaseToken,
         completion: Completion<'_>,
     ) -> Result<Fence, StoreError> {
-        complete_with(&self.pool, key, token, completion).await
+        let mut turn = self.turn().await?;
+        let done = complete_with(turn.conn(), key, token, completion).await;
+        fence(turn.checked(done))
     }
 
     async fn release(&self, key: &RecordKey, token: LeaseToken) -> Result<Fence, StoreError> {
+        let mut turn = self.turn().await?;
         let done = sqlx::query(
             "DELETE FROM idem_records WHERE key = ?1 AND token = ?2 AND state = 'in_flight'",
         )
         .bind(key.as_bytes().as_slice())
         .bind(token.as_i64())
-        .execute(&self.pool)
+        .execute(turn.conn())
         .await;
-        fence(done.map(|d| d.rows_affected()))
+        fence(turn.checked(done).map(|d| d.rows_affected()))
     }
 
     async fn renew(
@@ -437,6 +465,7 @@ impl Store for SqliteStore {
         token: LeaseToken,
         lease_until: Timestamp,
     ) -> Result<Fence, StoreError> {
+        let mut turn = self.turn().await?;
         let done = sqlx::query(
             "UPDATE idem_records SET lease_until = ?3 \
              WHERE key = ?1 AND token = ?2 AND state = 'in_flight'",
@@ -444,12 +473,13 @@ impl Store for SqliteStore {
         .bind(key.as_bytes().as_slice())
         .bind(token.as_i64())
         .bind(lease_until.as_millis())
-        .execute(&self.pool)
+        .execute(turn.conn())
         .await;
-        fence(done.map(|d| d.rows_affected()))
+        fence(turn.checked(done).map(|d| d.rows_affected()))
     }
 
     async fn purge_expired(&self, now: Timestamp, limit: u32) -> Result<u64, StoreError> {
+        let mut turn = self.turn().await?;
         let done = sqlx::query(
             "DELETE FROM idem_records WHERE key IN \
                 (SELECT key FROM idem_records WHERE expires_at <= ?1 \
@@ -457,9 +487,9 @@ impl Store for SqliteStore {
         )
         .bind(now.as_millis())
         .bind(i64::from(limit))
-        .execute(&self.pool)
-        .await
-        .map_err(StoreError::unavailable)?;
+        .execute(turn.conn())
+        .await;
+        let done = turn.checked(done).map_err(StoreError::unavailable)?;
         Ok(done.rows_affected())
     }
 
@@ -522,18 +552,19 @@ impl AtomicStore<sqlx::Sqlite> for SqliteStore {
         token: LeaseToken,
         completion: Completion<'a>,
     ) -> BoxFuture<'a, Result<Fence, StoreError>> {
-        Box::pin(complete_with(conn, key, token, completion))
+        Box::pin(async move { fence(complete_with(conn, key, token, completion).await) })
     }
 }
 
-/// The fenced completion, on the pool or inside a handler's transaction (atomic mode).
+/// The fenced completion, on the writer or inside a handler's transaction (atomic mode): how
+/// many rows it completed.
 async fn complete_with<'e>(
     executor: impl sqlx::Executor<'e, Database = sqlx::Sqlite>,
     key: &RecordKey,
     token: LeaseToken,
     completion: Completion<'_>,
-) -> Result<Fence, StoreError> {
-    let done = sqlx::query(
+) -> Result<u64, sqlx::Error> {
+    sqlx::query(
         "UPDATE idem_records SET state = 'completed', response = ?3, expires_at = ?4, \
             status = ?5, completed_at = ?6 \
          WHERE key = ?1 AND token = ?2 AND state = 'in_flight'",
@@ -545,6 +576,6 @@ async fn complete_with<'e>(
     .bind(completion.status.map(i64::from))
     .bind(completion.completed_at.as_millis())
     .execute(executor)
-    .await;
-    fence(done.map(|d| d.rows_affected()))
+    .await
+    .map(|done| done.rows_affected())
 }

@@ -1,0 +1,108 @@
+//! The SQLite store's writer beyond the conformance suite every store passes: a write whose
+//! connection was lost opens another, and a live record answers its claim from a read, while
+//! another connection holds the database's write lock.
+
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use sqlx::{Connection, Executor, SqliteConnection};
+
+use super::*;
+use crate::store::testing::{at, key, request};
+
+const HOUR: i64 = 3_600_000;
+
+/// A new database file's URL, in the system's temporary directory.
+fn database_url() -> String {
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let dir = std::env::temp_dir().join(format!(
+        "idem-sqlite-writer-{}-{}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    format!("sqlite://{}", dir.join("store.db").display())
+}
+
+/// Claims `key` at `now` for a minute's lease and an hour's life.
+async fn claim(store: &SqliteStore, key: &RecordKey, token: i64, now: i64) -> Claim {
+    store
+        .claim(request(key, token, now, HOUR, ("global", "")))
+        .await
+        .unwrap()
+}
+
+async fn complete(store: &SqliteStore, key: &RecordKey, token: i64, now: i64) -> Fence {
+    store
+        .complete(
+            key,
+            LeaseToken::from_i64(token),
+            Completion {
+                payload: b"stored",
+                status: Some(201),
+                completed_at: at(now),
+                expires_at: at(now + HOUR),
+            },
+        )
+        .await
+        .unwrap()
+}
+
+const ACQUIRED: Claim = Claim::Acquired { took_over: false };
+
+#[tokio::test]
+async fn a_file_store_writes_through_a_writer_of_its_own_and_an_in_memory_one_through_its_pool() {
+    let file = SqliteStore::connect(&database_url()).await.unwrap();
+    assert!(file.writer.is_some());
+    let memory = SqliteStore::connect("sqlite::memory:").await.unwrap();
+    assert!(memory.writer.is_none());
+    // Both write: the in-memory store through its one pooled connection.
+    for store in [&file, &memory] {
+        assert_eq!(claim(store, &key(1), 1, 0).await, ACQUIRED);
+        assert_eq!(complete(store, &key(1), 1, 10).await, Fence::Held);
+    }
+}
+
+#[tokio::test]
+async fn a_write_after_the_writer_lost_its_connection_opens_another() {
+    let store = SqliteStore::connect(&database_url()).await.unwrap();
+    assert_eq!(claim(&store, &key(1), 1, 0).await, ACQUIRED);
+    let writer = store.writer.as_ref().unwrap();
+    writer.lose_connection().await;
+    // The completion, the next claim and a release each find a connection.
+    assert_eq!(complete(&store, &key(1), 1, 10).await, Fence::Held);
+    writer.lose_connection().await;
+    assert_eq!(claim(&store, &key(2), 2, 20).await, ACQUIRED);
+    writer.lose_connection().await;
+    let released = store.release(&key(2), LeaseToken::from_i64(2)).await;
+    assert_eq!(released.unwrap(), Fence::Held);
+    // What the first connection wrote is there: the completed record replays.
+    assert!(matches!(
+        claim(&store, &key(1), 3, 30).await,
+        Claim::Completed { payload, .. } if payload.as_ref() == b"stored"
+    ));
+}
+
+#[tokio::test]
+async fn a_live_record_answers_its_claim_while_another_connection_holds_the_write_lock() {
+    let url = database_url();
+    let store = SqliteStore::connect(&url).await.unwrap();
+    assert_eq!(claim(&store, &key(1), 1, 0).await, ACQUIRED);
+    assert_eq!(complete(&store, &key(1), 1, 10).await, Fence::Held);
+    assert_eq!(claim(&store, &key(2), 2, 20).await, ACQUIRED);
+
+    // Another process's transaction holds SQLite's one write lock: a claim that needed it would
+    // wait out the store's busy timeout and fail as busy.
+    let mut other = SqliteConnection::connect(&url).await.unwrap();
+    other.execute("BEGIN IMMEDIATE").await.unwrap();
+
+    // The completed record replays, and the one in flight answers in flight: both from a read.
+    assert!(matches!(
+        claim(&store, &key(1), 3, 30).await,
+        Claim::Completed { payload, .. } if payload.as_ref() == b"stored"
+    ));
+    assert!(matches!(
+        claim(&store, &key(2), 4, 40).await,
+        Claim::InFlight { .. }
+    ));
+    other.execute("ROLLBACK").await.unwrap();
+}
