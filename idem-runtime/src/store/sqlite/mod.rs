@@ -48,8 +48,8 @@ static RECORDS: LazyLock<RecordStatements> =
 /// connection's lock (another process's, a handler's transaction in atomic mode) wait up to
 /// [`SqliteStore::BUSY_TIMEOUT`] instead of failing with `SQLITE_BUSY`. When the writer's
 /// connection fails, that write returns the error and the next opens a new connection. A
-/// store on an in-memory database, or made by [`SqliteStore::from_pool`], writes through its
-/// pool.
+/// store on an in-memory database, which only the pool's one connection sees, writes through
+/// its pool.
 ///
 /// The store offers atomic mode ([`Tx<sqlx::Sqlite>`](crate::Tx)): a handler's writes and the
 /// record's completion commit in one transaction on this database.
@@ -174,8 +174,9 @@ impl SqliteStore {
     }
 
     /// Uses an application's existing pool, applying the store's migrations to its database.
-    /// The store writes through the pool too (it opens no writer of its own): its writes then
-    /// contend for SQLite's lock in the busy handler, as the application's do.
+    /// Beside the pool, the store opens its writer, one connection with the pool's connect
+    /// options; on an in-memory database, which no other connection would see, it writes
+    /// through the pool.
     ///
     /// Configure the pool as [`SqliteStore::connect`] does (WAL journaling and a busy timeout) so
     /// concurrent requests wait for the write lock rather than fail. Its page cache and
@@ -204,7 +205,13 @@ impl SqliteStore {
     /// ```
     pub async fn from_pool(pool: SqlitePool) -> Result<Self, StoreError> {
         migrate(&pool).await?;
-        Ok(Self { pool, writer: None })
+        let writer = while_busy(|| Writer::for_pool(&pool))
+            .await
+            .map_err(StoreError::unavailable)?;
+        Ok(Self {
+            pool,
+            writer: writer.map(Arc::new),
+        })
     }
 
     /// The pool the store runs on.
@@ -351,15 +358,7 @@ impl SqliteStoreBuilder {
         })
         .await
         .map_err(StoreError::unavailable)?;
-        let mut store = SqliteStore::from_pool(pool).await?;
-        // An in-memory database is private to the pool's one connection.
-        if !in_memory {
-            let writer = while_busy(|| Writer::open(options.clone()))
-                .await
-                .map_err(StoreError::unavailable)?;
-            store.writer = Some(Arc::new(writer));
-        }
-        Ok(store)
+        SqliteStore::from_pool(pool).await
     }
 }
 

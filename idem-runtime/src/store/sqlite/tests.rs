@@ -51,15 +51,33 @@ const ACQUIRED: Claim = Claim::Acquired { took_over: false };
 
 #[tokio::test]
 async fn a_file_store_writes_through_a_writer_of_its_own_and_an_in_memory_one_through_its_pool() {
-    let file = SqliteStore::connect(&database_url()).await.unwrap();
-    assert!(file.writer.is_some());
+    let url = database_url();
+    let connected = SqliteStore::connect(&url).await.unwrap();
+    assert!(connected.writer.is_some());
+    let app_pool = SqlitePool::connect(&url).await.unwrap();
+    let from_pool = SqliteStore::from_pool(app_pool).await.unwrap();
+    assert!(from_pool.writer.is_some());
     let memory = SqliteStore::connect("sqlite::memory:").await.unwrap();
     assert!(memory.writer.is_none());
-    // Both write: the in-memory store through its one pooled connection.
-    for store in [&file, &memory] {
-        assert_eq!(claim(store, &key(1), 1, 0).await, ACQUIRED);
-        assert_eq!(complete(store, &key(1), 1, 10).await, Fence::Held);
+    let memory_pool = SqlitePool::connect("sqlite::memory:").await.unwrap();
+    let memory_from_pool = SqliteStore::from_pool(memory_pool).await.unwrap();
+    assert!(memory_from_pool.writer.is_none());
+    // Each writes; the two on one file see each other's records.
+    for (i, store) in [&connected, &memory, &memory_from_pool]
+        .into_iter()
+        .enumerate()
+    {
+        assert_eq!(claim(store, &key(1), 1, 0).await, ACQUIRED, "store {i}");
+        assert_eq!(
+            complete(store, &key(1), 1, 10).await,
+            Fence::Held,
+            "store {i}"
+        );
     }
+    assert!(matches!(
+        claim(&from_pool, &key(1), 2, 20).await,
+        Claim::Completed { .. }
+    ));
 }
 
 #[tokio::test]

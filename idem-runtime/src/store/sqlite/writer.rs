@@ -9,7 +9,7 @@
 
 use sqlx::pool::PoolConnection;
 use sqlx::sqlite::SqliteConnectOptions;
-use sqlx::{ConnectOptions, Connection, Sqlite, SqliteConnection};
+use sqlx::{ConnectOptions, Connection, Sqlite, SqliteConnection, SqlitePool};
 use tokio::sync::{Mutex, MutexGuard};
 
 /// The writer's connection, opened again on the next turn when it failed.
@@ -27,13 +27,23 @@ pub(super) enum Turn<'a> {
 }
 
 impl Writer {
-    /// Opens the writer's connection with `options`, the pool's own.
-    pub(super) async fn open(options: SqliteConnectOptions) -> Result<Self, sqlx::Error> {
+    /// A writer for the database of `pool`, connected with the pool's own options; `None` for
+    /// an in-memory database (SQLite names no file for it), which another connection would not
+    /// see.
+    pub(super) async fn for_pool(pool: &SqlitePool) -> Result<Option<Self>, sqlx::Error> {
+        let file: String =
+            sqlx::query_scalar("SELECT file FROM pragma_database_list WHERE name = 'main'")
+                .fetch_one(pool)
+                .await?;
+        if file.is_empty() {
+            return Ok(None);
+        }
+        let options = SqliteConnectOptions::clone(&pool.connect_options());
         let conn = options.connect().await?;
-        Ok(Self {
+        Ok(Some(Self {
             options,
             conn: Mutex::new(Some(conn)),
-        })
+        }))
     }
 
     /// Waits for the writer, in the order writes asked for it; opens its connection again first
