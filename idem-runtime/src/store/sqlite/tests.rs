@@ -1,6 +1,7 @@
 //! The SQLite store's writer beyond the conformance suite every store passes: a write whose
-//! connection was lost opens another, and a live record answers its claim from a read, while
-//! another connection holds the database's write lock.
+//! connection was lost opens another, a failed connection is dropped and SQLite's refusals are
+//! not, and a live record answers its claim from a read while another connection holds the
+//! database's write lock.
 
 use std::sync::atomic::{AtomicU32, Ordering};
 
@@ -98,6 +99,29 @@ async fn a_write_after_the_writer_lost_its_connection_opens_another() {
         claim(&store, &key(1), 3, 30).await,
         Claim::Completed { payload, .. } if payload.as_ref() == b"stored"
     ));
+}
+
+#[tokio::test]
+async fn the_writer_drops_its_connection_on_a_failure_of_it_and_keeps_it_on_sqlites_refusals() {
+    let store = SqliteStore::connect(&database_url()).await.unwrap();
+    let writer = store.writer.as_ref().unwrap();
+    // SQLite's answer to a statement: the connection is sound, and kept.
+    let mut turn = writer.turn(false).await.unwrap();
+    let refused = sqlx::query("SELECT * FROM no_such_table")
+        .execute(turn.conn())
+        .await;
+    assert!(matches!(
+        turn.checked(refused),
+        Err(sqlx::Error::Database(_))
+    ));
+    assert!(writer.connected().await);
+    // A failure of the connection itself: dropped, and the next write opens another.
+    let turn = writer.turn(false).await.unwrap();
+    let failed: Result<(), _> = turn.checked(Err(sqlx::Error::WorkerCrashed));
+    assert!(matches!(failed, Err(sqlx::Error::WorkerCrashed)));
+    assert!(!writer.connected().await);
+    assert_eq!(claim(&store, &key(1), 1, 0).await, ACQUIRED);
+    assert!(writer.connected().await);
 }
 
 #[tokio::test]

@@ -70,6 +70,12 @@ impl Writer {
     pub(super) async fn lose_connection(&self) {
         self.conn.lock().await.take();
     }
+
+    /// Whether the writer holds a connection now.
+    #[cfg(test)]
+    pub(super) async fn connected(&self) -> bool {
+        self.conn.lock().await.is_some()
+    }
 }
 
 impl Turn<'_> {
