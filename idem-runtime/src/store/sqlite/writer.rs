@@ -20,7 +20,7 @@ pub(super) struct Writer {
 }
 
 /// A connection to write on, held by one write until it is dropped: the writer, or one of the
-/// pool's for a store that has no writer (an in-memory database, an application's pool).
+/// pool's for a store that has no writer (on an in-memory database).
 pub(super) enum Turn<'a> {
     Writer(MutexGuard<'a, Option<SqliteConnection>>),
     Pool(PoolConnection<Sqlite>),
