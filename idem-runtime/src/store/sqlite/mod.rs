@@ -18,6 +18,7 @@ use crate::store::{
     BoxFuture, Capabilities, Claim, ClaimRequest, Completion, Fence, LeaseToken, Store,
 };
 
+mod checkpoint;
 mod records;
 mod schema;
 #[cfg(test)]
@@ -50,6 +51,16 @@ static RECORDS: LazyLock<RecordStatements> =
 /// connection fails, that write returns the error and the next opens a new connection. A
 /// store on an in-memory database, which only the pool's one connection sees, writes through
 /// its pool.
+///
+/// The writer does not stop to checkpoint (to copy the write-ahead log into the database file
+/// and sync it), which SQLite otherwise does in the commit that takes the log past 1 000
+/// pages. A task of the store's, on a connection of its own opened when first needed, copies
+/// each moment's commits in the background in `PASSIVE` mode, which blocks neither readers nor
+/// the writer. A copy made while writes keep coming is rarely complete, and only a complete
+/// one lets the log start over, so past 8 192 pages (32 MiB) the writer finishes the copy
+/// itself and the log starts again; its file is cut back to 64 MiB should a long reader have
+/// let it grow beyond. The task ends with the store (its last clone dropped) or its runtime;
+/// without it, the writer's own checkpoints still bound the log.
 ///
 /// The store offers atomic mode ([`Tx<sqlx::Sqlite>`](crate::Tx)): a handler's writes and the
 /// record's completion commit in one transaction on this database.
@@ -256,8 +267,9 @@ impl SqliteStore {
 /// Configures a [`SqliteStore`]; made by [`SqliteStore::builder`].
 ///
 /// The page cache and the memory-mapped I/O are per connection: sqlx applies them as pragmas
-/// (`cache_size`, `mmap_size`) to every connection it opens, the writer's and the pool's, so
-/// the store may hold up to [`max_connections`](Self::max_connections) + 1 times each.
+/// (`cache_size`, `mmap_size`) to every connection it opens, the writer's, the checkpointer's
+/// and the pool's, so the store may hold up to [`max_connections`](Self::max_connections) + 2
+/// times each.
 #[derive(Debug, Clone)]
 #[must_use = "call `.build().await` to open the store"]
 pub struct SqliteStoreBuilder {
@@ -293,7 +305,7 @@ impl SqliteStoreBuilder {
     }
 
     /// The most connections the pool opens (default [`SqliteStore::DEFAULT_MAX_CONNECTIONS`]),
-    /// at least 1; the store's writer is one more. The pool serves the claims' reads, handlers'
+    /// at least 1; the store's writer and its checkpointer are two more. The pool serves the claims' reads, handlers'
     /// transactions in atomic mode (each holds one while it runs) and the operators' methods.
     /// Ignored for an in-memory database, which has exactly one connection, for everything.
     pub fn max_connections(mut self, max: u32) -> Self {

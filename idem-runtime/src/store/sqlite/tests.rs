@@ -1,7 +1,8 @@
 //! The SQLite store's writer beyond the conformance suite every store passes: a write whose
 //! connection was lost opens another, a failed connection is dropped and SQLite's refusals are
 //! not, and a live record answers its claim from a read while another connection holds the
-//! database's write lock.
+//! database's write lock; the checkpointer copies commits into the database file, and the
+//! writer keeps the log bounded while writes never pause.
 
 use std::sync::atomic::{AtomicU32, Ordering};
 
@@ -147,4 +148,82 @@ async fn a_live_record_answers_its_claim_while_another_connection_holds_the_writ
         Claim::InFlight { .. }
     ));
     other.execute("ROLLBACK").await.unwrap();
+}
+
+/// How many records the database file holds without its write-ahead log (what checkpoints
+/// copied into it), read from a copy of the file alone; 0 when the copy caught a page
+/// half-written.
+async fn records_in_file(url: &str) -> i64 {
+    let file = url.trim_start_matches("sqlite://");
+    let copy = format!("{file}.copy");
+    std::fs::copy(file, &copy).unwrap();
+    let mut conn = SqliteConnection::connect(&format!("sqlite://{copy}"))
+        .await
+        .unwrap();
+    let count = sqlx::query_scalar("SELECT count(*) FROM idem_records")
+        .fetch_one(&mut conn)
+        .await
+        .unwrap_or(0);
+    conn.close().await.unwrap();
+    std::fs::remove_file(&copy).unwrap();
+    count
+}
+
+#[tokio::test]
+async fn the_checkpointer_copies_the_writers_commits_into_the_database_file() {
+    let url = database_url();
+    let store = SqliteStore::connect(&url).await.unwrap();
+    // Far fewer pages than any automatic checkpoint waits for (SQLite's 1 000, the writer's
+    // backstop): only the checkpointer copies them.
+    for i in 0..50 {
+        assert_eq!(claim(&store, &key(i), i.into(), 0).await, ACQUIRED);
+        assert_eq!(complete(&store, &key(i), i.into(), 10).await, Fence::Held);
+    }
+    let mut copied = records_in_file(&url).await;
+    for _ in 0..200 {
+        if copied == 50 {
+            break;
+        }
+        tokio::time::sleep(checkpoint::PERIOD).await;
+        copied = records_in_file(&url).await;
+    }
+    assert_eq!(copied, 50, "the database file holds every committed record");
+}
+
+#[tokio::test]
+async fn the_writers_log_stays_bounded_while_writes_never_pause() {
+    let url = database_url();
+    let store = SqliteStore::connect(&url).await.unwrap();
+    let wal = format!("{}-wal", url.trim_start_matches("sqlite://"));
+    // 1 200 completions of 64 KiB: about 19 000 pages of log, past the writer's backstop twice,
+    // with no pause in which the checkpointer's copy could complete.
+    let payload = vec![b'x'; 64 * 1024];
+    let mut largest = 0;
+    for i in 0..1_200 {
+        assert_eq!(claim(&store, &key(i), i.into(), 0).await, ACQUIRED);
+        let done = store
+            .complete(
+                &key(i),
+                LeaseToken::from_i64(i.into()),
+                Completion {
+                    payload: &payload,
+                    status: Some(201),
+                    completed_at: at(10),
+                    expires_at: at(HOUR),
+                },
+            )
+            .await;
+        assert_eq!(done.unwrap(), Fence::Held);
+        largest = largest.max(std::fs::metadata(&wal).unwrap().len());
+    }
+    let backstop = u64::from(checkpoint::BACKSTOP_PAGES) * 4096;
+    assert!(
+        largest <= backstop + 2 * 1024 * 1024,
+        "the log grew to {largest} bytes; the writer's backstop is {backstop}"
+    );
+    assert!(largest <= checkpoint::LOG_LIMIT_BYTES);
+    // The 80 MB this wrote are the test's own.
+    store.pool().close().await;
+    drop(store);
+    std::fs::remove_dir_all(std::path::Path::new(&wal).parent().unwrap()).unwrap();
 }
