@@ -157,14 +157,17 @@ async fn records_in_file(url: &str) -> i64 {
     let file = url.trim_start_matches("sqlite://");
     let copy = format!("{file}.copy");
     std::fs::copy(file, &copy).unwrap();
-    let mut conn = SqliteConnection::connect(&format!("sqlite://{copy}"))
-        .await
-        .unwrap();
-    let count = sqlx::query_scalar("SELECT count(*) FROM idem_records")
-        .fetch_one(&mut conn)
-        .await
-        .unwrap_or(0);
-    conn.close().await.unwrap();
+    let count = match SqliteConnection::connect(&format!("sqlite://{copy}")).await {
+        Ok(mut conn) => {
+            let count = sqlx::query_scalar("SELECT count(*) FROM idem_records")
+                .fetch_one(&mut conn)
+                .await
+                .unwrap_or(0);
+            let _ = conn.close().await;
+            count
+        }
+        Err(_) => 0,
+    };
     std::fs::remove_file(&copy).unwrap();
     count
 }
