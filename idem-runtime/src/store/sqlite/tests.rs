@@ -2,7 +2,8 @@
 //! connection was lost opens another, a failed connection is dropped and SQLite's refusals are
 //! not, and a live record answers its claim from a read while another connection holds the
 //! database's write lock; the checkpointer copies commits into the database file, and the
-//! writer keeps the log bounded while writes never pause.
+//! writer keeps the log bounded while writes never pause and cuts back what a long reader let
+//! grow.
 
 use std::sync::atomic::{AtomicU32, Ordering};
 
@@ -193,18 +194,18 @@ async fn the_checkpointer_copies_the_writers_commits_into_the_database_file() {
     assert_eq!(copied, 50, "the database file holds every committed record");
 }
 
-#[tokio::test]
-async fn the_writers_log_stays_bounded_while_writes_never_pause() {
-    let url = database_url();
-    let store = SqliteStore::connect(&url).await.unwrap();
-    let wal = format!("{}-wal", url.trim_start_matches("sqlite://"));
-    // 1 600 completions of 64 KiB: about 26 000 pages of log, three times the writer's
-    // backstop, with no pause in which the checkpointer's copy could complete. Without the
-    // backstop the log would hold them all, 100 MiB.
+/// The write-ahead log of the database at `url`.
+fn log_of(url: &str) -> String {
+    format!("{}-wal", url.trim_start_matches("sqlite://"))
+}
+
+/// Claims and completes `keys`, each with 64 KiB of response (about 17 pages of log); returns
+/// the largest the log at `wal` grew meanwhile.
+async fn fill(store: &SqliteStore, keys: std::ops::Range<u32>, wal: &str) -> u64 {
     let payload = vec![b'x'; 64 * 1024];
     let mut largest = 0;
-    for i in 0..1_600 {
-        assert_eq!(claim(&store, &key(i), i.into(), 0).await, ACQUIRED);
+    for i in keys {
+        assert_eq!(claim(store, &key(i), i.into(), 0).await, ACQUIRED);
         let done = store
             .complete(
                 &key(i),
@@ -218,8 +219,28 @@ async fn the_writers_log_stays_bounded_while_writes_never_pause() {
             )
             .await;
         assert_eq!(done.unwrap(), Fence::Held);
-        largest = largest.max(std::fs::metadata(&wal).unwrap().len());
+        largest = largest.max(std::fs::metadata(wal).unwrap().len());
     }
+    largest
+}
+
+/// Closes `store` and deletes its directory: the tests that write 100 MiB clean up after
+/// themselves.
+async fn remove(store: SqliteStore, url: &str) {
+    store.pool().close().await;
+    drop(store);
+    let file = std::path::Path::new(url.trim_start_matches("sqlite://"));
+    std::fs::remove_dir_all(file.parent().unwrap()).unwrap();
+}
+
+#[tokio::test]
+async fn the_writers_log_stays_bounded_while_writes_never_pause() {
+    let url = database_url();
+    let store = SqliteStore::connect(&url).await.unwrap();
+    // 1 600 completions: about 26 000 pages of log, three times the writer's backstop, with no
+    // pause in which the checkpointer's copy could complete. Without the backstop the log
+    // would hold them all, 100 MiB.
+    let largest = fill(&store, 0..1_600, &log_of(&url)).await;
     // The writer checkpoints past its backstop, but not while the checkpointer's own copy holds
     // the checkpoint lock: its next commit does, so the log overshoots by the commits made
     // meanwhile (up to 4 MB seen on a loaded machine). Twice the backstop leaves room for that
@@ -229,8 +250,35 @@ async fn the_writers_log_stays_bounded_while_writes_never_pause() {
         largest <= 2 * backstop,
         "the log grew to {largest} bytes; the writer's backstop is {backstop}"
     );
-    // The 100 MiB this wrote are the test's own.
-    store.pool().close().await;
-    drop(store);
-    std::fs::remove_dir_all(std::path::Path::new(&wal).parent().unwrap()).unwrap();
+    remove(store, &url).await;
+}
+
+#[tokio::test]
+async fn a_log_a_long_reader_let_grow_is_cut_back_once_the_reader_ends() {
+    let url = database_url();
+    let store = SqliteStore::connect(&url).await.unwrap();
+    let wal = log_of(&url);
+    // An operator's slow listing: a read transaction keeps its snapshot, so no checkpoint
+    // completes and the log cannot start over while it lasts.
+    let mut reader = SqliteConnection::connect(&url).await.unwrap();
+    reader.execute("BEGIN").await.unwrap();
+    sqlx::query("SELECT count(*) FROM idem_records")
+        .execute(&mut reader)
+        .await
+        .unwrap();
+    let held = fill(&store, 0..1_300, &wal).await;
+    assert!(
+        held > checkpoint::LOG_LIMIT_BYTES,
+        "the reader held the log at {held} bytes"
+    );
+    reader.execute("COMMIT").await.unwrap();
+    // Past the backstop again: the writer's checkpoint completes, the log starts over, and the
+    // commit after that cuts its file back.
+    fill(&store, 1_300..2_000, &wal).await;
+    let after = std::fs::metadata(&wal).unwrap().len();
+    assert!(
+        after <= checkpoint::LOG_LIMIT_BYTES,
+        "the log's file stayed at {after} bytes after the reader ended"
+    );
+    remove(store, &url).await;
 }
