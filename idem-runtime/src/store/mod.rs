@@ -45,7 +45,7 @@ mod redis;
 mod sql;
 #[cfg(feature = "sqlite")]
 pub(crate) mod sqlite;
-#[cfg(all(test, any(feature = "sqlite", feature = "object-store")))]
+#[cfg(test)]
 mod testing;
 
 pub use capabilities::Capabilities;

@@ -4,18 +4,13 @@
 use std::time::Duration;
 
 use super::*;
+use crate::store::testing::{self, at, request};
 
-const T0: i64 = 1_700_000_000_250;
-
-fn at(ms: i64) -> Timestamp {
-    Timestamp::from_millis(T0 + ms)
-}
-
-/// A key in shard `i % SHARDS` whose other bytes differ by `i`.
+/// A key in shard `i % SHARDS` whose other bytes differ by `i`: the stores' test key `i` with
+/// its first byte set.
 fn key(i: u32) -> RecordKey {
-    let mut bytes = [0; 32];
+    let mut bytes = *testing::key(i).as_bytes();
     bytes[0] = (i % 256) as u8;
-    bytes[28..].copy_from_slice(&i.to_be_bytes());
     RecordKey::from_bytes(bytes)
 }
 
@@ -25,19 +20,10 @@ async fn claim(
     now: i64,
     ttl: i64,
 ) -> Result<Claim, StoreError> {
-    let fingerprint = Fingerprint::from_bytes([7; 32]);
     store
         .claim(ClaimRequest {
-            key,
-            fingerprint: &fingerprint,
-            token: LeaseToken::from_i64(1),
-            now: at(now),
-            lease_until: at(now + 60_000),
-            expires_at: at(now + ttl),
-            operation: "op",
-            scope: "global",
-            scope_value: "",
             tenant: 9,
+            ..request(key, 1, now, ttl, ("global", ""))
         })
         .await
 }
