@@ -8,10 +8,11 @@
 //!   every backend, sequentially. On moto these prove the S3 protocol path: `If-None-Match: *`
 //!   and `If-Match` on PUT, as a real S3 client sends them.
 //! - [`races`]: 50 concurrent submits of one key (threads, and processes through the CLI),
-//!   concurrent repairs, concurrent replacement of an expired record. These need a store whose
-//!   conditional PUT is atomic, so they run on `InMemory` and the local folder (hard links);
-//!   moto checks its preconditions then writes without a lock, so a race there could make two
-//!   tasks, which would prove nothing about S3.
+//!   concurrent repairs, concurrent replacement of an expired record, on every backend. These
+//!   need a store whose conditional PUT is atomic, as S3's is: `.ci/run` starts moto through
+//!   `.ci/moto_server.py`, which handles one request at a time, since moto's own server checks a
+//!   precondition and then writes without a lock between the two. The processes race on a
+//!   folder.
 //! - [`prune`]: what a prune (producers stopped) deletes and keeps, on every backend.
 //! - [`cli`]: the command line as documented: JSON line, exit statuses, `get`, `JOBS_STORE`
 //!   on a folder and on S3.

@@ -1,5 +1,10 @@
 //! The moto S3 server `.ci/run` starts on loopback (its URL in `JOBS_TEST_S3_ENDPOINT`): finding
 //! it, a client for it, a fresh bucket on it.
+//!
+//! Start it as `.ci/run` does, through `.ci/moto_server.py` (same arguments as `moto_server`):
+//! moto's own server checks a conditional write's precondition and then writes without a lock,
+//! so two racing writers can both win, where S3 and DynamoDB let one. The launcher handles one
+//! request at a time, and the race tests on moto then prove what they claim.
 
 /// The moto server's URL, or `None` (the test is skipped, and says so) outside CI when none is
 /// running. Under CI (`CI=true`) a missing server fails the test.
