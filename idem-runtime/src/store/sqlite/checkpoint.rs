@@ -52,6 +52,12 @@ impl Checkpointer {
     pub(super) fn wrote(&self) {
         self.wrote.notify_one();
     }
+
+    /// The task, for tests that check how it ends.
+    #[cfg(test)]
+    pub(super) fn task(&mut self) -> &mut JoinHandle<()> {
+        &mut self.task
+    }
 }
 
 impl Drop for Checkpointer {
@@ -112,94 +118,4 @@ async fn checkpoint(conn: &mut SqliteConnection) -> Result<Report, sqlx::Error> 
     sqlx::query_as("PRAGMA wal_checkpoint(PASSIVE)")
         .fetch_one(conn)
         .await
-}
-
-#[cfg(test)]
-mod tests {
-    //! The task's own life: it opens its connection at the first write, keeps going after a
-    //! round that could not open one, and ends once the pool closes.
-
-    use std::path::{Path, PathBuf};
-
-    use super::*;
-
-    /// Long enough for a round a write started to have run, many times its `PERIOD`.
-    const SETTLE: Duration = Duration::from_millis(500);
-
-    /// A database file in a directory of its own that does not exist yet.
-    fn missing_database() -> PathBuf {
-        std::env::temp_dir()
-            .join(format!(
-                "idem-checkpointer-{}-{:08x}",
-                std::process::id(),
-                fastrand::u32(..)
-            ))
-            .join("store.db")
-    }
-
-    fn spawn(pool: &SqlitePool, file: &Path) -> Checkpointer {
-        let options = SqliteConnectOptions::new()
-            .filename(file)
-            .create_if_missing(true);
-        Checkpointer::spawn(pool.clone(), options)
-    }
-
-    /// Whether `file` exists within 5 s (the checkpointer opened it, creating it).
-    async fn appears(file: &Path) -> bool {
-        for _ in 0..100 {
-            if file.exists() {
-                return true;
-            }
-            tokio::time::sleep(PERIOD).await;
-        }
-        false
-    }
-
-    #[tokio::test]
-    async fn the_connection_opens_at_a_write_and_again_after_a_round_that_could_not() {
-        let pool = SqlitePool::connect_lazy("sqlite::memory:").unwrap();
-        let file = missing_database();
-        let dir = file.parent().unwrap();
-        std::fs::create_dir_all(dir).unwrap();
-        let checkpointer = spawn(&pool, &file);
-        tokio::time::sleep(SETTLE).await;
-        assert!(!file.exists(), "no write, no connection");
-
-        // The directory goes: the next write's round cannot open the database.
-        std::fs::remove_dir(dir).unwrap();
-        checkpointer.wrote();
-        tokio::time::sleep(SETTLE).await;
-        // It is back, but rounds follow writes: none is tried until the next one.
-        std::fs::create_dir(dir).unwrap();
-        tokio::time::sleep(SETTLE).await;
-        assert!(
-            !file.exists(),
-            "a failed round is not retried before a write"
-        );
-        checkpointer.wrote();
-        assert!(
-            appears(&file).await,
-            "the round after a failed one opens it"
-        );
-        drop(checkpointer);
-        std::fs::remove_dir_all(dir).unwrap();
-    }
-
-    #[tokio::test]
-    async fn the_task_ends_at_the_first_write_after_its_pool_closed() {
-        let pool = SqlitePool::connect_lazy("sqlite::memory:").unwrap();
-        let file = missing_database();
-        std::fs::create_dir_all(file.parent().unwrap()).unwrap();
-        let mut checkpointer = spawn(&pool, &file);
-        checkpointer.wrote();
-        assert!(appears(&file).await);
-        pool.close().await;
-        checkpointer.wrote();
-        let ended = tokio::time::timeout(Duration::from_secs(5), &mut checkpointer.task).await;
-        assert!(
-            matches!(ended, Ok(Ok(()))),
-            "the task ended by itself, not aborted"
-        );
-        std::fs::remove_dir_all(file.parent().unwrap()).unwrap();
-    }
 }

@@ -1,12 +1,17 @@
 //! The SQLite store's writer beyond the conformance suite every store passes: a write whose
 //! connection was lost opens another, a failed connection is dropped and SQLite's refusals are
 //! not, and a live record answers its claim from a read while another connection holds the
-//! database's write lock; the checkpointer copies commits into the database file, and the
+//! database's write lock; the checkpointer copies commits into the database file, opens its
+//! connection at a write and again after a round that could not, and ends with its pool; the
 //! writer keeps the log bounded while writes never pause and cuts back what a long reader let
 //! grow.
 
+use std::path::Path;
+use std::str::FromStr;
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
 
+use sqlx::sqlite::SqliteConnectOptions;
 use sqlx::{Connection, Executor, SqliteConnection};
 
 use super::*;
@@ -24,6 +29,16 @@ fn database_url() -> String {
     ));
     std::fs::create_dir_all(&dir).unwrap();
     format!("sqlite://{}", dir.join("store.db").display())
+}
+
+/// The database file of `url`.
+fn file_of(url: &str) -> &Path {
+    Path::new(url.trim_start_matches("sqlite://"))
+}
+
+/// Deletes the directory [`database_url`] made for `url`, with everything in it.
+fn remove_dir(url: &str) {
+    std::fs::remove_dir_all(file_of(url).parent().unwrap()).unwrap();
 }
 
 /// Claims `key` at `now` for a minute's lease and an hour's life.
@@ -155,9 +170,8 @@ async fn a_live_record_answers_its_claim_while_another_connection_holds_the_writ
 /// copied into it), read from a copy of the file alone; 0 when the copy caught a page
 /// half-written.
 async fn records_in_file(url: &str) -> i64 {
-    let file = url.trim_start_matches("sqlite://");
-    let copy = format!("{file}.copy");
-    std::fs::copy(file, &copy).unwrap();
+    let copy = format!("{}.copy", file_of(url).display());
+    std::fs::copy(file_of(url), &copy).unwrap();
     let count = match SqliteConnection::connect(&format!("sqlite://{copy}")).await {
         Ok(mut conn) => {
             let count = sqlx::query_scalar("SELECT count(*) FROM idem_records")
@@ -194,9 +208,75 @@ async fn the_checkpointer_copies_the_writers_commits_into_the_database_file() {
     assert_eq!(copied, 50, "the database file holds every committed record");
 }
 
+/// A checkpointer for the database at `url` (created at its first open), stopped by closing
+/// `pool`, which nothing else uses.
+fn checkpointer(pool: &SqlitePool, url: &str) -> checkpoint::Checkpointer {
+    let options = SqliteConnectOptions::from_str(url)
+        .unwrap()
+        .create_if_missing(true);
+    checkpoint::Checkpointer::spawn(pool.clone(), options)
+}
+
+/// Long enough for a round a write started to have run, many times the checkpointer's period.
+const SETTLE: Duration = Duration::from_millis(500);
+
+/// Whether the database file of `url` exists within 5 s (the checkpointer opened it).
+async fn appears(url: &str) -> bool {
+    for _ in 0..100 {
+        if file_of(url).exists() {
+            return true;
+        }
+        tokio::time::sleep(checkpoint::PERIOD).await;
+    }
+    false
+}
+
+#[tokio::test]
+async fn the_checkpointer_opens_at_a_write_and_again_after_a_round_that_could_not() {
+    let pool = SqlitePool::connect_lazy("sqlite::memory:").unwrap();
+    let url = database_url();
+    let (file, dir) = (file_of(&url), file_of(&url).parent().unwrap());
+    let checkpointer = checkpointer(&pool, &url);
+    tokio::time::sleep(SETTLE).await;
+    assert!(!file.exists(), "no write, no connection");
+
+    // The directory goes: the next write's round cannot open the database.
+    std::fs::remove_dir(dir).unwrap();
+    checkpointer.wrote();
+    tokio::time::sleep(SETTLE).await;
+    // It is back, but rounds follow writes: none is tried until the next one.
+    std::fs::create_dir(dir).unwrap();
+    tokio::time::sleep(SETTLE).await;
+    assert!(
+        !file.exists(),
+        "a failed round is not retried before a write"
+    );
+    checkpointer.wrote();
+    assert!(appears(&url).await, "the round after a failed one opens it");
+    drop(checkpointer);
+    remove_dir(&url);
+}
+
+#[tokio::test]
+async fn the_checkpointer_ends_at_the_first_write_after_its_pool_closed() {
+    let pool = SqlitePool::connect_lazy("sqlite::memory:").unwrap();
+    let url = database_url();
+    let mut checkpointer = checkpointer(&pool, &url);
+    checkpointer.wrote();
+    assert!(appears(&url).await);
+    pool.close().await;
+    checkpointer.wrote();
+    let ended = tokio::time::timeout(Duration::from_secs(5), checkpointer.task()).await;
+    assert!(
+        matches!(ended, Ok(Ok(()))),
+        "the task ended by itself, not aborted"
+    );
+    remove_dir(&url);
+}
+
 /// The write-ahead log of the database at `url`.
 fn log_of(url: &str) -> String {
-    format!("{}-wal", url.trim_start_matches("sqlite://"))
+    format!("{}-wal", file_of(url).display())
 }
 
 /// Claims and completes `keys`, each with 64 KiB of response (about 17 pages of log); returns
@@ -229,8 +309,7 @@ async fn fill(store: &SqliteStore, keys: std::ops::Range<u32>, wal: &str) -> u64
 async fn remove(store: SqliteStore, url: &str) {
     store.pool().close().await;
     drop(store);
-    let file = std::path::Path::new(url.trim_start_matches("sqlite://"));
-    std::fs::remove_dir_all(file.parent().unwrap()).unwrap();
+    remove_dir(url);
 }
 
 #[tokio::test]
