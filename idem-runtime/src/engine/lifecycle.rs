@@ -113,11 +113,14 @@ impl Engine {
             done,
             gave_up: gave_up.clone(),
         };
-        let task = tokio::spawn(
+        // Boxed before it is spawned: the attempt's future is about 4 KB, which tokio would copy
+        // into its task by value, and each copy costs more than the allocation (BENCHMARKS.md,
+        // "The attempt's future boxed").
+        let task = tokio::spawn(Box::pin(
             self.clone()
                 .attempt(attempt, work, reply)
                 .instrument(span.clone()),
-        );
+        ));
         let answer = async move {
             let decision = match tokio::time::timeout(deadline, &mut decision).await {
                 Ok(Ok(decision)) => decision,
