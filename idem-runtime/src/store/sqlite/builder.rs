@@ -42,8 +42,9 @@ impl SqliteStoreBuilder {
     /// Each connection's page cache, in KiB (1024 bytes; `PRAGMA cache_size = -N`); default
     /// [`SqliteStore::DEFAULT_CACHE_SIZE_KIB`], about 2 MB. SQLite takes the memory as it reads
     /// pages, up to this size, and keeps a few pages whatever the setting; a write transaction
-    /// that changes more pages than the cache holds takes more, which the cache then keeps (the
-    /// writer's grew to three times its size with the sweep's deletes, BENCHMARKS.md). A larger
+    /// that changes nine tenths as many pages as the cache holds makes SQLite add pages rather
+    /// than reuse them, and the cache keeps them (the writer's grew to three times its size
+    /// with the sweep's deletes, BENCHMARKS.md). A larger
     /// cache is not faster: SQLite walks the whole of it at the end of some write transactions
     /// (see [`SqliteStore`]). At least 1: SQLite reads 0 as "unset" and puts its default back
     /// when it reloads the schema.
