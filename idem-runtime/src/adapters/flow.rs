@@ -328,10 +328,9 @@ impl Prepared {
             let Some(captured) = capture(response, settings).await else {
                 return Verdict::Release(settings.reject(Rejection::ResponseFailed));
             };
-            let encoded = captured.stored.encode();
             let payload = match raw {
-                Some(raw) => replay::seal(&raw, &encoded),
-                None => encoded,
+                Some(raw) => captured.stored.encode_after(&replay::envelope(&raw)),
+                None => captured.stored.encode(),
             };
             Verdict::Keep {
                 payload: Bytes::from(payload),

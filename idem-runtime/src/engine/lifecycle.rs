@@ -2,7 +2,9 @@
 //!
 //! The caller of [`Engine::run`] may go away at any moment: a client hangs up, a timeout layer
 //! fires, a `select!` drops the future. Nothing it drops can leave an operation half done,
-//! because the claim and the work run on a spawned task that the caller only waits for:
+//! because the claim and the work run as a task of their own that the caller only waits for.
+//! The attempt is polled first where its caller is and handed to the runtime the moment it
+//! would wait, so whenever the caller could be dropped, the attempt has ended or is spawned:
 //!
 //! - once the attempt owns the record, its work runs to its end and its result is stored (or
 //!   its release made) whatever the caller does; the next retry replays it or waits for it;
@@ -21,12 +23,15 @@
 
 use std::any::Any;
 use std::future::Future;
+use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::task::Poll;
 use std::time::Duration;
 
 use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
 use tracing::Instrument;
 
 use super::attempt::{Answer, Attempt, Kept, RolledBack, Verdict};
@@ -43,6 +48,32 @@ use crate::store::{Completion, Fence};
 /// work's whole state (a task's future holds each level's arguments, so an unboxed work would be
 /// copied, at its full size, once per level and again into the task).
 type Work<R> = Pin<Box<dyn Future<Output = Verdict<R>> + Send>>;
+
+/// Polls `attempt` once where its caller is, and hands it to a task of its own the moment it
+/// would wait: the task, or `None` when the attempt ended in that poll.
+///
+/// The caller can only go away between two of its polls, and by then the attempt has ended or
+/// belongs to the runtime, so ownership is the same as spawning it at once; an attempt that
+/// does not wait (an in-process store, a handler that does no I/O) costs no task, no wake-up
+/// and no timer (BENCHMARKS.md, "The attempt polled where its caller is"). A panic in that poll
+/// (a store's, say: the work's own are caught) drops the attempt, which its caller then answers
+/// as a task that ended without an answer.
+fn start<F>(attempt: Pin<Box<F>>) -> impl Future<Output = Option<JoinHandle<()>>>
+where
+    F: Future<Output = ()> + Send + 'static,
+{
+    let mut attempt = Some(attempt);
+    std::future::poll_fn(move |cx| {
+        let Some(mut running) = attempt.take() else {
+            return Poll::Ready(None);
+        };
+        let polled = catch_unwind(AssertUnwindSafe(|| running.as_mut().poll(cx)));
+        Poll::Ready(match polled {
+            Ok(Poll::Pending) => Some(tokio::spawn(running)),
+            Ok(Poll::Ready(())) | Err(_) => None,
+        })
+    })
+}
 
 /// How the work ended, sent from the task.
 enum Finished<R> {
@@ -116,11 +147,12 @@ impl Engine {
         // Boxed before it is spawned: the attempt's future is about 4 KB, which tokio would copy
         // into its task by value, and each copy costs more than the allocation (BENCHMARKS.md,
         // "The attempt's future boxed").
-        let task = tokio::spawn(Box::pin(
+        let task = start(Box::pin(
             self.clone()
                 .attempt(attempt, work, reply)
                 .instrument(span.clone()),
-        ));
+        ))
+        .await;
         let answer = async move {
             let decision = match tokio::time::timeout(deadline, &mut decision).await {
                 Ok(Ok(decision)) => decision,
@@ -156,6 +188,7 @@ impl Engine {
         .instrument(span.clone())
         .await;
         if let Some(within) = drain
+            && let Some(task) = task
             && tokio::time::timeout(within, task).await.is_err()
         {
             let _entered = span.enter();

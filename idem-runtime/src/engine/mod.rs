@@ -2,10 +2,11 @@
 //!
 //! An adapter (the attribute, the layer, the programmatic API) turns its transport into an
 //! [`Attempt`] and a piece of work, calls [`Engine::run`], and turns the [`Answer`] back. The
-//! engine claims the record, runs the work on a task of its own under a renewed lease, then
-//! stores its result (inside the operation's transaction in atomic mode) or releases the record,
-//! retrying a failed write in the background (or, for processes frozen between requests,
-//! inline before answering), and counts how the request ended. Nothing here knows HTTP.
+//! engine claims the record, runs the work (on a task of its own once it waits) under a renewed
+//! lease, then stores its result (inside the operation's transaction in atomic mode) or releases
+//! the record, retrying a failed write in the background (or, for processes frozen between
+//! requests, inline before answering), and counts how the request ended. Nothing here knows
+//! HTTP.
 
 use std::sync::Arc;
 

@@ -54,12 +54,11 @@ impl RawDigest {
     }
 }
 
-/// `payload` in an envelope carrying the digest of the request that produced it.
-pub(crate) fn seal(raw: &RawDigest, payload: &[u8]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(1 + raw.0.len() + payload.len());
-    out.push(ENVELOPE);
-    out.extend_from_slice(&raw.0);
-    out.extend_from_slice(payload);
+/// The envelope carrying the digest of the request that produced a payload: what the sealed
+/// payload starts with, the payload following it.
+pub(crate) fn envelope(raw: &RawDigest) -> [u8; 33] {
+    let mut out = [ENVELOPE; 33];
+    out[1..].copy_from_slice(&raw.0);
     out
 }
 
@@ -122,7 +121,9 @@ mod tests {
         let raw = digest(Method::POST, "/c", None, b"body");
         let response = StoredResponse::new(http::StatusCode::CREATED, [], b"{}"[..].into());
         let payload = response.encode();
-        let sealed = seal(&raw, &payload);
+        let sealed = response.encode_after(&envelope(&raw));
+        assert_eq!(sealed.len(), sealed.capacity(), "one exact allocation");
+        assert_eq!(sealed.len(), payload.len() + 33);
         assert_eq!(open(&sealed), (Some(raw), &payload[..]));
         // A payload stored without an envelope (by an earlier release, or on a shared store)
         // reads as it is.

@@ -85,11 +85,22 @@ impl StoredResponse {
     /// Serialises for stores that keep bytes. Large bodies are deflate-compressed when that makes
     /// them smaller. The format is versioned and read back by [`StoredResponse::decode`].
     pub fn encode(&self) -> Vec<u8> {
+        self.encode_after(&[])
+    }
+
+    /// `prefix`, then what [`StoredResponse::encode`] writes, in one allocation of exactly their
+    /// size: nothing is copied or reallocated on the way to the store.
+    pub(crate) fn encode_after(&self, prefix: &[u8]) -> Vec<u8> {
         let compressed = (self.body.len() >= COMPRESS_FROM)
             .then(|| deflate(&self.body))
             .filter(|c| c.len() < self.body.len());
         let body: &[u8] = compressed.as_deref().unwrap_or(&self.body);
-        let mut out = Vec::with_capacity(16 + body.len() + self.headers.len() * 32);
+        // Magic, version and flags; status; header count; each header's two lengths and bytes.
+        let headers: usize = (self.headers.iter())
+            .map(|(name, value)| 8 + name.as_str().len() + value.len())
+            .sum();
+        let mut out = Vec::with_capacity(prefix.len() + 3 + 2 + 4 + headers + body.len());
+        out.extend_from_slice(prefix);
         out.extend_from_slice(&[MAGIC, VERSION, u8::from(compressed.is_some())]);
         out.extend_from_slice(&self.status.as_u16().to_be_bytes());
         out.extend_from_slice(&(self.headers.len() as u32).to_be_bytes());
@@ -251,7 +262,9 @@ mod tests {
             ],
             Bytes::from_static(b"\x00\x01binary\xff"),
         );
-        let decoded = StoredResponse::decode(&stored.encode()).unwrap();
+        let encoded = stored.encode();
+        assert_eq!(encoded.len(), encoded.capacity(), "one exact allocation");
+        let decoded = StoredResponse::decode(&encoded).unwrap();
         assert_eq!(decoded, stored);
         assert_eq!(decoded.status(), StatusCode::ACCEPTED);
     }
@@ -263,6 +276,7 @@ mod tests {
             .collect();
         let stored = StoredResponse::new(StatusCode::OK, [], Bytes::from(body));
         let encoded = stored.encode();
+        assert_eq!(encoded.len(), encoded.capacity(), "one exact allocation");
         assert!(
             encoded.len() < stored.body().len() / 2,
             "{} bytes",

@@ -105,9 +105,10 @@ impl Idempotency {
 ///   ([`OperationError::Unavailable`]: the closure did not run);
 /// - releases the record when the closure returns an error or panics, so a retry runs it again.
 ///
-/// Once claimed, the closure runs on a task of its own to its end, and its output is stored,
-/// even if the caller stops waiting (drops the future, times out): a retry then gets the stored
-/// output, or waits for it, and never runs the closure a second time.
+/// Once claimed, the closure runs to its end (on a task of its own from the moment it first
+/// waits), and its output is stored, even if the caller stops waiting (drops the future, times
+/// out): a retry then gets the stored output, or waits for it, and never runs the closure a
+/// second time.
 #[derive(Debug)]
 #[must_use = "an operation does nothing until `run` is awaited"]
 pub struct Operation<'a> {
@@ -164,8 +165,9 @@ impl Operation<'_> {
     /// output is stored as JSON and deserialised on replay, so `T` must read back what it wrote.
     /// The key is an [`IdempotencyKey`] or a string (1..=255 visible ASCII characters).
     ///
-    /// The closure runs on a task of its own, so it and what it returns are `Send` and
-    /// `'static`, as with `tokio::spawn`.
+    /// The closure starts in this call's poll and moves to a task of its own when it waits, so
+    /// it and what it returns are `Send` and `'static`, as with `tokio::spawn`, and it should not
+    /// read the caller's task-local values.
     pub async fn run<K, I, T, E, F, Fut>(
         self,
         key: K,

@@ -1,10 +1,14 @@
 //! An operation under an invocation's deadline, and in an engine without background work, as a
 //! serverless function runs them: the engine's test clock stands for the wall clock, tokio's
-//! paused time for the waits, and a store that fails on demand for the store blinking.
+//! paused time for the waits, and a store that fails on demand for the store blinking. And an
+//! attempt on either side of its spawn (it is polled first in its caller's poll, and moves to a
+//! task of its own once it waits) when its caller leaves or its store panics.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
 use std::time::Duration;
+
+use tokio::sync::Notify;
 
 use crate::clock::{Clock, ManualClock, Timestamp};
 use crate::store::{Claim, ClaimRequest, Completion, Fence, LeaseToken, MemoryStore, Store};
@@ -26,6 +30,8 @@ struct Flaky {
     slow_claim: Arc<AtomicBool>,
     /// Completions are refused as too large for the store (DynamoDB's item).
     too_large: Arc<AtomicBool>,
+    /// Claims panic: [`AT_ONCE`], or [`AFTER_WAITING`] once.
+    panicking_claim: Arc<AtomicU8>,
     completions: Arc<AtomicUsize>,
     calls: Arc<AtomicUsize>,
 }
@@ -48,9 +54,20 @@ impl Flaky {
     }
 }
 
+const AT_ONCE: u8 = 1;
+const AFTER_WAITING: u8 = 2;
+
 impl Store for Flaky {
     async fn claim(&self, request: ClaimRequest<'_>) -> Result<Claim, StoreError> {
         self.calls.fetch_add(1, Ordering::SeqCst);
+        match self.panicking_claim.load(Ordering::SeqCst) {
+            AT_ONCE => panic!("the store's claim panicked"),
+            AFTER_WAITING => {
+                tokio::task::yield_now().await;
+                panic!("the store's claim panicked after waiting");
+            }
+            _ => {}
+        }
         let claim = self.inner.claim(request).await;
         if self.slow_claim.swap(false, Ordering::SeqCst) {
             tokio::time::sleep(STORE_TIMEOUT + Duration::from_secs(1)).await;
@@ -373,4 +390,62 @@ async fn a_release_that_cannot_be_written_leaves_the_key_until_the_lease_ends() 
         charge(&idempotency, None, 2, false).await.unwrap(),
         Outcome::Fresh(2)
     );
+}
+
+/// A store that panics in its claim, before the attempt first waits (in its caller's poll) or
+/// after (on its task), refuses the request as a failed store does, the operation not run,
+/// instead of unwinding into the caller; the same key runs once the store behaves.
+#[tokio::test]
+async fn a_claim_that_panics_is_refused_on_either_side_of_the_spawn() {
+    for when in [AT_ONCE, AFTER_WAITING] {
+        let (store, clock) = (Flaky::default(), ManualClock::new());
+        let idempotency = engine(&store, &clock, true);
+        store.panicking_claim.store(when, Ordering::SeqCst);
+        let refused = charge(&idempotency, None, 1, false).await;
+        assert!(
+            matches!(refused, Err(OperationError::Unavailable(_))),
+            "panic mode {when}: {refused:?}"
+        );
+        store.panicking_claim.store(0, Ordering::SeqCst);
+        let ran = charge(&idempotency, None, 2, false).await.unwrap();
+        assert_eq!(ran, Outcome::Fresh(2));
+        let again = charge(&idempotency, None, 3, false).await.unwrap();
+        assert_eq!(again, Outcome::Replayed(2));
+    }
+}
+
+/// Work that began in its caller's poll and then waits is on a task of its own by the time the
+/// caller can leave: dropping the caller leaves it running, its output is stored, and the
+/// retry replays it.
+#[tokio::test]
+async fn work_that_began_in_its_callers_poll_outlives_the_caller() {
+    let (store, clock) = (Flaky::default(), ManualClock::new());
+    let idempotency = engine(&store, &clock, true);
+    let (entered, gate) = (Arc::new(Notify::new()), Arc::new(Notify::new()));
+    let (entered_by_work, gate_for_work) = (entered.clone(), gate.clone());
+    let operation = idempotency.operation("charges.create");
+    let mut caller = Box::pin(operation.run("k1", "amount=2000", move |_| async move {
+        entered_by_work.notify_one();
+        gate_for_work.notified().await;
+        Ok::<_, std::io::Error>(1)
+    }));
+    tokio::select! {
+        ran = &mut caller => panic!("the work cannot end before its gate opens: {ran:?}"),
+        () = entered.notified() => {}
+    }
+    drop(caller);
+    assert!(in_flight(&charge(&idempotency, None, 2, false).await));
+
+    gate.notify_one();
+    let replayed = tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            match charge(&idempotency, None, 2, false).await {
+                ran if in_flight(&ran) => tokio::task::yield_now().await,
+                ran => break ran,
+            }
+        }
+    })
+    .await
+    .expect("the work the caller left finishes and stores its output");
+    assert_eq!(replayed.unwrap(), Outcome::Replayed(1));
 }
