@@ -23,7 +23,6 @@
 
 use std::any::Any;
 use std::future::Future;
-use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -38,7 +37,7 @@ use super::attempt::{Answer, Attempt, Kept, RolledBack, Verdict};
 use super::claim::{Claimed, Settled};
 use super::deadline::LeaseTerms;
 use super::outcome::{OpName, OutcomeLabel, count, span};
-use super::owner::{Owner, Written};
+use super::owner::{CatchUnwind, Owner, Written};
 use super::policy::{Commits, InFlightMode};
 use super::{Engine, Lending};
 use crate::core::error::StoreError;
@@ -67,10 +66,10 @@ where
         let Some(mut running) = attempt.take() else {
             return Poll::Ready(None);
         };
-        let polled = catch_unwind(AssertUnwindSafe(|| running.as_mut().poll(cx)));
+        let polled = Pin::new(&mut CatchUnwind(running.as_mut())).poll(cx);
         Poll::Ready(match polled {
-            Ok(Poll::Pending) => Some(tokio::spawn(running)),
-            Ok(Poll::Ready(())) | Err(_) => None,
+            Poll::Pending => Some(tokio::spawn(running)),
+            Poll::Ready(_ended_or_panicked) => None,
         })
     })
 }

@@ -280,7 +280,7 @@ pub(crate) type Panic = Box<dyn Any + Send>;
 
 /// Turns a panic while polling `F` into a value. `F` is `Unpin` (the engine boxes the work once,
 /// where it enters), so no unsafe projection is needed.
-struct CatchUnwind<F>(F);
+pub(super) struct CatchUnwind<F>(pub(super) F);
 
 impl<F: Future + Unpin> Future for CatchUnwind<F> {
     type Output = Result<F::Output, Panic>;
