@@ -76,8 +76,36 @@ impl Text<'_> {
 /// One member of an object being written: its key and where `"key":value` is in the output.
 struct Member<'a> {
     key: Text<'a>,
+    /// The key's first eight bytes, zero-padded, as a big-endian number: comparing two ranks
+    /// orders most keys without reading them again.
+    rank: u64,
     start: usize,
     end: usize,
+}
+
+impl<'a> Member<'a> {
+    fn new(key: Text<'a>, start: usize, end: usize) -> Self {
+        let rank = key
+            .bytes()
+            .iter()
+            .chain(&[0; 8])
+            .take(8)
+            .fold(0, |rank, &byte| rank << 8 | u64::from(byte));
+        Self {
+            key,
+            rank,
+            start,
+            end,
+        }
+    }
+
+    /// The order of two members' keys, byte by byte: the ranks decide unless they tie (a
+    /// shorter key ranks as if padded with zero bytes, so the bytes then decide).
+    fn order(&self, other: &Self) -> std::cmp::Ordering {
+        self.rank
+            .cmp(&other.rank)
+            .then_with(|| self.key.bytes().cmp(other.key.bytes()))
+    }
 }
 
 struct Writer<'a> {
@@ -207,7 +235,7 @@ impl<'a> Writer<'a> {
                 self.out.push(b':');
                 self.value()?;
                 let end = self.out.len();
-                self.members.push(Member { key, start, end });
+                self.members.push(Member::new(key, start, end));
                 if !self.next_element(b'}')? {
                     break;
                 }
@@ -223,17 +251,17 @@ impl<'a> Writer<'a> {
     /// the document non-canonical in V2.
     fn order_members(&mut self, first: usize) -> Parsed {
         let members = &mut self.members[first..];
-        if !members.is_sorted_by(|a, b| a.key.bytes() < b.key.bytes()) {
+        if !members.is_sorted_by(|a, b| a.order(b).is_lt()) {
             let start = members[0].start;
             // Stable: a repeated key's values stay in document order, and the last is kept.
-            members.sort_by(|a, b| a.key.bytes().cmp(b.key.bytes()));
+            members.sort_by(Member::order);
             // The members are written in order after the object, then moved over it: the room
             // `canonical` reserved holds them unless numbers grew past it.
             let unordered_end = self.out.len();
             for (i, member) in members.iter().enumerate() {
                 let last_of_key = members
                     .get(i + 1)
-                    .is_none_or(|next| next.key.bytes() != member.key.bytes());
+                    .is_none_or(|next| next.order(member).is_ne());
                 if !last_of_key && self.version == Version::V2 {
                     self.members.truncate(first);
                     return Err(Invalid);
@@ -257,22 +285,21 @@ impl<'a> Writer<'a> {
     fn string(&mut self) -> Result<Text<'a>, Invalid> {
         let open = self.pos;
         let contents = open + 1;
-        for (i, &byte) in self.input[contents..].iter().enumerate() {
-            match byte {
-                b'"' => {
-                    let text = &self.input[contents..contents + i];
-                    if !text.is_ascii() {
-                        std::str::from_utf8(text).map_err(|_| Invalid)?;
-                    }
-                    self.pos = contents + i + 1;
-                    return Ok(Text::Verbatim(text));
+        let rest = &self.input[contents..];
+        let len = plain_run(rest);
+        match rest.get(len) {
+            Some(b'"') => {
+                let text = &rest[..len];
+                if !text.is_ascii() {
+                    std::str::from_utf8(text).map_err(|_| Invalid)?;
                 }
-                b'\\' => return self.escaped_string(open),
-                0..=0x1f => return Err(Invalid),
-                _ => {}
+                self.pos = contents + len + 1;
+                Ok(Text::Verbatim(text))
             }
+            Some(b'\\') => self.escaped_string(open),
+            // A control character, or the end of the body.
+            _ => Err(Invalid),
         }
-        Err(Invalid)
     }
 
     /// A string with escapes, decoded by serde_json: finds its closing quote (skipping the
@@ -337,6 +364,34 @@ impl<'a> Writer<'a> {
     }
 }
 
+/// How many bytes `text` starts with that are neither a quote, a backslash nor a control
+/// character: eight at a time, then one at a time from the eight that hold the first of them.
+fn plain_run(text: &[u8]) -> usize {
+    const ONES: u64 = u64::from_ne_bytes([0x01; 8]);
+    const HIGH: u64 = u64::from_ne_bytes([0x80; 8]);
+    // Whether some byte of `word` is zero. It never misses one, and says only whether there is
+    // one: the bytes are then read one at a time.
+    let has_zero = |word: u64| word.wrapping_sub(ONES) & !word & HIGH != 0;
+    let mut start = 0;
+    while let Some(chunk) = text.get(start..start + 8) {
+        let word = u64::from_ne_bytes(chunk.try_into().unwrap_or_default());
+        // A byte below 0x20 borrows through `- 0x20` and had its high bit clear.
+        let control = word.wrapping_sub(ONES * 0x20) & !word & HIGH != 0;
+        if control
+            || has_zero(word ^ (ONES * u64::from(b'"')))
+            || has_zero(word ^ (ONES * u64::from(b'\\')))
+        {
+            break;
+        }
+        start += 8;
+    }
+    start
+        + text[start..]
+            .iter()
+            .position(|&b| matches!(b, b'"' | b'\\' | 0..=0x1f))
+            .unwrap_or(text.len() - start)
+}
+
 /// Writes a number token's exact canonical form (V2): an integer as it is written, any other
 /// number as `[-]<significant digits>e<exponent>` with no leading or trailing zero in the digits
 /// (zero is `0e0`, keeping its sign). The two forms never meet: only the second has an `e`.
@@ -389,7 +444,8 @@ fn write_exact(out: &mut Vec<u8>, token: &[u8]) -> Parsed {
     if scale.unsigned_abs() > MAX_EXPONENT {
         return Err(Invalid);
     }
-    let _ = write!(out, "e{scale}");
+    out.push(b'e');
+    out.extend_from_slice(itoa::Buffer::new().format(scale).as_bytes());
     Ok(())
 }
 

@@ -105,6 +105,29 @@ fn edge_cases_match_the_previous_release() {
 }
 
 #[test]
+fn strings_end_at_the_first_quote_backslash_or_control_character_wherever_it_is() {
+    for len in 0..40 {
+        for special in [b'"', b'\\', 0x00, 0x1f, b'\n'] {
+            for at in 0..=len {
+                // Bytes on either side of every class boundary the scan tests: 0x1f/0x20,
+                // '"'/'#', '\\'/']', high bytes.
+                let mut text: Vec<u8> = (0..len)
+                    .map(|i| [b' ', b'#', b']', b'!', 0xc3, 0x7f, b'['][i % 7])
+                    .collect();
+                if at < len {
+                    text[at] = special;
+                }
+                let expected = text
+                    .iter()
+                    .position(|&b| matches!(b, b'"' | b'\\' | 0..=0x1f))
+                    .unwrap_or(len);
+                assert_eq!(super::plain_run(&text), expected, "{text:?}");
+            }
+        }
+    }
+}
+
+#[test]
 fn nesting_stops_where_serde_json_stops() {
     for depth in [126, 127, 128, 129] {
         let arrays = format!("{}{}", "[".repeat(depth), "]".repeat(depth));
@@ -133,7 +156,8 @@ pub(super) fn document(depth: u32) -> BoxedStrategy<String> {
     ];
     let string = prop_oneof![
         "[a-z]{0,6}",
-        "[a-c\\\\\"/\u{e9}\u{1f600}\u{7f} ]{0,6}".prop_map(|s| {
+        // Past eight bytes too: strings are scanned eight bytes at a time.
+        "[a-c\\\\\"/\u{e9}\u{1f600}\u{7f} ]{0,20}".prop_map(|s| {
             // Escape as JSON requires, so the text parses.
             serde_json::to_string(&s).unwrap()[1..]
                 .trim_end_matches('"')
@@ -169,8 +193,21 @@ pub(super) fn document(depth: u32) -> BoxedStrategy<String> {
     }
     let inner = document(depth - 1);
     let key = prop_oneof![
-        prop::sample::select(vec!["\"a\"", "\"b\"", "\"\\u0061\"", "\"ab\"", "\"\""])
-            .prop_map(str::to_owned),
+        // Keys alike in their first eight bytes, which members are ranked by, and one that
+        // differs from them only past an escape.
+        prop::sample::select(vec![
+            "\"a\"",
+            "\"b\"",
+            "\"\\u0061\"",
+            "\"ab\"",
+            "\"\"",
+            "\"amount_total\"",
+            "\"amount_to\"",
+            "\"amount_t\"",
+            "\"amount_t\\u0000\"",
+            "\"amount_tax\"",
+        ])
+        .prop_map(str::to_owned),
         string,
     ];
     prop_oneof![
