@@ -2,9 +2,10 @@
 """Checks every relative link in the documentation: the Markdown pages and the crates' rustdoc.
 
 Run from anywhere; it works on the repository root (the parent of .ci/). Files checked:
-README.md, CHANGELOG.md, BENCHMARKS.md, every *.md under docs/ and examples/ (not under target/,
-node_modules/ or a venv), the markdown files pulled into rustdoc (idem-runtime/src/docs/*.md), and
-the `//!` and `///` comments of idem-runtime, idem-macros, idem-client and idem-rules (src/**/*.rs).
+README.md, CHANGELOG.md, BENCHMARKS.md, bench/HISTORY.md, every *.md under docs/ and examples/
+(not under target/, node_modules/ or a venv), the markdown files pulled into rustdoc
+(idem-runtime/src/docs/*.md), and the `//!` and `///` comments of idem-runtime, idem-macros,
+idem-client and idem-rules (src/**/*.rs).
 
 For each inline link `[text](target)`, image, reference definition `[label]: target` and HTML
 `href`/`src` whose target is not a URL (no scheme such as https: or mailto:): the file or folder
@@ -34,7 +35,7 @@ from urllib.parse import unquote
 
 ROOT = Path(__file__).resolve().parent.parent
 
-TOP_FILES = ["README.md", "CHANGELOG.md", "BENCHMARKS.md"]
+TOP_FILES = ["README.md", "CHANGELOG.md", "BENCHMARKS.md", "bench/HISTORY.md"]
 MD_TREES = ["docs", "examples"]
 RUSTDOC_MD = ["idem-runtime/src/docs"]
 CRATES = ["idem-runtime/src", "idem-macros/src", "idem-client/src", "idem-rules/src"]

@@ -19,7 +19,7 @@
 //! whole into the task. The work is boxed where it enters, and the paths plain mode's stored
 //! result does not take (releases, a caller that left, inline retries) are boxed where they are
 //! awaited (atomic mode's commit comes boxed from its store): the common path's task is that
-//! much smaller to copy and allocate (BENCHMARKS.md measures it).
+//! much smaller to copy and allocate (`bench/HISTORY.md` in the repository measures it).
 
 use std::any::Any;
 use std::future::Future;
@@ -54,7 +54,7 @@ type Work<R> = Pin<Box<dyn Future<Output = Verdict<R>> + Send>>;
 /// The caller can only go away between two of its polls, and by then the attempt has ended or
 /// belongs to the runtime, so ownership is the same as spawning it at once; an attempt that
 /// does not wait (an in-process store, a handler that does no I/O) costs no task, no wake-up
-/// and no timer (BENCHMARKS.md, "The attempt polled where its caller is"). A panic in that poll
+/// and no timer (`bench/HISTORY.md`, "The attempt polled where its caller is"). A panic in that poll
 /// (a store's, say: the work's own are caught) drops the attempt, which its caller then answers
 /// as a task that ended without an answer.
 fn start<F>(attempt: Pin<Box<F>>) -> impl Future<Output = Option<JoinHandle<()>>>
@@ -144,7 +144,7 @@ impl Engine {
             gave_up: gave_up.clone(),
         };
         // Boxed before it is spawned: the attempt's future is about 4 KB, which tokio would copy
-        // into its task by value, and each copy costs more than the allocation (BENCHMARKS.md,
+        // into its task by value, and each copy costs more than the allocation (bench/HISTORY.md,
         // "The attempt's future boxed").
         let task = start(Box::pin(
             self.clone()

@@ -88,7 +88,8 @@ static RECORDS: LazyLock<RecordStatements> =
 /// fresh keys a second than the default there, and a 1 GiB mapping none more: at the end of a
 /// write transaction in which a B-tree balance renumbered a page (it does so through the
 /// number of the page holding byte 1 GiB), SQLite walks the writer's whole cache, so a larger
-/// cache makes those commits dearer. BENCHMARKS.md has the measurements.
+/// cache makes those commits dearer. `BENCHMARKS.md` and `bench/HISTORY.md` in the repository
+/// have the measurements.
 ///
 /// Operators can also query the table themselves (times are milliseconds since the Unix
 /// epoch):
