@@ -373,8 +373,8 @@ fn plain_run(text: &[u8]) -> usize {
     // one: the bytes are then read one at a time.
     let has_zero = |word: u64| word.wrapping_sub(ONES) & !word & HIGH != 0;
     let mut start = 0;
-    while let Some(chunk) = text.get(start..start + 8) {
-        let word = u64::from_ne_bytes(chunk.try_into().unwrap_or_default());
+    while let Some(chunk) = text[start..].first_chunk::<8>() {
+        let word = u64::from_ne_bytes(*chunk);
         // A byte below 0x20 borrows through `- 0x20` and had its high bit clear.
         let control = word.wrapping_sub(ONES * 0x20) & !word & HIGH != 0;
         if control
