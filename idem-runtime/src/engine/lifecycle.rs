@@ -54,9 +54,9 @@ type Work<R> = Pin<Box<dyn Future<Output = Verdict<R>> + Send>>;
 /// The caller can only go away between two of its polls, and by then the attempt has ended or
 /// belongs to the runtime, so ownership is the same as spawning it at once; an attempt that
 /// does not wait (an in-process store, a handler that does no I/O) costs no task, no wake-up
-/// and no timer (`bench/HISTORY.md`, "The attempt polled where its caller is"). A panic in that poll
-/// (a store's, say: the work's own are caught) drops the attempt, which its caller then answers
-/// as a task that ended without an answer.
+/// and no timer (`bench/HISTORY.md`, "The attempt polled where its caller is"). A panic in that
+/// poll (a store's, say: the work's own are caught) drops the attempt, which its caller then
+/// answers as a task that ended without an answer.
 fn start<F>(attempt: Pin<Box<F>>) -> impl Future<Output = Option<JoinHandle<()>>>
 where
     F: Future<Output = ()> + Send + 'static,

@@ -44,9 +44,10 @@ impl SqliteStoreBuilder {
     /// pages, up to this size, and keeps a few pages whatever the setting; a write transaction
     /// that changes nine tenths as many pages as the cache holds makes SQLite add pages rather
     /// than reuse them, and the cache keeps them (the writer's grew to three times its size
-    /// with the sweep's deletes, `bench/HISTORY.md` in the repository). A larger cache is not faster: SQLite walks the
-    /// whole of it at the end of some write transactions (see [`SqliteStore`]). At least 1:
-    /// SQLite reads 0 as "unset" and puts its default back when it reloads the schema.
+    /// with the sweep's deletes, `bench/HISTORY.md` in the repository). A larger cache is not
+    /// faster: SQLite walks the whole of it at the end of some write transactions (see
+    /// [`SqliteStore`]). At least 1: SQLite reads 0 as "unset" and puts its default back when
+    /// it reloads the schema.
     pub fn cache_size_kib(mut self, kib: u32) -> Self {
         self.cache_size_kib = kib;
         self
