@@ -35,7 +35,7 @@ from urllib.parse import unquote
 
 ROOT = Path(__file__).resolve().parent.parent
 
-TOP_FILES = ["README.md", "CHANGELOG.md", "BENCHMARKS.md", "bench/HISTORY.md"]
+MD_FILES = ["README.md", "CHANGELOG.md", "BENCHMARKS.md", "bench/HISTORY.md"]
 MD_TREES = ["docs", "examples"]
 RUSTDOC_MD = ["idem-runtime/src/docs"]
 CRATES = ["idem-runtime/src", "idem-macros/src", "idem-client/src", "idem-rules/src"]
@@ -300,7 +300,7 @@ def walk(root: Path, suffix: str) -> list[Path]:
 
 def collect(root: Path) -> list[Doc]:
     docs = []
-    for name in TOP_FILES:
+    for name in MD_FILES:
         if (root / name).is_file():
             docs.append(read_markdown(root / name))
     for tree in MD_TREES + RUSTDOC_MD:
