@@ -95,7 +95,29 @@ impl RecordKey {
 
     /// The first 8 bytes in hex: enough to correlate log lines, useless to recover the key.
     pub fn short(&self) -> String {
-        hex(&self.0[..8])
+        self.prefix().to_string()
+    }
+
+    /// [`short`](Self::short), written only when displayed: for log and trace fields, which
+    /// are formatted only when something records them.
+    pub(crate) fn prefix(&self) -> KeyPrefix {
+        let [a, b, c, d, e, f, g, h, ..] = self.0;
+        KeyPrefix([a, b, c, d, e, f, g, h])
+    }
+}
+
+/// The first 8 bytes of a [`RecordKey`], displayed as 16 lower-case hex digits.
+pub(crate) struct KeyPrefix([u8; 8]);
+
+impl fmt::Display for KeyPrefix {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        use fmt::Write as _;
+        for byte in self.0 {
+            let [high, low] = hex_digits(byte);
+            f.write_char(high)?;
+            f.write_char(low)?;
+        }
+        Ok(())
     }
 }
 
@@ -114,19 +136,26 @@ pub(crate) fn tenant_of(scope: &str, scope_value: &str) -> u64 {
 
 impl fmt::Debug for RecordKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "RecordKey({})", self.short())
+        write!(f, "RecordKey({})", self.prefix())
     }
 }
 
 /// `bytes` as lowercase hex digits.
 pub(crate) fn hex(bytes: &[u8]) -> String {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
     let mut s = String::with_capacity(bytes.len() * 2);
-    for b in bytes {
-        s.push(DIGITS[usize::from(b >> 4)] as char);
-        s.push(DIGITS[usize::from(b & 0xf)] as char);
+    for &byte in bytes {
+        s.extend(hex_digits(byte));
     }
     s
+}
+
+/// `byte` as two lower-case hex digits, the high one first.
+fn hex_digits(byte: u8) -> [char; 2] {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    [
+        char::from(DIGITS[usize::from(byte >> 4)]),
+        char::from(DIGITS[usize::from(byte & 0xf)]),
+    ]
 }
 
 /// 32 bytes from 64 hex digits (either case), or `None`: the inverse of [`hex`] for keys and
@@ -192,5 +221,16 @@ mod tests {
         );
         assert_eq!(base.to_hex().len(), 64);
         assert!(base.to_hex().starts_with(&base.short()));
+    }
+
+    #[test]
+    fn a_short_key_is_its_first_eight_bytes_in_lower_case_hex() {
+        let mut bytes = [0xff; 32];
+        bytes[..8].copy_from_slice(&[0x00, 0x01, 0x0a, 0x10, 0x9f, 0xa0, 0xbc, 0xfe]);
+        let key = RecordKey::from_bytes(bytes);
+        assert_eq!(key.short(), "00010a109fa0bcfe");
+        assert_eq!(key.prefix().to_string(), key.short());
+        assert_eq!(format!("{key:?}"), "RecordKey(00010a109fa0bcfe)");
+        assert_eq!(&key.to_hex()[16..], "ff".repeat(24));
     }
 }

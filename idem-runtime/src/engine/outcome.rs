@@ -122,7 +122,7 @@ pub(crate) fn span(operation: &OpName, key: &RecordKey) -> tracing::Span {
     tracing::info_span!(
         "idempotency",
         endpoint = &**operation,
-        key = %key.short(),
+        key = %key.prefix(),
         outcome = tracing::field::Empty,
     )
 }

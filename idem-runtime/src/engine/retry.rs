@@ -78,13 +78,13 @@ impl Retry {
             };
             let error = match result {
                 Ok(fence) => {
-                    tracing::info!(key = %self.key.short(), ?fence, "settled an idempotency record after a store failure");
+                    tracing::info!(key = %self.key.prefix(), ?fence, "settled an idempotency record after a store failure");
                     return Ok(fence);
                 }
                 // The store keeps no result this large, and has left the record in flight
                 // until it expires: trying again would fail the same way.
                 Err(error @ StoreError::TooLarge { .. }) => {
-                    tracing::error!(key = %self.key.short(), error = &error as &dyn std::error::Error,
+                    tracing::error!(key = %self.key.prefix(), error = &error as &dyn std::error::Error,
                         "the store refused the result; its key answers in flight until it expires");
                     return Err(error);
                 }
@@ -92,7 +92,7 @@ impl Retry {
             };
             let now = self.clock.now();
             if now >= self.until {
-                tracing::warn!(key = %self.key.short(), error = &error as &dyn std::error::Error,
+                tracing::warn!(key = %self.key.prefix(), error = &error as &dyn std::error::Error,
                     "gave up settling an idempotency record: it expired");
                 return Err(error);
             }

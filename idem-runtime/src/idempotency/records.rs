@@ -125,7 +125,7 @@ impl Records {
         if let Forgotten::Deleted(record) = &forgotten {
             tracing::info!(
                 endpoint = record.operation,
-                key = %key.short(),
+                key = %key.prefix(),
                 state = record.state(self.now()).as_str(),
                 force,
                 "idempotency record forgotten by an operator"

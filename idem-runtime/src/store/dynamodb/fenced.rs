@@ -116,7 +116,7 @@ impl DynamoDbStore {
     ) -> Result<Fence, StoreError> {
         let size = completion.payload.len();
         tracing::error!(
-            key = %key.short(),
+            key = %key.prefix(),
             size,
             limit = Self::MAX_PAYLOAD_BYTES,
             "result too large for a DynamoDB item; the record stays in flight until it expires"
