@@ -41,7 +41,7 @@ use timed::Timed;
 
 /// A store, its capabilities, a clock and the policy every adapter follows.
 pub(crate) struct Engine {
-    store: Arc<dyn DynStore>,
+    store: Arc<Timed>,
     /// The store's type name, for messages.
     store_name: &'static str,
     capabilities: Arc<Capabilities>,

@@ -14,10 +14,11 @@ use bytes::Bytes;
 use super::deadline::LeaseTerms;
 use super::outcome::{self, OpName, OutcomeLabel, count};
 use super::retry::{Completing, Retry};
+use super::timed::Timed;
 use crate::core::clock::{Clock, Timestamp};
 use crate::core::error::StoreError;
 use crate::core::key::RecordKey;
-use crate::store::{DynStore, Fence, LeaseToken};
+use crate::store::{Fence, LeaseToken};
 
 /// Owns an in-flight record until it is completed or released.
 ///
@@ -34,7 +35,7 @@ use crate::store::{DynStore, Fence, LeaseToken};
 /// leaves nothing running after: a write still failing then is given up, and the record frees
 /// when its lease ends.
 pub(crate) struct Owner {
-    store: Arc<dyn DynStore>,
+    store: Arc<Timed>,
     clock: Arc<dyn Clock>,
     terms: LeaseTerms,
     /// How long a failed completion or release is retried inline; `None`: in the background.
@@ -74,7 +75,7 @@ impl Owner {
     /// The owner of a claim of `terms`; a failed write is retried for `inline` before the
     /// owner returns, or (`None`) in the background.
     pub(crate) fn new(
-        store: Arc<dyn DynStore>,
+        store: Arc<Timed>,
         clock: Arc<dyn Clock>,
         (terms, inline): (LeaseTerms, Option<Duration>),
         (key, token, expires_at): (RecordKey, LeaseToken, Timestamp),
@@ -268,7 +269,7 @@ impl Drop for Owner {
             return; // the transaction's rollback releases the record
         }
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            tracing::warn!(key = %self.key.short(), "no runtime to settle an abandoned idempotency record; it frees when its lease lapses");
+            tracing::warn!(key = %self.key.prefix(), "no runtime to settle an abandoned idempotency record; it frees when its lease lapses");
             return;
         };
         runtime.spawn(self.retry().run());

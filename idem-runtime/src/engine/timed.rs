@@ -37,6 +37,43 @@ impl Timed {
             claim,
         }
     }
+
+    // The calls of an attempt's path, bounded and unboxed: the engine awaits them in place, so
+    // a call costs the store's own future and no second allocation around it. The `DynStore`
+    // implementation below boxes the same futures for operators' calls.
+
+    pub(crate) fn claim<'a>(
+        &'a self,
+        request: ClaimRequest<'a>,
+    ) -> impl Future<Output = Result<Claim, StoreError>> + Send + 'a {
+        bounded(self.claim, self.inner.claim(request))
+    }
+
+    pub(crate) fn complete<'a>(
+        &'a self,
+        key: &'a RecordKey,
+        token: LeaseToken,
+        completion: Completion<'a>,
+    ) -> impl Future<Output = Result<Fence, StoreError>> + Send + 'a {
+        bounded(self.timeout, self.inner.complete(key, token, completion))
+    }
+
+    pub(crate) fn release<'a>(
+        &'a self,
+        key: &'a RecordKey,
+        token: LeaseToken,
+    ) -> impl Future<Output = Result<Fence, StoreError>> + Send + 'a {
+        bounded(self.timeout, self.inner.release(key, token))
+    }
+
+    pub(crate) fn renew<'a>(
+        &'a self,
+        key: &'a RecordKey,
+        token: LeaseToken,
+        lease_until: Timestamp,
+    ) -> impl Future<Output = Result<Fence, StoreError>> + Send + 'a {
+        bounded(self.timeout, self.inner.renew(key, token, lease_until))
+    }
 }
 
 async fn bounded<T>(
@@ -67,7 +104,7 @@ impl DynStore for Timed {
         self.inner.peek_completed(key, now)
     }
     fn claim<'a>(&'a self, request: ClaimRequest<'a>) -> BoxFuture<'a, Result<Claim, StoreError>> {
-        Box::pin(bounded(self.claim, self.inner.claim(request)))
+        Box::pin(Timed::claim(self, request))
     }
     fn complete<'a>(
         &'a self,
@@ -75,17 +112,14 @@ impl DynStore for Timed {
         token: LeaseToken,
         completion: Completion<'a>,
     ) -> BoxFuture<'a, Result<Fence, StoreError>> {
-        Box::pin(bounded(
-            self.timeout,
-            self.inner.complete(key, token, completion),
-        ))
+        Box::pin(Timed::complete(self, key, token, completion))
     }
     fn release<'a>(
         &'a self,
         key: &'a RecordKey,
         token: LeaseToken,
     ) -> BoxFuture<'a, Result<Fence, StoreError>> {
-        Box::pin(bounded(self.timeout, self.inner.release(key, token)))
+        Box::pin(Timed::release(self, key, token))
     }
     fn renew<'a>(
         &'a self,
@@ -93,10 +127,7 @@ impl DynStore for Timed {
         token: LeaseToken,
         lease_until: Timestamp,
     ) -> BoxFuture<'a, Result<Fence, StoreError>> {
-        Box::pin(bounded(
-            self.timeout,
-            self.inner.renew(key, token, lease_until),
-        ))
+        Box::pin(Timed::renew(self, key, token, lease_until))
     }
     fn purge_expired(&self, now: Timestamp, limit: u32) -> BoxFuture<'_, Result<u64, StoreError>> {
         Box::pin(bounded(self.timeout, self.inner.purge_expired(now, limit)))
