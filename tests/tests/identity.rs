@@ -79,6 +79,17 @@ mod after {
     }
 }
 
+/// One handler that a router serves on several routes and methods.
+mod shared {
+    use axum::http::StatusCode;
+    use idem_runtime::idempotent;
+
+    #[idempotent(scope = "global")]
+    pub(crate) async fn create(body: String) -> (StatusCode, String) {
+        (StatusCode::CREATED, format!("created {body}"))
+    }
+}
+
 async fn idempotency(path: &std::path::Path) -> Idempotency {
     let store = SqliteStore::connect(&idem_tests::db::sqlite_url(path))
         .await
@@ -283,5 +294,42 @@ async fn a_handler_outside_a_route_is_keyed_by_its_rust_path_with_one_warning() 
     assert_eq!(
         send(&pinned, "/export", "k1").await,
         (StatusCode::CREATED, true, "exported 500".into())
+    );
+}
+
+/// A handler routed on several routes and methods is an operation on each: a key used on one
+/// is new on the others, and each replays its own response.
+#[tokio::test]
+async fn one_handler_on_several_routes_keeps_an_operation_per_route_and_method() {
+    let path = idem_tests::db::sqlite_path();
+    let idempotency = idempotency(&path).await;
+    let router: Router = Router::new()
+        .route("/v1/orders", post(shared::create).put(shared::create))
+        .route("/v2/orders", post(shared::create))
+        .with_state(idempotency.clone());
+    let routes = [
+        (Method::POST, "/v1/orders"),
+        (Method::PUT, "/v1/orders"),
+        (Method::POST, "/v2/orders"),
+    ];
+    for round in 0..3 {
+        for (method, uri) in &routes {
+            let mut request = request(uri, "one-key");
+            *request.method_mut() = method.clone();
+            let answer = read(router.clone().oneshot(request).await.unwrap()).await;
+            assert_eq!(
+                answer,
+                (StatusCode::CREATED, round > 0, "created 500".into()),
+                "{method} {uri}, round {round}: the key runs once per route and method"
+            );
+        }
+    }
+    let filter = idem_runtime::store::records::RecordFilter::new();
+    let records = idempotency.records().list(&filter, 10).await.unwrap();
+    let mut operations: Vec<_> = records.iter().map(|r| r.operation.as_str()).collect();
+    operations.sort_unstable();
+    assert_eq!(
+        operations,
+        ["POST /v1/orders", "POST /v2/orders", "PUT /v1/orders"]
     );
 }
