@@ -85,12 +85,11 @@ struct Member<'a> {
 
 impl<'a> Member<'a> {
     fn new(key: Text<'a>, start: usize, end: usize) -> Self {
-        let rank = key
-            .bytes()
-            .iter()
-            .chain(&[0; 8])
-            .take(8)
-            .fold(0, |rank, &byte| rank << 8 | u64::from(byte));
+        let bytes = key.bytes();
+        let mut first = [0; 8];
+        let len = bytes.len().min(8);
+        first[..len].copy_from_slice(&bytes[..len]);
+        let rank = u64::from_be_bytes(first);
         Self {
             key,
             rank,
