@@ -100,16 +100,24 @@ impl RecordKey {
 
     /// [`short`](Self::short), written only when displayed: for log and trace fields, which
     /// are formatted only when something records them.
-    pub(crate) fn prefix(&self) -> KeyPrefix {
-        let [a, b, c, d, e, f, g, h, ..] = self.0;
-        KeyPrefix([a, b, c, d, e, f, g, h])
+    pub(crate) fn prefix(&self) -> ShortHex {
+        ShortHex::of(&self.0)
     }
 }
 
-/// The first 8 bytes of a [`RecordKey`], displayed as 16 lower-case hex digits.
-pub(crate) struct KeyPrefix([u8; 8]);
+/// The first 8 bytes of a 32-byte digest (a record key, a fingerprint), displayed as 16
+/// lower-case hex digits: enough to tell digests apart in logs, too little to recover what was
+/// hashed.
+pub(crate) struct ShortHex([u8; 8]);
 
-impl fmt::Display for KeyPrefix {
+impl ShortHex {
+    pub(crate) fn of(digest: &[u8; 32]) -> Self {
+        let [a, b, c, d, e, f, g, h, ..] = *digest;
+        Self([a, b, c, d, e, f, g, h])
+    }
+}
+
+impl fmt::Display for ShortHex {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         use fmt::Write as _;
         for byte in self.0 {

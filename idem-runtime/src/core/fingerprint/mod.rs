@@ -10,6 +10,8 @@ use std::fmt;
 
 use sha2::{Digest, Sha256};
 
+use crate::core::key::ShortHex;
+
 mod json;
 
 /// The versions of the fingerprint, which records carry: a record holds the fingerprint of the
@@ -118,7 +120,7 @@ impl Fingerprint {
 
 impl fmt::Debug for Fingerprint {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "Fingerprint({})", crate::core::key::hex(&self.0[..8]))
+        write!(f, "Fingerprint({})", ShortHex::of(&self.0))
     }
 }
 
@@ -247,6 +249,14 @@ pub fn canonical_json(input: &[u8]) -> Option<Vec<u8>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_fingerprint_shows_its_first_eight_bytes_in_hex() {
+        let mut bytes = [0xff; 32];
+        bytes[..8].copy_from_slice(&[0x00, 0x01, 0x0a, 0x10, 0x9f, 0xa0, 0xbc, 0xfe]);
+        let fingerprint = Fingerprint::from_bytes(bytes);
+        assert_eq!(format!("{fingerprint:?}"), "Fingerprint(00010a109fa0bcfe)");
+    }
 
     #[test]
     fn json_and_bytes_are_told_apart() {
