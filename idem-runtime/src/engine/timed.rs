@@ -38,10 +38,9 @@ impl Timed {
         }
     }
 
-    // The calls of an attempt's path, bounded and unboxed: the engine awaits them in place, so
-    // a call costs the store's own future and no second allocation around it. The `DynStore`
-    // implementation below boxes the same futures for operators' calls.
-
+    /// A claim, bounded by the claim deadline. The engine awaits this and the three calls after
+    /// it in place, unboxed: a call costs the store's own future and no second allocation
+    /// around it. The `DynStore` implementation below boxes the same futures for operators.
     pub(crate) fn claim<'a>(
         &'a self,
         request: ClaimRequest<'a>,
@@ -49,6 +48,7 @@ impl Timed {
         bounded(self.claim, self.inner.claim(request))
     }
 
+    /// A completion, bounded by the store deadline.
     pub(crate) fn complete<'a>(
         &'a self,
         key: &'a RecordKey,
@@ -58,6 +58,7 @@ impl Timed {
         bounded(self.timeout, self.inner.complete(key, token, completion))
     }
 
+    /// A release, bounded by the store deadline.
     pub(crate) fn release<'a>(
         &'a self,
         key: &'a RecordKey,
@@ -66,6 +67,7 @@ impl Timed {
         bounded(self.timeout, self.inner.release(key, token))
     }
 
+    /// A renewal, bounded by the store deadline.
     pub(crate) fn renew<'a>(
         &'a self,
         key: &'a RecordKey,
