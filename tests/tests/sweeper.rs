@@ -1,14 +1,15 @@
 //! The background sweeper purges expired records, in bounded batches, without being asked.
 
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::Router;
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use axum::routing::post;
-use idem_runtime::clock::ManualClock;
-use idem_runtime::store::MemoryStore;
-use idem_runtime::{Idempotency, idempotent};
+use idem_runtime::clock::{ManualClock, Timestamp};
+use idem_runtime::store::{Claim, ClaimRequest, Completion, Fence, LeaseToken, MemoryStore, Store};
+use idem_runtime::{Idempotency, RecordKey, StoreError, idempotent};
 use tower::ServiceExt;
 
 #[idempotent(scope = "global", ttl = "1m")]
@@ -16,19 +17,18 @@ async fn create() -> StatusCode {
     StatusCode::CREATED
 }
 
-#[tokio::test]
-async fn the_sweeper_purges_expired_records_in_batches() {
-    let store = MemoryStore::new();
+/// An engine on `store` and a manual clock, with `records` completed records stored through it.
+async fn with_records(store: impl Store, records: usize) -> (Idempotency, ManualClock) {
     let clock = ManualClock::new();
     let idem = Idempotency::builder()
-        .store(store.clone())
+        .store(store)
         .clock(clock.clone())
         .build()
         .unwrap();
     let app = Router::new()
         .route("/create", post(create))
         .with_state(idem.clone());
-    for i in 0..25 {
+    for i in 0..records {
         let request = Request::post("/create").header("idempotency-key", format!("k{i}"));
         let response = app
             .clone()
@@ -37,6 +37,24 @@ async fn the_sweeper_purges_expired_records_in_batches() {
             .unwrap();
         assert_eq!(response.status(), StatusCode::CREATED);
     }
+    (idem, clock)
+}
+
+/// Waits (bounded, no timing assertion) until `store` holds no record.
+async fn until_empty(store: &MemoryStore, why: &str) {
+    tokio::time::timeout(Duration::from_secs(10), async {
+        while !store.is_empty() {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await
+    .expect(why);
+}
+
+#[tokio::test]
+async fn the_sweeper_purges_expired_records_in_batches() {
+    let store = MemoryStore::new();
+    let (idem, clock) = with_records(store.clone(), 25).await;
     assert_eq!(store.len(), 25);
 
     // Nothing has expired yet: a sweep keeps everything.
@@ -44,15 +62,71 @@ async fn the_sweeper_purges_expired_records_in_batches() {
     tokio::time::sleep(Duration::from_millis(50)).await;
     assert_eq!(store.len(), 25, "live records are never purged");
 
-    // Past the ttl, the sweeper empties the store in batches of 10 (bounded wait, no timing
-    // assertion).
+    // Past the ttl, the sweeper empties the store in batches of 10.
     clock.advance(Duration::from_secs(61));
-    tokio::time::timeout(Duration::from_secs(10), async {
-        while !store.is_empty() {
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-    })
-    .await
-    .expect("the sweeper should purge every expired record");
+    until_empty(&store, "the sweeper should purge every expired record").await;
     sweeper.abort();
+}
+
+/// A `MemoryStore` that notes how many records each purge removed.
+#[derive(Clone, Default)]
+struct Sweeps {
+    store: MemoryStore,
+    purged: Arc<Mutex<Vec<u64>>>,
+}
+
+impl Sweeps {
+    fn purged(&self) -> Vec<u64> {
+        self.purged.lock().unwrap().clone()
+    }
+}
+
+impl Store for Sweeps {
+    async fn claim(&self, request: ClaimRequest<'_>) -> Result<Claim, StoreError> {
+        self.store.claim(request).await
+    }
+    async fn complete(
+        &self,
+        key: &RecordKey,
+        token: LeaseToken,
+        completion: Completion<'_>,
+    ) -> Result<Fence, StoreError> {
+        self.store.complete(key, token, completion).await
+    }
+    async fn release(&self, key: &RecordKey, token: LeaseToken) -> Result<Fence, StoreError> {
+        self.store.release(key, token).await
+    }
+    async fn renew(
+        &self,
+        key: &RecordKey,
+        token: LeaseToken,
+        lease_until: Timestamp,
+    ) -> Result<Fence, StoreError> {
+        self.store.renew(key, token, lease_until).await
+    }
+    async fn purge_expired(&self, now: Timestamp, limit: u32) -> Result<u64, StoreError> {
+        let purged = self.store.purge_expired(now, limit).await?;
+        self.purged.lock().unwrap().push(purged);
+        Ok(purged)
+    }
+}
+
+/// A backlog larger than a batch is not left for later ticks (an hour apart here): one tick
+/// purges batch after batch while they come back full, and stops at the first that does not,
+/// rather than polling an empty store.
+#[tokio::test]
+async fn one_tick_purges_full_batches_until_one_comes_back_short() {
+    for (records, batches) in [(25, vec![10, 10, 5]), (20, vec![10, 10, 0])] {
+        let sweeps = Sweeps::default();
+        let (idem, clock) = with_records(sweeps.clone(), records).await;
+        clock.advance(Duration::from_secs(61));
+
+        // An interval's first tick is at once; the next is an hour away.
+        let sweeper = idem.spawn_sweeper(Duration::from_secs(3600), 10);
+        until_empty(&sweeps.store, "one tick should purge the whole backlog").await;
+        // Time for a sweeper that did not stop to purge again.
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert_eq!(sweeps.purged(), batches, "{records} expired records");
+        sweeper.abort();
+    }
 }
