@@ -214,9 +214,16 @@ fn components_are_described_once_and_referenced() {
     let doc = IdempotencyDoc::for_header(idempotency.header_name()).nested_layer("/api", &layer);
     let mut once = document(&API);
     doc.apply(&mut once);
+    // `Modify::modify`, utoipa's hook, is `apply`.
+    let mut hooked = document(&API);
+    doc.modify(&mut hooked);
+    assert_eq!(
+        serde_json::to_value(&hooked).unwrap(),
+        serde_json::to_value(&once).unwrap()
+    );
+    // Applying again changes nothing.
     let mut twice = once.clone();
-    // `Modify::modify`, utoipa's hook, is `apply`; applying again changes nothing.
-    doc.modify(&mut twice);
+    doc.apply(&mut twice);
     let json = serde_json::to_value(&twice).unwrap();
     assert_eq!(json, serde_json::to_value(&once).unwrap());
 
@@ -255,6 +262,44 @@ fn components_are_described_once_and_referenced() {
     let mut reads = document(&[("get", "/api/stories")]);
     assert_eq!(doc.apply(&mut reads), 0);
     assert!(reads.components.is_none());
+}
+
+/// Only the header parameter named after the engine's header (in any case) gives way to the
+/// key parameter; the operation's other parameters stay, a query parameter of that same name
+/// and references to its own components among them.
+#[test]
+fn only_the_key_header_is_replaced_among_an_operations_parameters() {
+    let idempotency = idempotency("idempotency-key");
+    let string = json!({ "type": "string" });
+    let own = [
+        json!({ "name": "X-Request-Id", "in": "header", "required": false, "schema": string }),
+        json!({ "name": "Idempotency-Key", "in": "query", "required": false, "schema": string }),
+        json!({ "$ref": "#/components/parameters/Tenant" }),
+    ];
+    let mut parameters = own.to_vec();
+    parameters.insert(
+        1,
+        json!({ "name": "idempotency-key", "in": "header", "required": false, "schema": string }),
+    );
+    let mut doc: OpenApi = from_json(json!({
+        "openapi": "3.1.0",
+        "info": { "title": "t", "version": "1" },
+        "paths": { "/v1/charges": { "post": {
+            "parameters": parameters,
+            "responses": { "200": { "description": "OK" } },
+        } } },
+    }));
+    let documented = IdempotencyDoc::for_header(idempotency.header_name())
+        .operations(KeyMode::Optional, |_, _| true)
+        .apply(&mut doc);
+    assert_eq!(documented, 1);
+    let json = serde_json::to_value(&doc).unwrap();
+    let mut expected = own.to_vec();
+    expected.push(json!({ "$ref": "#/components/parameters/IdempotencyKey" }));
+    assert_eq!(
+        json["paths"]["/v1/charges"]["post"]["parameters"],
+        json!(expected)
+    );
 }
 
 #[test]
