@@ -6,13 +6,14 @@
 //! Redis ([`redis_store`]: a key prefix of its own on the server at [`redis_url`]) and starts
 //! private Redis servers; [`proxy`] puts a loopback TCP proxy that can be cut in front of any
 //! store's server. [`metrics`] reads what the process-wide recorder counted; [`logs`] captures
-//! what was logged. [`s3`] finds the moto S3 server CI starts and makes buckets on it;
+//! what was logged. [`hooked`] wraps a store to step into its calls. [`s3`] finds the moto S3 server CI starts and makes buckets on it;
 //! [`dynamodb`] makes DynamoDB tables on the same server.
 
 pub mod calls;
 pub mod db;
 pub mod dynamodb;
 pub mod gate;
+pub mod hooked;
 pub mod logs;
 pub mod metrics;
 pub mod proxy;
@@ -22,5 +23,6 @@ pub mod s3;
 pub use calls::Calls;
 pub use db::{TestStore, postgres_store, postgres_url, sqlite_store};
 pub use gate::Gate;
+pub use hooked::{Hooked, Hooks};
 pub use proxy::TcpProxy;
 pub use redis::{redis_store, redis_url};

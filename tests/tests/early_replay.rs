@@ -15,7 +15,8 @@ use axum::{Json, Router};
 use http_body_util::BodyExt;
 use idem_runtime::clock::Timestamp;
 use idem_runtime::store::{Claim, ClaimRequest, Completion, Fence, LeaseToken, MemoryStore, Store};
-use idem_runtime::{Idempotency, RecordKey, StoreError, idempotent};
+use idem_runtime::{Idempotency, RecordKey, idempotent};
+use idem_tests::Hooked;
 use serde_json::{Value, json};
 use tower::ServiceExt;
 
@@ -119,40 +120,14 @@ async fn the_same_bytes_replay_before_the_body_is_extracted() {
 
 /// A `MemoryStore` seen as a store that does not read in process: it stores payloads as a
 /// shared store (or an earlier release) does, without the raw request's digest.
-struct Remote(MemoryStore);
-
-impl Store for Remote {
-    async fn claim(&self, request: ClaimRequest<'_>) -> Result<Claim, StoreError> {
-        self.0.claim(request).await
-    }
-    async fn complete(
-        &self,
-        key: &RecordKey,
-        token: LeaseToken,
-        completion: Completion<'_>,
-    ) -> Result<Fence, StoreError> {
-        self.0.complete(key, token, completion).await
-    }
-    async fn release(&self, key: &RecordKey, token: LeaseToken) -> Result<Fence, StoreError> {
-        self.0.release(key, token).await
-    }
-    async fn renew(
-        &self,
-        key: &RecordKey,
-        token: LeaseToken,
-        lease_until: Timestamp,
-    ) -> Result<Fence, StoreError> {
-        self.0.renew(key, token, lease_until).await
-    }
-    async fn purge_expired(&self, now: Timestamp, limit: u32) -> Result<u64, StoreError> {
-        self.0.purge_expired(now, limit).await
-    }
+fn remote(store: &MemoryStore) -> Hooked<MemoryStore> {
+    Hooked::new(store.clone())
 }
 
 #[tokio::test]
 async fn records_without_the_raw_digest_still_replay() {
     let memory = MemoryStore::new();
-    let (remote, _) = app(Remote(memory.clone()));
+    let (remote, _) = app(remote(&memory));
     let body = r#"{"amount":7}"#;
     let first = send(&remote, body).await;
     assert_eq!(first.status, StatusCode::CREATED);
@@ -170,7 +145,7 @@ async fn records_without_the_raw_digest_still_replay() {
 async fn only_live_completed_records_are_peeked() {
     let store = MemoryStore::new();
     assert!(store.reads_in_process());
-    assert!(!Remote(store.clone()).reads_in_process());
+    assert!(!remote(&store).reads_in_process());
     let key = RecordKey::from_bytes([7; 32]);
     let fingerprint = idem_runtime::Fingerprint::of_bytes(b"x");
     let now = Timestamp::from_millis(1_000);
@@ -214,7 +189,7 @@ async fn only_live_completed_records_are_peeked() {
         "expired"
     );
     assert_eq!(
-        Remote(store.clone()).peek_completed(&key, now),
+        remote(&store).peek_completed(&key, now),
         None,
         "the default reads nothing"
     );

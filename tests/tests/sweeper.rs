@@ -8,8 +8,9 @@ use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use axum::routing::post;
 use idem_runtime::clock::{ManualClock, Timestamp};
-use idem_runtime::store::{Claim, ClaimRequest, Completion, Fence, LeaseToken, MemoryStore, Store};
-use idem_runtime::{Idempotency, RecordKey, StoreError, idempotent};
+use idem_runtime::store::{MemoryStore, Store};
+use idem_runtime::{Idempotency, StoreError, idempotent};
+use idem_tests::{Hooked, Hooks};
 use tower::ServiceExt;
 
 #[idempotent(scope = "global", ttl = "1m")]
@@ -68,45 +69,25 @@ async fn the_sweeper_purges_expired_records_in_batches() {
     sweeper.abort();
 }
 
-/// A `MemoryStore` that notes how many records each purge removed.
+/// Hooks that note how many records each purge removed.
 #[derive(Clone, Default)]
-struct Sweeps {
-    store: MemoryStore,
-    purged: Arc<Mutex<Vec<u64>>>,
-}
+struct Purges(Arc<Mutex<Vec<u64>>>);
 
-impl Sweeps {
+impl Purges {
     fn purged(&self) -> Vec<u64> {
-        self.purged.lock().unwrap().clone()
+        self.0.lock().unwrap().clone()
     }
 }
 
-impl Store for Sweeps {
-    async fn claim(&self, request: ClaimRequest<'_>) -> Result<Claim, StoreError> {
-        self.store.claim(request).await
-    }
-    async fn complete(
+impl Hooks<MemoryStore> for Purges {
+    async fn purge_expired(
         &self,
-        key: &RecordKey,
-        token: LeaseToken,
-        completion: Completion<'_>,
-    ) -> Result<Fence, StoreError> {
-        self.store.complete(key, token, completion).await
-    }
-    async fn release(&self, key: &RecordKey, token: LeaseToken) -> Result<Fence, StoreError> {
-        self.store.release(key, token).await
-    }
-    async fn renew(
-        &self,
-        key: &RecordKey,
-        token: LeaseToken,
-        lease_until: Timestamp,
-    ) -> Result<Fence, StoreError> {
-        self.store.renew(key, token, lease_until).await
-    }
-    async fn purge_expired(&self, now: Timestamp, limit: u32) -> Result<u64, StoreError> {
-        let purged = self.store.purge_expired(now, limit).await?;
-        self.purged.lock().unwrap().push(purged);
+        inner: &MemoryStore,
+        now: Timestamp,
+        limit: u32,
+    ) -> Result<u64, StoreError> {
+        let purged = inner.purge_expired(now, limit).await?;
+        self.0.lock().unwrap().push(purged);
         Ok(purged)
     }
 }
@@ -117,16 +98,16 @@ impl Store for Sweeps {
 #[tokio::test]
 async fn one_tick_purges_full_batches_until_one_comes_back_short() {
     for (records, batches) in [(25, vec![10, 10, 5]), (20, vec![10, 10, 0])] {
-        let sweeps = Sweeps::default();
+        let sweeps = Hooked::<MemoryStore, Purges>::default();
         let (idem, clock) = with_records(sweeps.clone(), records).await;
         clock.advance(Duration::from_secs(61));
 
         // An interval's first tick is at once; the next is an hour away.
         let sweeper = idem.spawn_sweeper(Duration::from_secs(3600), 10);
-        until_empty(&sweeps.store, "one tick should purge the whole backlog").await;
+        until_empty(&sweeps.inner, "one tick should purge the whole backlog").await;
         // Time for a sweeper that did not stop to purge again.
         tokio::time::sleep(Duration::from_millis(50)).await;
-        assert_eq!(sweeps.purged(), batches, "{records} expired records");
+        assert_eq!(sweeps.hooks.purged(), batches, "{records} expired records");
         sweeper.abort();
     }
 }

@@ -55,7 +55,7 @@ fn request() -> Request<Body> {
 #[tokio::test]
 async fn a_waiting_duplicate_polls_with_backoff_and_replays() {
     let (store, _never) = Stall::wrapping(MemoryStore::new());
-    let claims = store.claims();
+    let claims = store.hooks.claims();
     let (router, gate) = router(
         Idempotency::builder()
             .store(store)

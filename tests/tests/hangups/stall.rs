@@ -9,13 +9,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use idem_runtime::clock::Timestamp;
-use idem_runtime::store::{
-    Claim, ClaimRequest, Completion, Fence, LeaseToken, PostgresStore, RedisStore, SqliteStore,
-    Store,
-};
+use idem_runtime::store::{Claim, ClaimRequest, PostgresStore, RedisStore, SqliteStore, Store};
 use idem_runtime::{Fingerprint, RecordKey, StoreError};
-use idem_tests::TcpProxy;
+use idem_tests::{Hooked, Hooks, TcpProxy};
 use tokio::sync::{Mutex, oneshot, watch};
 
 /// How long a reply is held back on the wire: past the engine's 1-second store deadline.
@@ -43,10 +39,12 @@ impl Stall {
     pub(crate) fn wrapping<S: Store + Clone>(store: S) -> (Stalling<S>, Self) {
         let (flag, stalled) = watch::channel(false);
         (
-            Stalling {
+            Hooked {
                 inner: store,
-                stalled,
-                claims: Arc::default(),
+                hooks: Stalled {
+                    stalled,
+                    claims: Arc::default(),
+                },
             },
             Self::Wrapped(flag),
         )
@@ -132,16 +130,18 @@ impl Stall {
     }
 }
 
-/// A store whose claims wait while `stalled` is up, then reach the store they wrap on a task of
+/// A store whose claims wait while the stall is up, then reach the store it wraps on a task of
 /// their own: once sent, a claim lands even if its caller stopped waiting.
-pub(crate) struct Stalling<S> {
-    inner: S,
+pub(crate) type Stalling<S> = Hooked<S, Stalled>;
+
+/// The hooks of [`Stalling`].
+pub(crate) struct Stalled {
     stalled: watch::Receiver<bool>,
     /// How many claims were sent.
     claims: Arc<AtomicUsize>,
 }
 
-impl<S> Stalling<S> {
+impl Stalled {
     /// How many claims this store (and its clones) were sent.
     #[allow(dead_code)] // read by the waiting suite, which includes this file
     pub(crate) fn claims(&self) -> Arc<AtomicUsize> {
@@ -149,10 +149,10 @@ impl<S> Stalling<S> {
     }
 }
 
-impl<S: Store + Clone> Store for Stalling<S> {
-    async fn claim(&self, request: ClaimRequest<'_>) -> Result<Claim, StoreError> {
+impl<S: Store + Clone> Hooks<S> for Stalled {
+    async fn claim(&self, inner: &S, request: ClaimRequest<'_>) -> Result<Claim, StoreError> {
         self.claims.fetch_add(1, Ordering::SeqCst);
-        let (inner, mut stalled) = (self.inner.clone(), self.stalled.clone());
+        let (inner, mut stalled) = (inner.clone(), self.stalled.clone());
         let (key, fingerprint): (RecordKey, Fingerprint) = (*request.key, *request.fingerprint);
         let operation = request.operation.to_owned();
         let (scope, scope_value) = (request.scope.to_owned(), request.scope_value.to_owned());
@@ -182,31 +182,5 @@ impl<S: Store + Clone> Store for Stalling<S> {
             let _ = landed.send(inner.claim(request).await);
         });
         answer.await.expect("the claim's task answers")
-    }
-
-    async fn complete(
-        &self,
-        key: &RecordKey,
-        token: LeaseToken,
-        completion: Completion<'_>,
-    ) -> Result<Fence, StoreError> {
-        self.inner.complete(key, token, completion).await
-    }
-
-    async fn release(&self, key: &RecordKey, token: LeaseToken) -> Result<Fence, StoreError> {
-        self.inner.release(key, token).await
-    }
-
-    async fn renew(
-        &self,
-        key: &RecordKey,
-        token: LeaseToken,
-        lease_until: Timestamp,
-    ) -> Result<Fence, StoreError> {
-        self.inner.renew(key, token, lease_until).await
-    }
-
-    async fn purge_expired(&self, now: Timestamp, limit: u32) -> Result<u64, StoreError> {
-        self.inner.purge_expired(now, limit).await
     }
 }
