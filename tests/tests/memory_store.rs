@@ -111,7 +111,7 @@ async fn release(store: &MemoryStore, n: u8) -> Fence {
 }
 
 /// The cases, in a module whose name lets `cargo test memory` pick them with the memory backend's
-/// cases of the other suites (as the mutation runs in docs/mutation.md do).
+/// cases of the other suites (as the mutation runs in docs/mutation/core-and-stores.md do).
 mod memory {
     use super::*;
 
