@@ -170,3 +170,27 @@ pub(super) fn encode_varint(mut value: u64, buf: &mut [u8; 10]) -> usize {
     buf[i] = value as u8;
     i + 1
 }
+
+#[cfg(test)]
+mod tests {
+    use super::{encode_varint, varint_len};
+
+    /// The slow path writes length prefixes with `encode_varint`, and the fast path copies a
+    /// nested message only when its prefix is as short as `varint_len` says: both must be
+    /// protobuf's varint, at every byte boundary.
+    #[test]
+    fn varints_are_protobufs_at_every_length() {
+        let mut buf = [0u8; 10];
+        for bits in 0..64 {
+            let top = (1u64 << bits) - 1;
+            for value in [top, top + 1] {
+                let mut expected = Vec::new();
+                prost::encoding::encode_varint(value, &mut expected);
+                let written = encode_varint(value, &mut buf);
+                assert_eq!(&buf[..written], expected.as_slice(), "{value}");
+                assert_eq!(varint_len(value), expected.len(), "{value}");
+            }
+        }
+        assert_eq!(varint_len(u64::MAX), 10);
+    }
+}

@@ -41,11 +41,42 @@ fn nesting_limit_matches_prost() {
     );
 }
 
+/// A chain of `depth` nodes below the root as [`chain`] builds it, encoded with each node's
+/// `value` before its `child`: out of field order at every level, so none of it is copied as it
+/// is and every level goes through the sorting path.
+fn value_first(depth: usize) -> Vec<u8> {
+    (0..depth).fold(vec![0x10, 0x01], |child, _| {
+        let mut node = vec![0x10, 0x02, 0x0a];
+        prost::encoding::encode_varint(child.len() as u64, &mut node);
+        [node, child].concat()
+    })
+}
+
+/// The depth limit holds on the path that sorts fields too, not only on the one that copies
+/// them: hostile input out of order at every level cannot nest past it.
+#[test]
+fn nesting_limit_holds_when_every_level_is_out_of_order() {
+    let schemas = schemas();
+    let sorted = schemas
+        .canonical("test.v1.Node", &value_first(100), None)
+        .expect("100 levels are fine");
+    assert_eq!(sorted, chain(100).encode_to_vec());
+    let err = schemas
+        .canonical("test.v1.Node", &value_first(101), None)
+        .unwrap_err();
+    assert!(
+        matches!(err, CanonicalError::TooDeep { limit: 100, .. }),
+        "{err}"
+    );
+}
+
 /// Requirement 6: truncated input, groups, bad wire types and field numbers are specific errors.
 #[test]
 fn malformed_input_is_an_error() {
     let schemas = schemas();
-    let cases: [(&[u8], Option<u32>, WireProblem); 9] = [
+    let too_large = key((1 << 29) << 3);
+    let overflowing = [&[0x10][..], &[0xff; 9], &[0x02]].concat();
+    let cases: [(&[u8], Option<u32>, WireProblem); 11] = [
         (&[0x10, 0x80], Some(2), WireProblem::TruncatedVarint),
         (
             &[0x1a, 0x05, 0x01],
@@ -62,6 +93,9 @@ fn malformed_input_is_an_error() {
         (&[0x30, 0x01], Some(6), WireProblem::NotLengthDelimited(0)),
         (&[0x22, 0x01, 0x0a], Some(1), WireProblem::TruncatedVarint),
         (&[0xff; 11], None, WireProblem::OverlongVarint),
+        // Ten bytes, but the tenth sets bits past 64.
+        (&overflowing, Some(2), WireProblem::OverlongVarint),
+        (&too_large, None, WireProblem::InvalidFieldNumber(1 << 29)),
     ];
     for (bytes, field, problem) in cases {
         let err = schemas
@@ -92,6 +126,26 @@ fn malformed_input_is_an_error() {
     for cut in 0..encoded.len() {
         let _ = schemas.canonical("test.v1.Request", &encoded[..cut], None);
     }
+}
+
+/// The varint of `value`.
+fn key(value: u64) -> Vec<u8> {
+    let mut out = Vec::new();
+    prost::encoding::encode_varint(value, &mut out);
+    out
+}
+
+/// The bounds are protobuf's, not tighter: the largest field number is a field (unknown here, so
+/// dropped), and a ten-byte varint whose tenth byte holds bit 63 (any negative `int64`) is read.
+#[test]
+fn the_largest_field_number_and_a_full_ten_byte_varint_are_valid() {
+    let schemas = schemas();
+    let largest = [key(((1 << 29) - 1) << 3), vec![0x01]].concat();
+    let amount = [&[0x10][..], &[0xff; 9], &[0x01]].concat();
+    let both = [largest, amount.clone()].concat();
+    assert_eq!(canon_bytes(&schemas, &both, None), amount);
+    let decoded = Request::decode(amount.as_slice()).expect("prost reads it too");
+    assert_eq!(decoded.amount, -1);
 }
 
 /// Unknown message names and undecodable descriptor sets are errors.

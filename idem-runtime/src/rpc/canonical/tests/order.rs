@@ -290,6 +290,74 @@ fn canonical_input_is_copied() {
         canon_bytes(&schemas, &padded, None),
         minimal.encode_to_vec()
     );
+    // The same padded field after another: the prefix is judged by its length, not where it is.
+    let id = Request {
+        request_id: "key-1".into(),
+        ..Default::default()
+    };
+    let later = [id.encode_to_vec(), padded].concat();
+    let both = Request {
+        request_id: id.request_id,
+        ..minimal
+    };
+    assert_eq!(canon_bytes(&schemas, &later, None), both.encode_to_vec());
+}
+
+/// Messages of 128 bytes and more have length prefixes of two bytes and more: rewritten from
+/// maps out of order, their canonical bytes still decode to the same message, and a message that
+/// drops under 128 bytes (an unknown field left out) gets the shorter prefix.
+#[test]
+fn long_messages_get_the_prefix_of_their_canonical_length() {
+    let schemas = schemas();
+    let inner = |n: usize| Inner {
+        codes: (0..4)
+            .map(|c| (c, "c".repeat(n * 100 + c as usize)))
+            .collect(),
+        note: "n".repeat(n),
+    };
+    // Entries of 2- and 3-byte prefixes (a value of 20 000 bytes), maps in them as well.
+    let request = Request {
+        inners: [(1, inner(1)), (2, inner(200)), (3, inner(5))]
+            .into_iter()
+            .map(|(k, v)| (format!("inner{k}"), v))
+            .collect(),
+        labels: (0..4)
+            .map(|i| (format!("l{i}"), "v".repeat(150 * i)))
+            .collect(),
+        ..Default::default()
+    };
+    let expected = canon(&schemas, &request, None);
+    assert_eq!(
+        Request::decode(expected.as_slice()).expect("decodes"),
+        request
+    );
+    let mut raw = HashSet::new();
+    let mut other = request.clone();
+    for _ in 0..10 {
+        other = rebuilt(&other);
+        raw.insert(other.encode_to_vec());
+        assert_eq!(canon(&schemas, &other, None), expected);
+    }
+    assert!(
+        raw.len() > 1,
+        "prost wrote the maps in one order every time"
+    );
+
+    let item = Item {
+        sku: "x".repeat(120),
+        qty: 7,
+    };
+    let unknown = len_field(15, b"extra!");
+    let body = [item.encode_to_vec(), unknown].concat();
+    assert!(body.len() >= 128 && item.encoded_len() < 128);
+    let mut input = vec![0x32];
+    prost::encoding::encode_varint(body.len() as u64, &mut input);
+    input.extend_from_slice(&body);
+    let minimal = Request {
+        primary: Some(item),
+        ..Default::default()
+    };
+    assert_eq!(canon_bytes(&schemas, &input, None), minimal.encode_to_vec());
 }
 
 /// A string of up to four arbitrary characters.
