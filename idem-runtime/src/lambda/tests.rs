@@ -53,6 +53,36 @@ fn the_deadline_is_the_contexts_in_epoch_millis() {
     assert_eq!(invocation_deadline(&context(u64::MAX)), None);
 }
 
+/// A service whose readiness is what it is told.
+struct Readiness(Poll<Result<(), &'static str>>);
+
+impl tower::Service<http::Request<()>> for Readiness {
+    type Response = ();
+    type Error = &'static str;
+    type Future = std::future::Ready<Result<(), &'static str>>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.0
+    }
+
+    fn call(&mut self, _: http::Request<()>) -> Self::Future {
+        std::future::ready(Ok(()))
+    }
+}
+
+/// The layer is transparent to back-pressure: a concurrency limit or a load shedder under it
+/// still tells `lambda_http` to wait, or fails, as it would without the layer.
+#[test]
+fn readiness_is_the_inner_services() {
+    use tower::{Layer, Service};
+
+    let mut cx = Context::from_waker(std::task::Waker::noop());
+    for readiness in [Poll::Pending, Poll::Ready(Ok(())), Poll::Ready(Err("shed"))] {
+        let mut service = DeadlineLayer::new().layer(Readiness(readiness));
+        assert_eq!(service.poll_ready(&mut cx), readiness);
+    }
+}
+
 #[derive(Clone, Default)]
 struct Calls(Arc<AtomicUsize>);
 
