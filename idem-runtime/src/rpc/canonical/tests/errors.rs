@@ -167,6 +167,36 @@ fn unknown_names_and_bad_sets_are_errors() {
     assert!(std::error::Error::source(&err).is_some());
 }
 
+/// A field a descriptor numbers 0 or below (protoc refuses to write one) is no field: the
+/// message canonicalizes without it, and naming it as the key to skip is an error, not a skip
+/// that matches nothing.
+#[test]
+fn fields_numbered_out_of_range_are_not_fields() {
+    let odd = message(
+        "Odd",
+        vec![
+            field("zero", 0, Type::String, false, None),
+            field("negative", -1, Type::String, false, None),
+            field("id", 1, Type::String, false, None),
+        ],
+        vec![],
+    );
+    let mut schemas = Schemas::default();
+    schemas
+        .add_file_descriptor_set(&file_set("c", vec![odd]))
+        .expect("decodes");
+    let id = len_field(1, b"k");
+    assert_eq!(schemas.canonical("c.Odd", &id, None), Ok(id.clone()));
+    assert_eq!(schemas.canonical("c.Odd", &id, Some("id")), Ok(vec![]));
+    for name in ["zero", "negative"] {
+        let err = schemas.canonical("c.Odd", &id, Some(name)).unwrap_err();
+        assert!(
+            matches!(&err, CanonicalError::UnknownSkipField { field, .. } if field == name),
+            "{err}"
+        );
+    }
+}
+
 /// A type missing from the schemas is copied opaque; once a later set adds it, it is canonicalized.
 #[test]
 fn types_from_a_later_set_are_resolved() {
