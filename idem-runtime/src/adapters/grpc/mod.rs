@@ -342,3 +342,6 @@ async fn run_without_key<R>(
     }
     reply
 }
+
+#[cfg(test)]
+mod tests;
