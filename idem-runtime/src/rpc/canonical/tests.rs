@@ -291,14 +291,22 @@ fn canon(schemas: &Schemas, request: &Request, skip: Option<&str>) -> Vec<u8> {
     canon_bytes(schemas, &request.encode_to_vec(), skip)
 }
 
-/// The field `number` with a length-delimited `body`, encoded.
-fn len_field(number: u8, body: &[u8]) -> Vec<u8> {
-    let mut out = vec![
-        (number << 3) | 2,
-        u8::try_from(body.len()).expect("short test bodies"),
-    ];
-    out.extend_from_slice(body);
+/// `value` as a varint.
+fn varint(value: u64) -> Vec<u8> {
+    let mut out = Vec::new();
+    prost::encoding::encode_varint(value, &mut out);
     out
+}
+
+/// The field `number` (below 16: a one-byte key) with a length-delimited `body`, encoded.
+fn len_field(number: u8, body: &[u8]) -> Vec<u8> {
+    assert!(number < 16, "a one-byte key");
+    [
+        vec![(number << 3) | 2],
+        varint(body.len() as u64),
+        body.to_vec(),
+    ]
+    .concat()
 }
 
 mod errors;

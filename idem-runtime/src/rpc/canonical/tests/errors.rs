@@ -46,9 +46,7 @@ fn nesting_limit_matches_prost() {
 /// is and every level goes through the sorting path.
 fn value_first(depth: usize) -> Vec<u8> {
     (0..depth).fold(vec![0x10, 0x01], |child, _| {
-        let mut node = vec![0x10, 0x02, 0x0a];
-        prost::encoding::encode_varint(child.len() as u64, &mut node);
-        [node, child].concat()
+        [vec![0x10, 0x02], len_field(1, &child)].concat()
     })
 }
 
@@ -74,7 +72,7 @@ fn nesting_limit_holds_when_every_level_is_out_of_order() {
 #[test]
 fn malformed_input_is_an_error() {
     let schemas = schemas();
-    let too_large = key((1 << 29) << 3);
+    let too_large = varint((1 << 29) << 3);
     let overflowing = [&[0x10][..], &[0xff; 9], &[0x02]].concat();
     let cases: [(&[u8], Option<u32>, WireProblem); 11] = [
         (&[0x10, 0x80], Some(2), WireProblem::TruncatedVarint),
@@ -128,19 +126,12 @@ fn malformed_input_is_an_error() {
     }
 }
 
-/// The varint of `value`.
-fn key(value: u64) -> Vec<u8> {
-    let mut out = Vec::new();
-    prost::encoding::encode_varint(value, &mut out);
-    out
-}
-
 /// The bounds are protobuf's, not tighter: the largest field number is a field (unknown here, so
 /// dropped), and a ten-byte varint whose tenth byte holds bit 63 (any negative `int64`) is read.
 #[test]
 fn the_largest_field_number_and_a_full_ten_byte_varint_are_valid() {
     let schemas = schemas();
-    let largest = [key(((1 << 29) - 1) << 3), vec![0x01]].concat();
+    let largest = [varint(((1 << 29) - 1) << 3), vec![0x01]].concat();
     let amount = [&[0x10][..], &[0xff; 9], &[0x01]].concat();
     let both = [largest, amount.clone()].concat();
     assert_eq!(canon_bytes(&schemas, &both, None), amount);

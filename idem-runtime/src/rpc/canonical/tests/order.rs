@@ -345,9 +345,7 @@ fn long_messages_get_the_prefix_of_their_canonical_length() {
     let unknown = len_field(15, b"extra!");
     let body = [item.encode_to_vec(), unknown].concat();
     assert!(body.len() >= 128 && item.encoded_len() < 128);
-    let mut input = vec![0x32];
-    prost::encoding::encode_varint(body.len() as u64, &mut input);
-    input.extend_from_slice(&body);
+    let input = len_field(6, &body);
     let minimal = Request {
         primary: Some(item),
         ..Default::default()
