@@ -6,8 +6,9 @@
 //! Redis ([`redis_store`]: a key prefix of its own on the server at [`redis_url`]) and starts
 //! private Redis servers; [`proxy`] puts a loopback TCP proxy that can be cut in front of any
 //! store's server. [`metrics`] reads what the process-wide recorder counted; [`logs`] captures
-//! what was logged. [`hooked`] wraps a store to step into its calls. [`s3`] finds the moto S3 server CI starts and makes buckets on it;
-//! [`dynamodb`] makes DynamoDB tables on the same server.
+//! what was logged. [`hooked`] wraps a store to step into its calls. [`s3`] finds the moto S3
+//! server CI starts and makes buckets on it; [`dynamodb`] makes DynamoDB tables on the same
+//! server.
 
 pub mod calls;
 pub mod db;

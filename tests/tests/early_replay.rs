@@ -127,9 +127,9 @@ fn remote(store: &MemoryStore) -> Hooked<MemoryStore> {
 #[tokio::test]
 async fn records_without_the_raw_digest_still_replay() {
     let memory = MemoryStore::new();
-    let (remote, _) = app(remote(&memory));
+    let (router, _) = app(remote(&memory));
     let body = r#"{"amount":7}"#;
-    let first = send(&remote, body).await;
+    let first = send(&router, body).await;
     assert_eq!(first.status, StatusCode::CREATED);
 
     // The same records, now read in process: no digest to compare, so the usual path replays.
