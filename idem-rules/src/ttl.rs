@@ -48,4 +48,15 @@ mod tests {
         assert!(check(MAX_TTL + Duration::from_nanos(1)).is_err());
         assert!(check(DEFAULT_TTL).is_ok());
     }
+
+    /// The values the docs and the out-of-range message name: 1 s, 30 days, 24 hours.
+    #[test]
+    fn the_bounds_are_the_documented_ones() {
+        const DAY: u64 = 86_400;
+        assert_eq!(MIN_TTL, Duration::from_secs(1));
+        assert_eq!(MAX_TTL, Duration::from_secs(30 * DAY));
+        assert_eq!(DEFAULT_TTL, Duration::from_secs(DAY));
+        let message = TtlOutOfRange(MAX_TTL + MIN_TTL).to_string();
+        assert!(message.ends_with("within 1 s ..= 30 days"), "{message}");
+    }
 }
