@@ -7,7 +7,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use idem_client::reqwest::{self, Body, StatusCode};
-use idem_client::{Client, Error, IdempotencyKey, RetryNote, RetryPolicy, RetryReason};
+use idem_client::{
+    Client, DEFAULT_MAX_RESPONSE_BYTES, Error, IdempotencyKey, RetryNote, RetryPolicy, RetryReason,
+};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
@@ -16,6 +18,8 @@ use tokio::net::{TcpListener, TcpStream};
 enum Reply {
     /// Answers with this status, extra headers and body.
     Answer(u16, &'static [(&'static str, &'static str)], &'static str),
+    /// Answers 200 with a body sent in these chunks, and no length ahead of it.
+    Chunked(&'static [&'static str]),
     /// Closes the connection without answering.
     Close,
     /// Holds the connection open without answering.
@@ -75,6 +79,17 @@ impl Scripted {
                         head.push_str("\r\n");
                         let _ = stream.write_all(head.as_bytes()).await;
                         let _ = stream.write_all(body.as_bytes()).await;
+                    }
+                    Reply::Chunked(chunks) => {
+                        let mut out = String::from(
+                            "HTTP/1.1 200 X\r\nConnection: close\r\n\
+                             Transfer-Encoding: chunked\r\n\r\n",
+                        );
+                        for chunk in chunks {
+                            out.push_str(&format!("{:x}\r\n{chunk}\r\n", chunk.len()));
+                        }
+                        out.push_str("0\r\n\r\n");
+                        let _ = stream.write_all(out.as_bytes()).await;
                     }
                     Reply::Close => drop(stream),
                     Reply::Hang => {
@@ -164,10 +179,13 @@ async fn every_attempt_of_an_operation_carries_one_key_until_the_answer_arrives(
         .unwrap();
 
     assert_eq!(outcome.status(), StatusCode::CREATED);
+    assert!(outcome.is_success());
     assert!(outcome.replayed());
+    assert_eq!(outcome.headers()["idempotent-replayed"], "true");
     assert_eq!(outcome.attempts(), 5);
     assert!(!outcome.retries_exhausted());
     assert_eq!(outcome.text(), r#"{"id":"ch_1"}"#);
+    assert_eq!(outcome.body().as_ref(), br#"{"id":"ch_1"}"#);
     let key = outcome.key().expect("a POST has a key").as_str().to_owned();
     uuid_v4(&key);
     let received = server.received();
@@ -200,6 +218,7 @@ async fn every_attempt_of_an_operation_carries_one_key_until_the_answer_arrives(
     );
     assert_eq!(notes[3].delay, Duration::ZERO, "Retry-After: 0 is honoured");
     assert!(notes.iter().all(|n| n.delay <= Duration::from_millis(20)));
+    assert_eq!(outcome.into_body().as_ref(), br#"{"id":"ch_1"}"#);
 }
 
 fn uuid_v4(key: &str) {
@@ -223,6 +242,7 @@ async fn client_errors_are_answered_at_once() {
             .await
             .unwrap();
         assert_eq!(outcome.status().as_u16(), status);
+        assert!(!outcome.is_success());
         assert_eq!(outcome.attempts(), 1, "{status} is not retried");
         assert_eq!(
             outcome.problem_code().as_deref(),
@@ -318,6 +338,7 @@ async fn without_any_answer_the_error_names_the_key_to_retry_with() {
         matches!(error, Error::NoResponse { attempts: 2, .. }),
         "{error:?}"
     );
+    assert_eq!(error.attempts(), 2);
     let sent = server.received()[0]
         .header("idempotency-key")
         .unwrap()
@@ -404,6 +425,7 @@ async fn what_cannot_be_sent_safely_is_refused_before_sending() {
         .body(Body::wrap(String::from("{}")));
     let error = client.send(stream).await.unwrap_err();
     assert!(matches!(error, Error::BodyNotReplayable), "{error:?}");
+    assert_eq!(error.attempts(), 0);
     assert!(error.to_string().contains("stream"), "{error}");
 
     // A key the server would refuse.
@@ -445,6 +467,143 @@ async fn a_response_over_the_limit_is_an_error_not_a_retry() {
         ),
         "{error:?}"
     );
+    assert_eq!(error.attempts(), 1);
     assert!(error.key().is_some());
     assert_eq!(server.received().len(), 1);
+}
+
+#[tokio::test]
+async fn a_response_of_exactly_the_limit_is_read_with_or_without_its_length() {
+    const SIXTEEN: &str = "0123456789abcdef";
+    let server = Scripted::start(vec![
+        Reply::Answer(200, &[], SIXTEEN),
+        Reply::Chunked(&["0123456789", "abcdef"]),
+        Reply::Chunked(&["0123456789", "abcdefg"]),
+    ])
+    .await;
+    let client = Client::builder(reqwest::Client::new())
+        .max_response_bytes(SIXTEEN.len())
+        .build();
+    for framing in ["Content-Length", "chunked"] {
+        let outcome = client
+            .send(client.post(&server.url).body("{}"))
+            .await
+            .unwrap_or_else(|e| panic!("{framing}: {e:?}"));
+        assert_eq!(outcome.text(), SIXTEEN, "{framing}");
+    }
+    // One byte over, found only as it arrives.
+    let error = client
+        .send(client.post(&server.url).body("{}"))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(error, Error::ResponseTooLarge { limit: 16, .. }),
+        "{error:?}"
+    );
+}
+
+#[tokio::test]
+async fn the_default_limit_is_8_mib() {
+    assert_eq!(DEFAULT_MAX_RESPONSE_BYTES, 8_388_608, "as documented");
+    let whole: &'static str = "x".repeat(DEFAULT_MAX_RESPONSE_BYTES).leak();
+    let over: &'static str = "x".repeat(DEFAULT_MAX_RESPONSE_BYTES + 1).leak();
+    let server = Scripted::start(vec![
+        Reply::Answer(200, &[], whole),
+        Reply::Answer(200, &[], over),
+    ])
+    .await;
+    let client = Client::new(reqwest::Client::new());
+    let outcome = client
+        .send(client.post(&server.url).body("{}"))
+        .await
+        .unwrap();
+    assert_eq!(outcome.body().len(), DEFAULT_MAX_RESPONSE_BYTES);
+    let error = client
+        .send(client.post(&server.url).body("{}"))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(error, Error::ResponseTooLarge { limit, .. } if limit == DEFAULT_MAX_RESPONSE_BYTES),
+        "{error:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_request_reqwest_refuses_to_send_is_not_retried() {
+    let (client, notes) = client(RetryPolicy::default());
+    // The URL parses, so the request builds; reqwest refuses its scheme when it is sent.
+    let error = client
+        .send(client.post("ftp://127.0.0.1:9/op").body("{}"))
+        .await
+        .unwrap_err();
+    assert!(matches!(error, Error::Build(_)), "{error:?}");
+    assert_eq!(error.attempts(), 0);
+    assert!(notes.lock().unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn too_many_redirects_end_the_operation_without_a_retry() {
+    let to_self: &[(&str, &str)] = &[("location", "/op")];
+    let server = Scripted::start(vec![
+        Reply::Answer(307, to_self, ""),
+        Reply::Answer(307, to_self, ""),
+        Reply::Answer(201, &[], "{}"),
+    ])
+    .await;
+    let http = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::limited(1))
+        .build()
+        .unwrap();
+    let client = Client::new(http);
+    let error = client
+        .send(client.post(&server.url).body("{}"))
+        .await
+        .unwrap_err();
+    // The same request would be redirected the same way: no second attempt.
+    assert!(
+        matches!(error, Error::NoResponse { attempts: 1, .. }),
+        "{error:?}"
+    );
+    assert_eq!(
+        server.received().len(),
+        2,
+        "the request and its one redirect"
+    );
+}
+
+#[tokio::test]
+async fn a_lost_connection_is_explained_by_its_causes_each_once() {
+    let server = Scripted::start(vec![Reply::Close, Reply::Answer(201, &[], "{}")]).await;
+    let (client, notes) = client(RetryPolicy::default());
+    client
+        .send(client.post(&server.url).body("{}"))
+        .await
+        .unwrap();
+    let notes = notes.lock().unwrap().clone();
+    let RetryReason::Connection(why) = &notes[0].reason else {
+        panic!("{:?}", notes[0].reason);
+    };
+    let causes: Vec<&str> = why.split(": ").collect();
+    assert!(causes.len() > 1, "the error and what caused it: {why}");
+    assert!(causes[0].contains(&server.url), "{why}");
+    for (i, cause) in causes.iter().enumerate() {
+        assert!(!causes[..i].contains(cause), "{cause:?} twice in {why}");
+    }
+}
+
+#[tokio::test]
+async fn the_client_keeps_what_it_was_built_with() {
+    let server = Scripted::start(vec![Reply::Answer(200, &[], "{}")]).await;
+    let mut tenant = reqwest::header::HeaderMap::new();
+    tenant.insert("x-tenant", "acme".parse().unwrap());
+    let http = reqwest::Client::builder()
+        .default_headers(tenant)
+        .build()
+        .unwrap();
+    let policy = RetryPolicy::default().max_attempts(9);
+    let client = Client::builder(http).policy(policy.clone()).build();
+    assert_eq!(client.policy(), &policy);
+    assert_eq!(client.header_name(), "idempotency-key");
+    client.http().get(&server.url).send().await.unwrap();
+    assert_eq!(server.received()[0].header("x-tenant"), Some("acme"));
 }
