@@ -420,16 +420,17 @@ impl<const N: usize> Table<N> {
         let mut out = String::new();
         for row in &self.rows {
             let mut line = String::new();
-            for (i, cell) in row.iter().enumerate() {
-                let pad = widths[i] - cell.chars().count();
+            for (cell, width) in row.iter().zip(widths) {
                 line.push_str(cell);
-                if i + 1 < N {
-                    line.extend(std::iter::repeat_n(' ', pad + 2));
-                }
+                line.extend(std::iter::repeat_n(' ', width - cell.chars().count() + 2));
             }
+            // The last column's padding too.
             out.push_str(line.trim_end());
             out.push('\n');
         }
         out
     }
 }
+
+#[cfg(test)]
+mod tests;

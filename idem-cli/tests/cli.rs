@@ -135,11 +135,13 @@ async fn on_dynamodb() {
 async fn an_unreachable_or_stalled_store_exits_1() {
     let closed = Target::new("redis://127.0.0.1:1").expect(1, &["ls"]).await;
     assert!(closed.stderr.contains("unavailable"), "{closed:?}");
+    each_cause_once(&closed.stderr);
     let postgres = Target::new("postgres://postgres@127.0.0.1:1/test");
     postgres.expect(1, &["stats"]).await;
     let path = db::sqlite_path();
     let missing = Target::new(&sqlite_url(&path)).expect(1, &["ls"]).await;
     assert!(missing.stderr.contains("unable to open"), "{missing:?}");
+    each_cause_once(&missing.stderr);
     assert!(!path.exists(), "a typo must not create a database");
     // A server that accepts connections and never answers: the command gives up at --timeout.
     let silent = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -160,6 +162,18 @@ async fn an_unreachable_or_stalled_store_exits_1() {
         "{stalled:?}"
     );
     hold.abort();
+}
+
+/// One line, `idem: ` and the error, then each cause not already in the text before it.
+fn each_cause_once(stderr: &str) {
+    let line = stderr
+        .strip_prefix("idem: ")
+        .expect("the command's name first");
+    assert_eq!(line.lines().count(), 1, "{stderr}");
+    let parts: Vec<&str> = line.trim_end().split(": ").collect();
+    for (i, part) in parts.iter().enumerate() {
+        assert!(!parts[..i].contains(part), "{part:?} twice in {stderr:?}");
+    }
 }
 
 /// Exit 2 and what is wrong, before any store is touched.
@@ -185,7 +199,20 @@ async fn bad_arguments_exit_2() {
         assert!(!ran.stderr.is_empty(), "{args:?} says why: {ran:?}");
     }
     let unknown = Target::new("mysql://db/app").expect(2, &["ls"]).await;
-    assert!(unknown.stderr.contains("unknown store URL"), "{unknown:?}");
+    assert_eq!(
+        unknown
+            .stderr
+            .lines()
+            .next()
+            .map(|l| l.starts_with("idem: unknown store URL")),
+        Some(true),
+        "{unknown:?}"
+    );
+    // A table name has no `/` (checked before any AWS configuration is read).
+    let nested = Target::new("dynamodb://orders/extra")
+        .expect(2, &["ls"])
+        .await;
+    assert!(nested.stderr.contains("dynamodb://TABLE"), "{nested:?}");
     let sqlite = Target::new(&sqlite_url(&db::sqlite_path()));
     let key = [&["show"], &support::record("has space")[..]].concat();
     let bad_key = sqlite.expect(2, &key).await;

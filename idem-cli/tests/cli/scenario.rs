@@ -122,6 +122,17 @@ pub(crate) async fn operators_see_explain_and_fix<S: Store + Clone>(store: S, ta
     let text = on(&target, 0, "show", "k-done", &[]).await.stdout;
     assert!(text.contains("response 201 Created"), "{text}");
     assert!(text.contains("content-type: application/json"), "{text}");
+    assert!(text.contains("scope        org=acme"), "{text}");
+    assert!(text.contains("every retry replays it"), "{text}");
+    // The body cut at --body-bytes says so; a body that fits says nothing.
+    let len = shown["response"]["body_bytes"].as_u64().expect("a length");
+    let cut = (len - 1).to_string();
+    let text = on(&target, 0, "show", "k-done", &["--body-bytes", &cut]).await;
+    let note = format!("[{cut} of {len} bytes shown: --body-bytes]");
+    assert!(text.stdout.contains(&note), "{text:?}");
+    let whole = len.to_string();
+    let text = on(&target, 0, "show", "k-done", &["--body-bytes", &whole]).await;
+    assert!(!text.stdout.contains("bytes shown"), "{text:?}");
     let missing = on(&target, 4, "show", "k-missing", &[]).await;
     assert!(
         missing.stderr.contains("no record of charges.create"),
@@ -135,6 +146,9 @@ pub(crate) async fn operators_see_explain_and_fix<S: Store + Clone>(store: S, ta
         "{refused:?}"
     );
     assert!(refused.stderr.contains("--force"), "{refused:?}");
+    // Said once: the command's own failure line does not follow the explanation.
+    assert_eq!(refused.stderr.lines().count(), 1, "{refused:?}");
+    assert_eq!(missing.stderr.lines().count(), 1, "{missing:?}");
     let leased = on(&target, 3, "forget", "k-run", &["--json"]).await.json();
     assert_eq!(
         (&leased["forgotten"], &leased["reason"]),
