@@ -183,6 +183,13 @@ mod tests {
             ("1fortnight", "unknown `ttl` unit `fortnight`", "or \"7d\""),
             ("h", "invalid", "or \"7d\""),
             ("-1h", "invalid", "or \"7d\""),
+            ("1.5d", "invalid", "write `ttl = \"36h\"`"),
+            ("90 seconds", "invalid", "write `ttl = \"90s\"`"),
+            // Read leniently, out of range: the range, whole or not.
+            ("0.0h", "invalid", "between \"1s\" and \"30d\""),
+            ("2592000.5s", "invalid", "between \"1s\" and \"30d\""),
+            // In range but not a whole number of seconds: no exact fix exists.
+            ("1.5s", "invalid", "or \"7d\""),
             ("24", "has no unit", "\"24h\" or \"24d\""),
             ("", "empty `ttl`", "`ttl = \"24h\"`"),
         ];

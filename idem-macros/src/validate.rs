@@ -335,7 +335,36 @@ mod tests {
         assert!(err.contains("no control characters"), "{err}");
         let err = operation_name(&arg("")).unwrap_err().to_string();
         assert!(err.contains("leave `name` out"), "{err}");
-        assert!(operation_name(&arg(&"n".repeat(129))).is_err());
+        // The suggestion is the name trimmed while that fits the limit; past it, a hint.
+        let limit = idem_rules::name::MAX_NAME_LEN;
+        let padded = format!(" {} ", "n".repeat(limit));
+        let err = operation_name(&arg(&padded)).unwrap_err().to_string();
+        let fix = format!("write `name = \"{}\"`", "n".repeat(limit));
+        assert!(err.ends_with(&fix), "{err}");
+        for long in [limit + 1, 2 * limit] {
+            let err = operation_name(&arg(&"n".repeat(long)))
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains("leave `name` out"), "{long}: {err}");
+        }
+    }
+
+    #[test]
+    fn a_config_reads_each_choice_and_defaults_to_the_first() {
+        let read = |tokens: &str| {
+            let config = config(syn::parse_str::<Args>(tokens).unwrap()).unwrap();
+            let choices = (config.key_required, config.wait, config.two_commits);
+            (config.scope, choices, config.ttl_secs)
+        };
+        assert_eq!(
+            read(r#"scope = "org""#),
+            ("org".to_owned(), (false, false, false), 86_400)
+        );
+        let all =
+            r#"scope = "user", ttl = "15m", key = "required", in_flight = "wait", commits = "two""#;
+        assert_eq!(read(all), ("user".to_owned(), (true, true, true), 900));
+        let firsts = r#"scope = "org", key = "optional", in_flight = "reject", commits = "one""#;
+        assert_eq!(read(firsts).1, (false, false, false));
     }
 
     #[test]
