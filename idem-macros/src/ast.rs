@@ -345,10 +345,24 @@ mod tests {
                 .unwrap()
                 .to_string()
         };
-        assert!(err("struct A { x: u8 }").ends_with("not on a struct"));
-        assert!(err("impl A {}").ends_with("not on an `impl` block"));
+        for (item, what) in [
+            ("struct A { x: u8 }", "a struct"),
+            ("enum E { A }", "an enum"),
+            ("union U { a: u8 }", "a union"),
+            ("trait T {}", "a trait"),
+            ("impl A {}", "an `impl` block"),
+            ("mod m {}", "a module"),
+            ("const C: u8 = 1;", "a constant"),
+            ("static S: u8 = 1;", "a static"),
+            ("type T = u8;", "a type alias"),
+            ("use std::io;", "a `use` declaration"),
+            ("extern crate alloc;", "this item"),
+        ] {
+            assert!(err(item).ends_with(&format!("not on {what}")), "{item}");
+        }
         assert!(err("async fn f();").contains("needs the handler's body"));
-        assert!(err("extern crate alloc;").ends_with("not on this item"));
+        // Not an item at all, and no `fn` in it: not mistaken for a function without a body.
+        assert!(err("let x = 1;").ends_with("not on this item"));
         assert!(Handler::parse("async fn f() {}".parse().unwrap()).is_ok());
     }
 }

@@ -351,6 +351,31 @@ mod tests {
         assert!(err("scope").contains("expected `=` after `scope`"));
         assert!(err("ttl =").contains("`ttl` in `#[idempotent]` needs a value"));
         assert!(err(r#"scope = "org" ttl = "1h""#).starts_with("expected `,` between"));
+        // A path with `::` is not a word to quote: an example instead.
+        assert!(err("scope = crate::ORG").ends_with("such as `scope = \"org\"`"));
+    }
+
+    #[test]
+    fn an_unnamed_value_is_given_the_name_it_belongs_to() {
+        for (value, name) in [
+            ("required", "key"),
+            ("optional", "key"),
+            ("reject", "in_flight"),
+            ("two", "commits"),
+            ("15m", "ttl"),
+            ("org", "scope"),
+        ] {
+            let err = err(&format!(r#""{value}""#));
+            let fix = format!("write `{name} = \"{value}\"`");
+            assert!(err.ends_with(&fix), "{value}: {err}");
+        }
+    }
+
+    #[test]
+    fn a_long_names_suggestion_allows_more_edits() {
+        // Three edits from `in_flight`: within a third of its nine letters.
+        assert!(err(r#"flight = "wait""#).ends_with("did you mean `in_flight`?"));
+        assert!(err(r#"zzzzz = "wait""#).ends_with("`commits` or `state`"));
     }
 
     #[test]

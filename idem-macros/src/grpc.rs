@@ -391,23 +391,4 @@ fn replace_self(tokens: TokenStream) -> TokenStream {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn methods_are_named_as_grpc_names_them() {
-        assert_eq!(camel("create_transfer"), "CreateTransfer");
-        assert_eq!(camel("get"), "Get");
-        assert_eq!(camel("r#type"), "Type");
-    }
-
-    #[test]
-    fn self_becomes_the_clone_except_in_paths() {
-        let body = quote!({ self.db.get(self::helper(&self)).await });
-        let replaced = replace_self(body).to_string();
-        assert_eq!(
-            replaced,
-            quote!({ __idem_self.db.get(self::helper(&__idem_self)).await }).to_string()
-        );
-    }
-}
+mod tests;

@@ -5,4 +5,7 @@ struct CreateCharge {
     amount: u64,
 }
 
+#[idempotent(scope = "org")]
+unsafe extern "C" {}
+
 fn main() {}
