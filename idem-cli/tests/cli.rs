@@ -199,13 +199,8 @@ async fn bad_arguments_exit_2() {
         assert!(!ran.stderr.is_empty(), "{args:?} says why: {ran:?}");
     }
     let unknown = Target::new("mysql://db/app").expect(2, &["ls"]).await;
-    assert_eq!(
-        unknown
-            .stderr
-            .lines()
-            .next()
-            .map(|l| l.starts_with("idem: unknown store URL")),
-        Some(true),
+    assert!(
+        unknown.stderr.starts_with("idem: unknown store URL"),
         "{unknown:?}"
     );
     // A table name has no `/` (checked before any AWS configuration is read).
