@@ -1,8 +1,8 @@
 //! One definition per rule, one behaviour through every face: the key syntax (the attribute,
 //! the layer, the programmatic API and the client), the TTL bounds (the attribute refuses them
-//! at compile time, `tests/ui/fail/ttl_too_*`; the layer and the programmatic API where they are
-//! set), a scope without a resolver, and the body limit with the application's rendering of the
-//! engine's answers.
+//! at compile time, `ui/tests/ui/fail/ttl_too_*`; the layer and the programmatic API where they
+//! are set), a scope without a resolver, and the body limit with the application's rendering of
+//! the engine's answers.
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::time::Duration;
@@ -215,7 +215,7 @@ fn the_layer_and_the_programmatic_api_refuse_the_attributes_ttl_bounds_alike() {
 
 #[test]
 fn the_layer_and_the_programmatic_api_follow_the_attributes_name_rule() {
-    // The attribute refuses these at compile time: `tests/ui/fail/invalid_name.rs`.
+    // The attribute refuses these at compile time: `ui/tests/ui/fail/invalid_name.rs`.
     let idempotency = idempotency();
     for bad in ["", " charges", "a\nb"] {
         let rule = idem_rules::name::validate(bad).unwrap_err().to_string();
