@@ -14,7 +14,8 @@
 #   postgres        PostgreSQL store: idem fresh and replay (no-op handler), concurrency sweep
 #   postgres-write  PostgreSQL, a handler doing one INSERT: bare, hand-written exactly-once, plain
 #                   mode, atomic mode (against bare and against hand-written), replay
-#   redis           Redis store: idem fresh and replay
+#   redis           Redis store: idem fresh and replay, against the bare handler and against
+#                   the bare handler that reads one Redis key first (/redis/bare)
 #   flat-memory, flat-sqlite, flat-postgres, flat-redis (or `flat` for all four)
 #                   fresh and replay on an empty store, then with 1,000,000 records preloaded
 #   round-trips     PostgreSQL round trips per request, counted on the wire
@@ -225,15 +226,22 @@ if want redis; then
   redis-cli -p "$REDIS_PORT" flushall > /dev/null
   start_server 18087 --store redis --redis-url "redis://127.0.0.1:$REDIS_PORT"
   store_group redis 18087
+  # Against a handler that waits on the same Redis once, without idem: what is idem's and what is
+  # any Redis client's on this machine.
+  pair redis idem-fresh-vs-read fresh redis/bare idem 18087
+  pair redis idem-replay-vs-read fixed redis/bare idem 18087
   stop_servers
 fi
 
 # flat STORE PORT ARGS...: fresh and replay on an empty store, then on one holding PRELOAD
-# records (EXPIRING of them expiring over the next minute), the sweeper running in both.
+# records (EXPIRING of them expiring over the next minute), the sweeper running in both. Each is
+# paired with the bare handler, on Redis with the one that reads a Redis key first, which the
+# machine's state slows as it slows the store (BENCHMARKS.md, "What the results say").
 flat() {
   local store=$1 port=$2
   shift 2
-  local size
+  local size bare=bare
+  [[ $store == redis ]] && bare=redis/bare
   for size in empty 1m; do
     local extra=()
     [[ $size == 1m ]] && extra=(--preload "$PRELOAD" --preload-expiring "$EXPIRING")
@@ -244,8 +252,8 @@ flat() {
     local args=("$@")
     [[ $store == sqlite ]] && args=(--database-url "sqlite://$(mktemp -d)/idem-bench.db")
     start_server "$port" --store "$store" --sweep-ms 1000 "${args[@]}" "${extra[@]}"
-    pair "flat-$store" "$size-fresh" fresh bare idem "$port"
-    pair "flat-$store" "$size-replay" fixed bare idem "$port"
+    pair "flat-$store" "$size-fresh" fresh "$bare" idem "$port"
+    pair "flat-$store" "$size-replay" fixed "$bare" idem "$port"
     stop_servers
   done
 }

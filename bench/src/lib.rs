@@ -1,8 +1,9 @@
 //! Shared pieces of the idem benchmarks: the handler under test in its three forms (bare,
 //! `#[idempotent]`, behind axum-idempotent), a handler that writes one row to PostgreSQL (bare,
-//! hand-written exactly-once, plain mode, atomic mode), the routers that serve them, the request
-//! bodies, the preloading of a million records, a PostgreSQL round-trip counter, a proxy that
-//! puts the database far away, and CPU time by process.
+//! hand-written exactly-once, plain mode, atomic mode), the bare handler reading one Redis key
+//! first, the routers that serve them, the request bodies, the preloading of a million records,
+//! a PostgreSQL round-trip counter, a proxy that puts the database far away, and CPU time by
+//! process.
 //!
 //! - `benches/overhead.rs`: in process, through `tower::ServiceExt::oneshot`.
 //! - `benches/fingerprint.rs`: `Fingerprint::of_request` against raw SHA-256.
@@ -21,3 +22,4 @@ pub mod peer;
 pub mod pg;
 pub mod pgcount;
 pub mod preload;
+pub mod redis_bare;

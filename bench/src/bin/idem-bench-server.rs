@@ -20,7 +20,9 @@
 //! network; 0 gives the same proxy with no delay, the near baseline). `--pg-no-ping` builds the
 //! pool with `test_before_acquire(false)`.
 //! `--store redis` connects `RedisStore::connect` to `--redis-url` (default
-//! `redis://127.0.0.1:6379`; `bench/run.sh` starts a Redis server of its own for it).
+//! `redis://127.0.0.1:6379`; `bench/run.sh` starts a Redis server of its own for it), and
+//! serves `POST /redis/bare` too: the bare handler after one `GET` on that server, without idem
+//! ([`idem_bench::redis_bare`]).
 //!
 //! `--store sqlite` opens `SqliteStore::connect` (the defaults users get) unless
 //! `--sqlite-pool`, `--sqlite-cache-kib` or `--sqlite-mmap` is given: then
@@ -44,7 +46,7 @@ use std::time::Duration;
 
 use axum::Json;
 use axum::routing::get;
-use idem_bench::{app, delay, peer, pg, pgcount, preload};
+use idem_bench::{app, delay, peer, pg, pgcount, preload, redis_bare};
 use idem_runtime::Idempotency;
 use idem_runtime::store::{MemoryStore, PostgresStore, RedisStore, SqliteStore};
 use sqlx::postgres::PgPoolOptions;
@@ -214,6 +216,7 @@ fn main() -> ExitCode {
 async fn serve(args: Args) -> Result<(), String> {
     let mut stats = None;
     let mut pg_pool = None;
+    let mut redis_bare = None;
     let started = std::time::Instant::now();
     let plan = args.preload;
     let builder = Idempotency::builder();
@@ -305,6 +308,11 @@ async fn serve(args: Args) -> Result<(), String> {
             if plan.n > 0 {
                 preload::redis(&args.redis_url, store.prefix(), plan).await?;
             }
+            redis_bare = Some(
+                redis_bare::router(&args.redis_url)
+                    .await
+                    .map_err(|e| e.to_string())?,
+            );
             builder.store(store)
         }
         other => return Err(format!("unknown store {other}")),
@@ -327,6 +335,9 @@ async fn serve(args: Args) -> Result<(), String> {
     let mut router = app::router(idempotency.clone(), Arc::default()).merge(peer::router());
     if let Some(pool) = pg_pool {
         router = router.merge(pg::router(idempotency.clone(), pool));
+    }
+    if let Some(control) = redis_bare {
+        router = router.merge(control);
     }
     if args.sweep_ms > 0 {
         idempotency.spawn_sweeper(Duration::from_millis(args.sweep_ms), 1000);
