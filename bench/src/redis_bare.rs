@@ -19,8 +19,8 @@ use serde_json::Value;
 /// Route of the bare handler that reads one key first.
 pub const REDIS_BARE: &str = "/redis/bare";
 
-/// The key [`read_then_bare`] reads: 200 bytes, about what a stored response holds.
-const KEY: &str = "idem-bench:control";
+/// The key the handler reads: 200 bytes, about what a stored response holds.
+pub const KEY: &str = "idem-bench:control";
 
 /// Connects to `url`, writes the key the handler reads, and returns its route.
 ///
