@@ -1,9 +1,12 @@
-//! CPU time by process name, read from `/proc`: what a load run cost each process on the machine
-//! (the idem server, PostgreSQL's backends, Redis, the load generator). On 2 cores shared by all
-//! of them, throughput follows the CPU a request costs in total, so this says where a ratio to
-//! the bare handler comes from.
+//! CPU time and context switches by process name, read from `/proc`: what a load run cost each
+//! process on the machine (the idem server, PostgreSQL's backends, Redis, the load generator). On
+//! 2 cores shared by all of them, throughput follows the CPU a request costs in total, so this
+//! says where a ratio to the bare handler comes from; the switches say how often a process's
+//! threads stopped and were started again, which tells a run where they park and wake each
+//! other around every reply from one where they keep running.
 
 use std::collections::BTreeMap;
+use std::path::PathBuf;
 
 /// Clock ticks per second of `/proc/<pid>/stat`'s `utime` and `stime` (`USER_HZ`, 100 on
 /// Linux whatever the kernel's own tick).
@@ -13,26 +16,77 @@ const TICKS_PER_SECOND: u64 = 100;
 /// kernel's `comm`, at most 15 bytes). Empty where `/proc` cannot be read.
 pub fn by_name() -> BTreeMap<String, u64> {
     let mut total = BTreeMap::new();
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return total;
-    };
-    for entry in entries.flatten() {
-        let is_pid = entry
-            .file_name()
-            .to_str()
-            .is_some_and(|n| n.bytes().all(|b| b.is_ascii_digit()));
-        if !is_pid {
-            continue;
-        }
+    for process in processes() {
         // A process may end between the listing and the read: skip it.
-        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
+        let Ok(stat) = std::fs::read_to_string(process.join("stat")) else {
             continue;
         };
         if let Some((name, ticks)) = parse_stat(&stat) {
-            *total.entry(name.to_owned()).or_default() += ticks * 1_000_000 / TICKS_PER_SECOND;
+            *total.entry(stable_name(name).to_owned()).or_default() +=
+                ticks * 1_000_000 / TICKS_PER_SECOND;
         }
     }
     total
+}
+
+/// Context switches, voluntary and not, of every process's threads, summed by process name.
+/// Empty where `/proc` cannot be read.
+pub fn switches_by_name() -> BTreeMap<String, u64> {
+    let mut total = BTreeMap::new();
+    for process in processes() {
+        let Ok(comm) = std::fs::read_to_string(process.join("comm")) else {
+            continue;
+        };
+        let Ok(threads) = std::fs::read_dir(process.join("task")) else {
+            continue;
+        };
+        let switches: u64 = threads
+            .flatten()
+            .filter_map(|thread| std::fs::read_to_string(thread.path().join("status")).ok())
+            .filter_map(|status| parse_switches(&status))
+            .sum();
+        *total
+            .entry(stable_name(comm.trim_end()).to_owned())
+            .or_default() += switches;
+    }
+    total
+}
+
+/// A process's name as it stays over a run. A kernel worker's name ends with the work it is
+/// doing at the moment (`kworker/u8:0-events_unbound`), so that suffix is dropped: otherwise a
+/// worker that changed work during the run would count its whole life's CPU as the run's.
+fn stable_name(comm: &str) -> &str {
+    if comm.starts_with("kworker/") {
+        comm.split_once('-').map_or(comm, |(worker, _)| worker)
+    } else {
+        comm
+    }
+}
+
+/// The `/proc/<pid>` directory of every process.
+fn processes() -> impl Iterator<Item = PathBuf> {
+    std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|entry| {
+            entry
+                .file_name()
+                .to_str()
+                .is_some_and(|n| n.bytes().all(|b| b.is_ascii_digit()))
+        })
+        .map(|entry| entry.path())
+}
+
+/// The voluntary and involuntary context switches of one `/proc/<pid>/task/<tid>/status`.
+fn parse_switches(status: &str) -> Option<u64> {
+    let count = |field: &str| {
+        status
+            .lines()
+            .find_map(|line| line.strip_prefix(field))
+            .and_then(|rest| rest.trim().parse::<u64>().ok())
+    };
+    Some(count("voluntary_ctxt_switches:")? + count("nonvoluntary_ctxt_switches:")?)
 }
 
 /// The name and `utime + stime` of one `/proc/<pid>/stat` line. The name is in parentheses and
@@ -48,8 +102,8 @@ fn parse_stat(stat: &str) -> Option<(&str, u64)> {
     Some((name, utime + stime))
 }
 
-/// Microseconds of CPU per request for each process name that used any between `before` and
-/// `after`.
+/// Per request, for each process name whose count grew between `before` and `after`: what it
+/// spent (CPU microseconds, context switches).
 pub fn per_request(
     before: &BTreeMap<String, u64>,
     after: &BTreeMap<String, u64>,
@@ -76,6 +130,36 @@ mod tests {
         let odd = "7 (a) b (c) R 1 7 7 0 -1 0 0 0 0 0 9 1 0 0 20 0 1 0 1 1 1 1";
         assert_eq!(parse_stat(odd), Some(("a) b (c", 10)));
         assert_eq!(parse_stat("garbage"), None);
+    }
+
+    #[test]
+    fn a_status_gives_both_kinds_of_switches() {
+        let status = "Name:\tidem-bench-serv\nState:\tS (sleeping)\n\
+                      voluntary_ctxt_switches:\t1200\nnonvoluntary_ctxt_switches:\t34\n";
+        assert_eq!(parse_switches(status), Some(1234));
+        assert_eq!(
+            parse_switches("Name:\tx\nvoluntary_ctxt_switches:\t3\n"),
+            None
+        );
+    }
+
+    #[test]
+    fn a_kernel_worker_keeps_its_name_whatever_its_work() {
+        assert_eq!(
+            stable_name("kworker/u8:0-kvfree_rcu_reclaim"),
+            "kworker/u8:0"
+        );
+        assert_eq!(stable_name("kworker/u8:0-events_unbound"), "kworker/u8:0");
+        assert_eq!(stable_name("kworker/1:1H"), "kworker/1:1H");
+        assert_eq!(stable_name("idem-bench-serv"), "idem-bench-serv");
+        assert_eq!(stable_name("redis-server"), "redis-server");
+    }
+
+    #[test]
+    fn this_process_has_switched_at_least_once() {
+        let name = std::fs::read_to_string("/proc/self/comm").expect("comm");
+        let switches = switches_by_name();
+        assert!(switches.get(name.trim_end()).is_some_and(|&n| n > 0));
     }
 
     #[test]

@@ -21,7 +21,7 @@
 //! The machine's 1-minute load average (`/proc/loadavg`) is reported as read before the run and
 //! after it (`load_before`, `load_after`), and the CPU time every process spent in the measured
 //! window, per measured request, summed by process name (`cpu_us`: the server, PostgreSQL,
-//! Redis, this load generator).
+//! Redis, this load generator), and so are their threads' context switches (`switches`).
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -317,6 +317,8 @@ struct Report {
     load_after: Option<f64>,
     /// CPU µs per measured request, by process name.
     cpu_us: BTreeMap<String, f64>,
+    /// Context switches per measured request, by process name.
+    switches: BTreeMap<String, f64>,
 }
 
 /// The 1-minute load average, when the system tells it.
@@ -360,7 +362,7 @@ async fn run(args: Args) -> Report {
     let measure_from = plan.measure_from;
     let cpu_before = tokio::spawn(async move {
         tokio::time::sleep_until(measure_from.into()).await;
-        cpu::by_name()
+        (cpu::by_name(), cpu::switches_by_name())
     });
     let tasks: Vec<_> = (0..args.connections)
         .map(|c| {
@@ -374,8 +376,8 @@ async fn run(args: Args) -> Report {
             total.merge(tally);
         }
     }
-    let cpu_after = cpu::by_name();
-    let cpu_before = cpu_before.await.unwrap_or_default();
+    let (cpu_after, switches_after) = (cpu::by_name(), cpu::switches_by_name());
+    let (cpu_before, switches_before) = cpu_before.await.unwrap_or_default();
     let pg = match (&args.pg_stats, pg_before) {
         (Some(stats), Some(before)) => Some(pg_counts(stats).await.since(before)),
         _ => None,
@@ -412,6 +414,7 @@ async fn run(args: Args) -> Report {
         load_before,
         load_after: load_average(),
         cpu_us: cpu::per_request(&cpu_before, &cpu_after, total.measured),
+        switches: cpu::per_request(&switches_before, &switches_after, total.measured),
     }
 }
 

@@ -40,6 +40,9 @@ struct Load {
     load_after: Option<f64>,
     #[serde(default)]
     cpu_us: BTreeMap<String, f64>,
+    /// Context switches per request, by process name (absent from older runs).
+    #[serde(default)]
+    switches: BTreeMap<String, f64>,
 }
 
 impl Load {
@@ -57,6 +60,13 @@ impl Load {
             split[column] += us;
         }
         split
+    }
+
+    /// The server's context switches per request, `–` when the run did not count them.
+    fn server_switches(&self) -> String {
+        self.switches
+            .get("idem-bench-serv")
+            .map_or_else(|| "–".into(), |n| format!("{n:.2}"))
     }
 
     fn loadavg(&self) -> String {
@@ -258,7 +268,7 @@ fn cpu(out: &mut String, loads: &[Load]) {
         let total = |c: [f64; 4]| c[0] + c[1] + c[2];
         let _ = writeln!(
             rows,
-            "| {group} | {scenario} | {} | {} | {} | {:.0} ({:.0}) | {:.2}× | {} | {} |",
+            "| {group} | {scenario} | {} | {} | {} | {:.0} ({:.0}) | {:.2}× | {} | {} | {} ({}) |",
             pair(0),
             pair(1),
             pair(2),
@@ -267,6 +277,8 @@ fn cpu(out: &mut String, loads: &[Load]) {
             total(base) / total(it),
             ratio(Some(l.rps), Some(bare.rps)),
             pair(3),
+            l.server_switches(),
+            bare.server_switches(),
         );
     }
     if rows.is_empty() {
@@ -277,9 +289,13 @@ fn cpu(out: &mut String, loads: &[Load]) {
          Read from `/proc` over each run's measured window and divided by its requests. Server, \
          database and load generator share the 2 cores, so when the machine is otherwise idle \
          throughput follows their total: compare `bare ÷ total` with the measured `× bare`. \
-         \"Other\" is every other process on the machine (not in the total): noise.\n\n\
-         | group | scenario | server | database | load generator | total | bare ÷ total | measured × bare | other |\n\
-         |---|---|--:|--:|--:|--:|--:|--:|--:|\n",
+         \"Other\" is every other process on the machine (not in the total): noise. The last \
+         column counts the server's context switches per request, all its threads': a run whose \
+         workers park and wake each other around every reply counts two to three times as many \
+         as one whose workers keep running (bench/HISTORY.md, \"A Redis connection per worker \
+         thread\").\n\n\
+         | group | scenario | server | database | load generator | total | bare ÷ total | measured × bare | other | server switches |\n\
+         |---|---|--:|--:|--:|--:|--:|--:|--:|--:|\n",
     );
     out.push_str(&rows);
     out.push('\n');
