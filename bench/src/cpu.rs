@@ -12,44 +12,41 @@ use std::path::PathBuf;
 /// Linux whatever the kernel's own tick).
 const TICKS_PER_SECOND: u64 = 100;
 
-/// CPU time (user + system) of every process, in microseconds, summed by process name (the
-/// kernel's `comm`, at most 15 bytes). Empty where `/proc` cannot be read.
-pub fn by_name() -> BTreeMap<String, u64> {
-    let mut total = BTreeMap::new();
+/// What every process had spent when read, summed by process name (the kernel's `comm`, at
+/// most 15 bytes; a kernel worker's without the work it is doing). Empty where `/proc` cannot
+/// be read.
+#[derive(Debug, Default)]
+pub struct Snapshot {
+    /// CPU time, user and system, in microseconds.
+    pub cpu_us: BTreeMap<String, u64>,
+    /// Context switches, voluntary and not, of every thread alive when read.
+    pub switches: BTreeMap<String, u64>,
+}
+
+/// Reads every process's CPU time and its threads' context switches, in one walk of `/proc`.
+pub fn snapshot() -> Snapshot {
+    let mut snapshot = Snapshot::default();
     for process in processes() {
         // A process may end between the listing and the read: skip it.
         let Ok(stat) = std::fs::read_to_string(process.join("stat")) else {
             continue;
         };
-        if let Some((name, ticks)) = parse_stat(&stat) {
-            *total.entry(stable_name(name).to_owned()).or_default() +=
-                ticks * 1_000_000 / TICKS_PER_SECOND;
-        }
-    }
-    total
-}
-
-/// Context switches, voluntary and not, of every process's threads, summed by process name.
-/// Empty where `/proc` cannot be read.
-pub fn switches_by_name() -> BTreeMap<String, u64> {
-    let mut total = BTreeMap::new();
-    for process in processes() {
-        let Ok(comm) = std::fs::read_to_string(process.join("comm")) else {
+        let Some((name, ticks)) = parse_stat(&stat) else {
             continue;
         };
-        let Ok(threads) = std::fs::read_dir(process.join("task")) else {
-            continue;
-        };
-        let switches: u64 = threads
+        let name = stable_name(name);
+        let switches: u64 = std::fs::read_dir(process.join("task"))
+            .into_iter()
+            .flatten()
             .flatten()
             .filter_map(|thread| std::fs::read_to_string(thread.path().join("status")).ok())
             .filter_map(|status| parse_switches(&status))
             .sum();
-        *total
-            .entry(stable_name(comm.trim_end()).to_owned())
-            .or_default() += switches;
+        *snapshot.cpu_us.entry(name.to_owned()).or_default() +=
+            ticks * 1_000_000 / TICKS_PER_SECOND;
+        *snapshot.switches.entry(name.to_owned()).or_default() += switches;
     }
-    total
+    snapshot
 }
 
 /// A process's name as it stays over a run. A kernel worker's name ends with the work it is
@@ -158,8 +155,13 @@ mod tests {
     #[test]
     fn this_process_has_switched_at_least_once() {
         let name = std::fs::read_to_string("/proc/self/comm").expect("comm");
-        let switches = switches_by_name();
-        assert!(switches.get(name.trim_end()).is_some_and(|&n| n > 0));
+        let snapshot = snapshot();
+        assert!(
+            snapshot
+                .switches
+                .get(name.trim_end())
+                .is_some_and(|&n| n > 0)
+        );
     }
 
     #[test]

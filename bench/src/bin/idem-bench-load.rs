@@ -360,9 +360,9 @@ async fn run(args: Args) -> Report {
     // Connections open first, then all start together.
     let plan = Arc::new(plan_from(Instant::now() + Duration::from_millis(100)));
     let measure_from = plan.measure_from;
-    let cpu_before = tokio::spawn(async move {
+    let before = tokio::spawn(async move {
         tokio::time::sleep_until(measure_from.into()).await;
-        (cpu::by_name(), cpu::switches_by_name())
+        cpu::snapshot()
     });
     let tasks: Vec<_> = (0..args.connections)
         .map(|c| {
@@ -376,8 +376,8 @@ async fn run(args: Args) -> Report {
             total.merge(tally);
         }
     }
-    let (cpu_after, switches_after) = (cpu::by_name(), cpu::switches_by_name());
-    let (cpu_before, switches_before) = cpu_before.await.unwrap_or_default();
+    let after = cpu::snapshot();
+    let before = before.await.unwrap_or_default();
     let pg = match (&args.pg_stats, pg_before) {
         (Some(stats), Some(before)) => Some(pg_counts(stats).await.since(before)),
         _ => None,
@@ -413,8 +413,8 @@ async fn run(args: Args) -> Report {
         pg,
         load_before,
         load_after: load_average(),
-        cpu_us: cpu::per_request(&cpu_before, &cpu_after, total.measured),
-        switches: cpu::per_request(&switches_before, &switches_after, total.measured),
+        cpu_us: cpu::per_request(&before.cpu_us, &after.cpu_us, total.measured),
+        switches: cpu::per_request(&before.switches, &after.switches, total.measured),
     }
 }
 
