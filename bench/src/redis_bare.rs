@@ -2,8 +2,9 @@
 //! through a `ConnectionManager` of its own, with no idem code on the path.
 //!
 //! A request on the Redis store waits on one multiplexed connection for a script's answer; this
-//! handler waits on a connection made the same way for one key's value, then does the bare
-//! handler's work. What the two share (a round trip to another process, the connection's driver
+//! handler waits on the same kind of connection for one key's value, then does the bare
+//! handler's work. Its settings are redis-rs's defaults, not the store's (other timeout and
+//! reconnect values), but each command runs under a response timeout as the store's do. What the two share (a round trip to another process, the connection's driver
 //! task waking the request's task) costs the same here without idem, so a scenario paired with
 //! this baseline shows what is idem's and what is any Redis client's on the machine.
 
