@@ -4,6 +4,7 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
+use super::verdict::at_most;
 use super::{Load, split};
 
 /// The handlers of the far-database section, as labelled, and how the table names them.
@@ -129,27 +130,4 @@ pub(super) fn round_trip_target(out: &mut String, by: &BTreeMap<&str, &Load>) {
             "❌"
         },
     );
-}
-
-/// Whether `value` is at most `limit` once both are rounded to two decimals, as the tables show
-/// them.
-fn at_most(value: f64, limit: f64) -> bool {
-    (value * 100.0).round() <= (limit * 100.0).round()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::at_most;
-
-    #[test]
-    fn a_stray_flight_in_a_thousand_requests_stays_within_the_limit() {
-        assert!(at_most(4.001 - 2.0, 2.0));
-        assert!(at_most(2.0, 2.0));
-    }
-
-    #[test]
-    fn one_more_wait_in_a_hundred_requests_exceeds_it() {
-        assert!(!at_most(4.01 - 2.0, 2.0));
-        assert!(!at_most(3.0, 2.0));
-    }
 }
