@@ -7,7 +7,7 @@ pub(super) fn verdict(ratio: f64, target: f64) -> &'static str {
 }
 
 /// `ratio` as the targets table shows it: two decimals, unless they would round it onto the
-/// other side of `target` (0.896 as 0.90 beside a miss of 0.9): then three, which do not.
+/// other side of `target` (0.896 as 0.90 beside a miss of 0.9): then three.
 pub(super) fn judged(ratio: f64, target: f64) -> String {
     let shown = (ratio * 100.0).round() / 100.0;
     if (shown >= target) == (ratio >= target) {
