@@ -22,7 +22,7 @@ mod postgres;
 mod verdict;
 
 use postgres::{far, round_trip_target, round_trips};
-use verdict::{judged, verdict};
+use verdict::{judged, mark};
 
 #[derive(Debug, Deserialize)]
 struct Load {
@@ -164,11 +164,7 @@ fn in_process(out: &mut String, dir: &Path) {
         let sha = f(size, "sha256");
         let overhead = diff(m(size, "idem_fresh"), m(size, "bare"));
         let beyond = diff(overhead, fp);
-        let verdict = match beyond {
-            Some(v) if v <= 2.0 => " ✅",
-            Some(_) => " ❌",
-            None => "",
-        };
+        let verdict = beyond.map_or(String::new(), |v| format!(" {}", mark(v <= 2.0)));
         let _ = writeln!(
             out,
             "| {size} | {} | {} | {} | {} | {}{verdict} | {} |",
@@ -432,13 +428,12 @@ fn targets(out: &mut String, loads: &[Load]) {
         let Some((ratio, it, bare)) = paired(&by, label) else {
             continue;
         };
+        let (figure, met) = judged(ratio, *target);
         let _ = writeln!(
             out,
-            "| {what} | {:.0} | {:.0} | {} | ≥ {target}× | {} | {}; {} | `ONLY={only} bench/run.sh` |",
+            "| {what} | {:.0} | {:.0} | {figure} | ≥ {target}× | {met} | {}; {} | `ONLY={only} bench/run.sh` |",
             it.rps,
             bare.rps,
-            judged(ratio, *target),
-            verdict(ratio, *target),
             bare.loadavg(),
             it.loadavg(),
         );
@@ -448,15 +443,14 @@ fn targets(out: &mut String, loads: &[Load]) {
             let Some((_, raw, [empty, full])) = flat_ratio(&by, store, keys) else {
                 continue;
             };
+            let (figure, met) = judged(raw, 0.9);
             let _ = writeln!(
                 out,
-                "| {store} store, {keys}, 1,000,000 records stored vs empty | {:.0} (empty: {:.0}) | {:.0} (empty: {:.0}) | {} | ≥ 0.9× | {} | {}; {} | `ONLY=flat-{store} bench/run.sh` |",
+                "| {store} store, {keys}, 1,000,000 records stored vs empty | {:.0} (empty: {:.0}) | {:.0} (empty: {:.0}) | {figure} | ≥ 0.9× | {met} | {}; {} | `ONLY=flat-{store} bench/run.sh` |",
                 full.1.rps,
                 empty.1.rps,
                 full.2.rps,
                 empty.2.rps,
-                judged(raw, 0.9),
-                verdict(raw, 0.9),
                 empty.1.loadavg(),
                 full.1.loadavg(),
             );

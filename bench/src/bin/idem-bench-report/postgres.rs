@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
-use super::verdict::at_most;
+use super::verdict::{at_most, mark};
 use super::{Load, split};
 
 /// The handlers of the far-database section, as labelled, and how the table names them.
@@ -124,10 +124,6 @@ pub(super) fn round_trip_target(out: &mut String, by: &BTreeMap<&str, &Load>) {
         out,
         "| PostgreSQL atomic mode, round trips per fresh request (counted on the wire) | {atomic:.2} | {bare:.2} | +{:.2} | ≤ bare + 2 | {} | – | `ONLY=round-trips bench/run.sh` |",
         atomic - bare,
-        if at_most(atomic - bare, 2.0) {
-            "✅"
-        } else {
-            "❌"
-        },
+        mark(at_most(atomic - bare, 2.0)),
     );
 }
