@@ -76,7 +76,7 @@ where
                 }
                 .into_response()
             })?;
-        let parsed = if bytes.iter().all(u8::is_ascii_whitespace) {
+        let parsed = if bytes.is_empty() {
             serde_json::from_slice(b"{}").map_err(|e| ApiError::invalid_json(&e))
         } else {
             match encoding {
@@ -255,6 +255,13 @@ mod tests {
         assert_eq!(
             status_and_body(&app, empty).await,
             (StatusCode::OK, serde_json::json!({}))
+        );
+        // A body of whitespace is a body: not JSON, and not a document to read as `{}`.
+        let blank = post(Some("application/json"), "\n");
+        let (status, doc) = status_and_body(&app, blank).await;
+        assert_eq!(
+            (status, &doc["code"]),
+            (StatusCode::BAD_REQUEST, &"invalid_json".into())
         );
         let text = post(Some("text/plain"), "amount=1");
         let (status, doc) = status_and_body(&app, text).await;
