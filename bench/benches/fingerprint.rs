@@ -1,4 +1,4 @@
-//! The request fingerprint alone against its limit: `Fingerprint::of_request` with a JSON content
+//! The request fingerprint alone against its limit: `fingerprint_of_request` with a JSON content
 //! type (parse, canonicalise, SHA-256) versus `sha2::Sha256` over the same bytes, for JSON bodies
 //! of 100 B, 1 KB, 10 KB and 1 MB (group `fingerprint-<size>`, functions `of_request` and
 //! `sha256`). Run: `cargo bench -p idem-bench --bench fingerprint`.
@@ -8,7 +8,7 @@ use std::hint::black_box;
 use criterion::{Criterion, SamplingMode, Throughput, criterion_group, criterion_main};
 use http::{HeaderValue, Method, Uri};
 use idem_bench::body;
-use idem_runtime::Fingerprint;
+use idem_runtime::__private::fingerprint_of_request;
 use sha2::{Digest, Sha256};
 
 fn fingerprint(c: &mut Criterion) {
@@ -24,7 +24,7 @@ fn fingerprint(c: &mut Criterion) {
         }
         group.bench_function("of_request", |b| {
             b.iter(|| {
-                Fingerprint::of_request(
+                fingerprint_of_request(
                     black_box(&Method::POST),
                     black_box(&uri),
                     Some(&json),

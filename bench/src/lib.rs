@@ -6,7 +6,7 @@
 //! process.
 //!
 //! - `benches/overhead.rs`: in process, through `tower::ServiceExt::oneshot`.
-//! - `benches/fingerprint.rs`: `Fingerprint::of_request` against raw SHA-256.
+//! - `benches/fingerprint.rs`: `fingerprint_of_request` against raw SHA-256.
 //! - `src/bin/idem-bench-server.rs` and `src/bin/idem-bench-load.rs`: HTTP over loopback.
 //! - `src/bin/idem-bench-report/`: turns the results into the tables of `BENCHMARKS.md`.
 //! - `src/bin/idem-bench-profile.rs`: a fixed number of in-process requests, for callgrind.

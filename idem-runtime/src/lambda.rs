@@ -44,7 +44,7 @@ use std::task::{Context, Poll};
 
 use lambda_http::RequestExt;
 
-use crate::engine::InvocationDeadline;
+use idem_core::engine::InvocationDeadline;
 
 /// The deadline of the invocation that carries `extensions`, from `lambda_http`'s context
 /// ([`lambda_http::Context::deadline`], milliseconds since the Unix epoch); `None` without a

@@ -55,15 +55,13 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 // The layers, bottom up; each imports only from those before it:
-// `core` (keys, fingerprints, time, store errors; no HTTP), `store` (the `Store` trait, its
-// backends, their capabilities), `engine` (an operation from its claim to its stored result, on
-// a task of its own; no HTTP), `http` (key header, request fingerprint, response capture,
+// `idem-core` (its own crate: keys, fingerprints, time, store errors, the `Store` contract and
+// the memory store, and the engine that owns an operation from its claim to its stored result;
+// no HTTP), `store` (the backends and their capabilities), `http` (key header, request fingerprint, response capture,
 // problems, the `#[idempotent]` registry, the HTTP settings), `rpc` (the gRPC face's statuses,
 // stored replies and deterministic request encoding), `idempotency` (the handle users
 // configure), then the adapters, which turn a transport into engine calls and back (`adapters`:
 // the attribute, the layer, the programmatic API, `Tx`) and `openapi`.
-mod core;
-mod engine;
 mod http;
 mod idempotency;
 #[cfg(feature = "tonic")]
@@ -104,16 +102,16 @@ pub use crate::adapters::tx::AnyTx;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 #[cfg_attr(docsrs, doc(cfg(any(feature = "sqlite", feature = "postgres"))))]
 pub use crate::adapters::tx::{AtomicParam, Tx};
-pub use crate::core::clock;
-pub use crate::core::error::{KeyError, StoreError};
-pub use crate::core::fingerprint::{Fingerprint, canonical_json};
-pub use crate::core::key::{IdempotencyKey, MAX_KEY_LEN, RecordKey};
-pub use crate::engine::{Commits, InFlightMode, InvocationDeadline};
 pub use crate::http::endpoint::{AtomicNeed, Endpoint, KeyMode};
 pub use crate::http::rejection::Rejection;
 pub use crate::http::response::{REPLAYED_HEADER, StoredResponse};
 pub use crate::http::settings::GLOBAL_SCOPE;
 pub use crate::idempotency::{BuildError, Builder, Idempotency, RecordDetail, Records};
+pub use idem_core::clock;
+pub use idem_core::engine::{Commits, InFlightMode, InvocationDeadline};
+pub use idem_core::error::{KeyError, StoreError};
+pub use idem_core::fingerprint::{Fingerprint, canonical_json};
+pub use idem_core::key::{IdempotencyKey, MAX_KEY_LEN, RecordKey};
 
 #[doc = include_str!("docs/idempotent.md")]
 pub use idem_macros::idempotent;

@@ -15,7 +15,7 @@ use bytes::Bytes;
 use http_body_util::BodyExt;
 use idem_runtime::clock::{Clock, SystemClock};
 use idem_runtime::store::{Claim, ClaimRequest, Completion, Fence, LeaseToken, SqliteStore, Store};
-use idem_runtime::{Fingerprint, Idempotency, IdempotencyKey, RecordKey, StoredResponse};
+use idem_runtime::{Idempotency, IdempotencyKey, RecordKey, StoredResponse};
 use idem_tests::logs::Logs;
 use tower::ServiceExt;
 
@@ -188,7 +188,7 @@ async fn previous_release_record(store: &SqliteStore, path: &str, key: &str) {
         &IdempotencyKey::parse(key.as_bytes()).unwrap(),
     );
     let content_type = HeaderValue::from_static("text/plain");
-    let fingerprint = Fingerprint::of_request(
+    let fingerprint = idem_runtime::__private::fingerprint_of_request(
         &Method::POST,
         &Uri::try_from(path).unwrap(),
         Some(&content_type),

@@ -25,7 +25,7 @@ use axum::http::StatusCode;
 use http::{HeaderValue, Method, Uri};
 use idem_bench::inproc::{self, call, request};
 use idem_bench::{app, body, peer, preload};
-use idem_runtime::Fingerprint;
+use idem_runtime::__private::fingerprint_of_request;
 use sha2::{Digest, Sha256};
 
 fn main() -> ExitCode {
@@ -79,7 +79,7 @@ fn main() -> ExitCode {
             let json = HeaderValue::from_static("application/json");
             let uri = Uri::from_static("/v1/orders");
             for _ in 0..iters {
-                black_box(Fingerprint::of_request(
+                black_box(fingerprint_of_request(
                     &Method::POST,
                     &uri,
                     Some(&json),

@@ -19,11 +19,6 @@ use http::request::Parts;
 use http::{Method, header};
 
 use crate::adapters::answer::{Settled, settle};
-use crate::core::fingerprint::{Fingerprint, Previous, Version};
-use crate::core::key::{IdempotencyKey, RecordKey, tenant_of};
-use crate::engine::{
-    Answer, Attempt, Commits, InFlightMode, InvocationDeadline, Lending, OpName, Verdict,
-};
 use crate::http::capture::capture;
 use crate::http::endpoint::{Endpoint, KeyMode};
 use crate::http::rejection::Rejection;
@@ -33,6 +28,11 @@ use crate::http::request::read_body;
 use crate::http::response::StoredResponse;
 use crate::http::settings::HttpSettings;
 use crate::idempotency::Idempotency;
+use idem_core::engine::{
+    Answer, Attempt, Commits, InFlightMode, InvocationDeadline, Lending, OpName, Verdict,
+};
+use idem_core::fingerprint::{Previous, Version};
+use idem_core::key::{IdempotencyKey, RecordKey, tenant_of};
 
 /// Marks a request an outer [`IdempotencyLayer`](crate::IdempotencyLayer) already made
 /// idempotent, so an `#[idempotent]` handler under it does not claim a second record.
@@ -125,7 +125,7 @@ pub(crate) fn start(
         });
     }
     let header = idempotency.header_name();
-    let key = match IdempotencyKey::from_headers(&parts.headers, header) {
+    let key = match crate::http::request::key_from_headers(&parts.headers, header) {
         Ok(None) if operation.key == KeyMode::Required => {
             engine.count_invalid(&operation.name);
             let header = header.clone();
@@ -220,13 +220,24 @@ impl Started {
         {
             return Err(replay);
         }
-        let fingerprint = Fingerprint::of_request(&parts.method, &parts.uri, content_type, &bytes);
+        let fingerprint = crate::http::request::fingerprint_of_request(
+            &parts.method,
+            &parts.uri,
+            content_type,
+            &bytes,
+        );
         let previous = {
             let (method, uri) = (parts.method.clone(), parts.uri.clone());
             let (content_type, body) = (content_type.cloned(), bytes.clone());
             Previous::new(move || {
                 let (content_type, version) = (content_type.as_ref(), Version::PREVIOUS);
-                Fingerprint::of_request_in(&method, &uri, content_type, &body, version)
+                crate::http::request::fingerprint_of_request_in(
+                    &method,
+                    &uri,
+                    content_type,
+                    &body,
+                    version,
+                )
             })
         };
         let attempt = Attempt {
@@ -274,7 +285,7 @@ fn replay_early(
         return None;
     }
     let response = StoredResponse::decode(payload).ok()?;
-    let _span = crate::engine::span(&operation.name, key).entered();
+    let _span = idem_core::engine::span(&operation.name, key).entered();
     engine.count_replayed(&operation.name, completed_at);
     Some(response.into_replay())
 }

@@ -12,10 +12,10 @@ use axum::extract::FromRequestParts;
 use http::Extensions;
 use http::request::Parts;
 
-use crate::engine::{LendError, Lending, Transaction};
 use crate::http::endpoint::AtomicNeed;
 use crate::http::rejection::Rejection;
-use crate::store::atomic::AtomicDatabase;
+use crate::store::atomic::{self, AtomicDatabase, Transaction};
+use idem_core::engine::{LendError, Lending};
 
 /// A database transaction that commits together with the idempotency record.
 ///
@@ -103,7 +103,7 @@ impl<DB: AtomicDatabase> Tx<DB> {
 
     /// The transaction lent by `lending`, for the programmatic API.
     pub(crate) fn lent(lending: &Lending) -> Result<Self, LendError> {
-        lending.lend().map(Self)
+        Transaction::lent(lending).map(Self)
     }
 }
 
@@ -199,9 +199,9 @@ impl AnyTx {
         let Some(lending) = extensions.get::<Lending>() else {
             return Ok(Self::None);
         };
-        if lending.capabilities().atomic::<sqlx::Postgres>().is_some() {
+        if atomic::offered::<sqlx::Postgres>(lending.capabilities()).is_some() {
             Tx::from_extensions(extensions).map(Self::Postgres)
-        } else if lending.capabilities().atomic::<sqlx::Sqlite>().is_some() {
+        } else if atomic::offered::<sqlx::Sqlite>(lending.capabilities()).is_some() {
             Tx::from_extensions(extensions).map(Self::Sqlite)
         } else {
             Ok(Self::None)
@@ -228,7 +228,7 @@ pub trait AtomicParam {
 impl<DB: AtomicDatabase> AtomicParam for Tx<DB> {
     fn need() -> AtomicNeed {
         AtomicNeed::new(<DB as AtomicDatabase>::NAME, |capabilities| {
-            capabilities.atomic::<DB>().is_some()
+            atomic::offered::<DB>(capabilities).is_some()
         })
     }
 }

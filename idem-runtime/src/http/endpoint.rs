@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use http::Method;
 
-use crate::engine::{Commits, InFlightMode, OpName};
 use crate::store::Capabilities;
+use idem_core::engine::{Commits, InFlightMode, OpName};
 
 /// What to do with a request that carries no idempotency key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -6,7 +6,7 @@ use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use http::{HeaderValue, StatusCode, header};
 
-use crate::core::error::KeyError;
+use idem_core::error::KeyError;
 
 /// Why the engine answered a request itself instead of running (or replaying) the handler.
 ///

@@ -17,7 +17,7 @@ use http::{HeaderValue, Method, Uri};
 use sha2::{Digest, Sha256};
 
 /// Opens an envelope: a tag of its own, so it is mistaken for no stored encoding.
-const ENVELOPE: u8 = crate::core::format::RAW_REQUEST_ENVELOPE;
+const ENVELOPE: u8 = idem_core::format::RAW_REQUEST_ENVELOPE;
 
 /// SHA-256 of a request's raw method, path and query, `Content-Type` and body.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -10,9 +10,9 @@ use http::{HeaderMap, HeaderName, HeaderValue, Method, Uri, header};
 use http_body_util::BodyExt;
 
 use super::rejection::Rejection;
-use crate::core::error::KeyError;
-use crate::core::fingerprint::{Encoding, Fingerprint, Hasher, Version};
-use crate::core::key::IdempotencyKey;
+use idem_core::error::KeyError;
+use idem_core::fingerprint::{Encoding, Fingerprint, Hasher, Version};
+use idem_core::key::IdempotencyKey;
 
 /// Reads a request's body whole, up to `limit` bytes and axum's `DefaultBodyLimit`, whichever
 /// is smaller. A body that `Content-Length` declares larger is refused before any of it is read
@@ -60,65 +60,64 @@ fn is_length_limit(error: &(dyn std::error::Error + 'static)) -> bool {
     false
 }
 
-impl IdempotencyKey {
-    /// Reads the key from `headers`: `Ok(None)` when the header is absent, an error when it is
-    /// malformed or present more than once.
-    pub fn from_headers(headers: &HeaderMap, name: &HeaderName) -> Result<Option<Self>, KeyError> {
-        let mut values = headers.get_all(name).iter();
-        let Some(first) = values.next() else {
-            return Ok(None);
-        };
-        if values.next().is_some() {
-            return Err(KeyError::Duplicate);
-        }
-        Self::parse(first.as_bytes()).map(Some)
+/// Reads the key from `headers`: `Ok(None)` when the header is absent, an error when it is
+/// malformed or present more than once.
+pub(crate) fn key_from_headers(
+    headers: &HeaderMap,
+    name: &HeaderName,
+) -> Result<Option<IdempotencyKey>, KeyError> {
+    let mut values = headers.get_all(name).iter();
+    let Some(first) = values.next() else {
+        return Ok(None);
+    };
+    if values.next().is_some() {
+        return Err(KeyError::Duplicate);
     }
+    IdempotencyKey::parse(first.as_bytes()).map(Some)
 }
 
-impl Fingerprint {
-    /// Fingerprints one HTTP request: SHA-256 over the method, the path and query, and the body.
-    ///
-    /// JSON bodies (`application/json` or any `+json` media type) are canonicalised first, so
-    /// `{"a":1, "b":2}` and `{"b":2,"a":1}` are the same request; so are form bodies
-    /// (`application/x-www-form-urlencoded`: `a=1&b=2` and `b=2&a=1`, with the values of a
-    /// repeated name kept in order). Any other body is hashed byte for byte.
-    ///
-    /// ```
-    /// use http::{HeaderValue, Method, Uri};
-    /// use idem_runtime::Fingerprint;
-    ///
-    /// let json = HeaderValue::from_static("application/json");
-    /// let uri = Uri::from_static("/v1/charges");
-    /// let a = Fingerprint::of_request(&Method::POST, &uri, Some(&json), br#"{"amount":1,"currency":"usd"}"#);
-    /// let b = Fingerprint::of_request(&Method::POST, &uri, Some(&json), b"{ \"currency\": \"usd\", \"amount\": 1 }");
-    /// assert_eq!(a, b);
-    /// ```
-    pub fn of_request(
-        method: &Method,
-        uri: &Uri,
-        content_type: Option<&HeaderValue>,
-        body: &[u8],
-    ) -> Self {
-        Self::of_request_in(method, uri, content_type, body, Version::CURRENT)
-    }
+/// Fingerprints one HTTP request: SHA-256 over the method, the path and query, and the body.
+///
+/// JSON bodies (`application/json` or any `+json` media type) are canonicalised first, so
+/// `{"a":1, "b":2}` and `{"b":2,"a":1}` are the same request; so are form bodies
+/// (`application/x-www-form-urlencoded`: `a=1&b=2` and `b=2&a=1`, with the values of a
+/// repeated name kept in order). Any other body is hashed byte for byte.
+///
+/// ```
+/// use http::{HeaderValue, Method, Uri};
+/// use idem_runtime::__private::fingerprint_of_request;
+///
+/// let json = HeaderValue::from_static("application/json");
+/// let uri = Uri::from_static("/v1/charges");
+/// let a = fingerprint_of_request(&Method::POST, &uri, Some(&json), br#"{"amount":1,"currency":"usd"}"#);
+/// let b = fingerprint_of_request(&Method::POST, &uri, Some(&json), b"{ \"currency\": \"usd\", \"amount\": 1 }");
+/// assert_eq!(a, b);
+/// ```
+pub fn fingerprint_of_request(
+    method: &Method,
+    uri: &Uri,
+    content_type: Option<&HeaderValue>,
+    body: &[u8],
+) -> Fingerprint {
+    fingerprint_of_request_in(method, uri, content_type, body, Version::CURRENT)
+}
 
-    /// The fingerprint of a request in `version`.
-    pub(crate) fn of_request_in(
-        method: &Method,
-        uri: &Uri,
-        content_type: Option<&HeaderValue>,
-        body: &[u8],
-        version: Version,
-    ) -> Self {
-        let mut hasher = Hasher::new(b"idem.fingerprint", version);
-        hasher.update(method.as_str().as_bytes());
-        hasher.update(b"\0");
-        let path_and_query = uri.path_and_query().map_or("/", |pq| pq.as_str());
-        hasher.update(path_and_query.as_bytes());
-        hasher.update(b"\0");
-        hasher.body(body, encoding(content_type));
-        hasher.finish()
-    }
+/// The fingerprint of a request in `version`.
+pub(crate) fn fingerprint_of_request_in(
+    method: &Method,
+    uri: &Uri,
+    content_type: Option<&HeaderValue>,
+    body: &[u8],
+    version: Version,
+) -> Fingerprint {
+    let mut hasher = Hasher::new(b"idem.fingerprint", version);
+    hasher.update(method.as_str().as_bytes());
+    hasher.update(b"\0");
+    let path_and_query = uri.path_and_query().map_or("/", |pq| pq.as_str());
+    hasher.update(path_and_query.as_bytes());
+    hasher.update(b"\0");
+    hasher.body(body, encoding(content_type));
+    hasher.finish()
 }
 
 fn encoding(content_type: Option<&HeaderValue>) -> Encoding {
@@ -154,7 +153,7 @@ mod tests {
 
     fn fp(method: Method, uri: &'static str, ct: Option<&'static str>, body: &[u8]) -> Fingerprint {
         let ct = ct.map(HeaderValue::from_static);
-        Fingerprint::of_request(&method, &Uri::from_static(uri), ct.as_ref(), body)
+        fingerprint_of_request(&method, &Uri::from_static(uri), ct.as_ref(), body)
     }
 
     const JSON: Option<&str> = Some("application/json");
@@ -254,7 +253,7 @@ mod tests {
 
     #[test]
     fn digests_are_stable_across_releases() {
-        let hex = |fp: Fingerprint| -> String { crate::core::key::hex(fp.as_bytes()) };
+        let hex = |fp: Fingerprint| -> String { idem_core::key::hex(fp.as_bytes()) };
         let digest = |body: &[u8], version| {
             let json = HeaderValue::from_static("application/json");
             let uri = Uri::from_static("/v1/charges");

@@ -7,7 +7,7 @@ use axum::response::Response;
 use bytes::Bytes;
 use http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
 
-use crate::core::error::StoreError;
+use idem_core::error::StoreError;
 
 /// The header added to every replayed response.
 pub const REPLAYED_HEADER: HeaderName = HeaderName::from_static("idempotent-replayed");
@@ -148,7 +148,7 @@ impl StoredResponse {
     }
 }
 
-const MAGIC: u8 = crate::core::format::HTTP_RESPONSE;
+const MAGIC: u8 = idem_core::format::HTTP_RESPONSE;
 const VERSION: u8 = 1;
 
 fn put_bytes(out: &mut Vec<u8>, bytes: &[u8]) {

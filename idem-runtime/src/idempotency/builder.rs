@@ -11,13 +11,13 @@ use http::request::Parts;
 use super::checks::Checks;
 use super::error::BuildError;
 use super::{Idempotency, Inner};
-use crate::core::clock::{Clock, SystemClock};
-use crate::engine::{Engine, Policy};
 use crate::http::rejection::Rejection;
 use crate::http::settings::{GLOBAL_SCOPE, HttpSettings};
 #[cfg(feature = "tonic")]
 use crate::rpc::settings::GrpcSettings;
 use crate::store::{Capabilities, DynStore, Store};
+use idem_core::clock::{Clock, SystemClock};
+use idem_core::engine::{Engine, Policy};
 
 /// Configures an [`Idempotency`] engine. Every setting but the store has a production default.
 #[must_use]

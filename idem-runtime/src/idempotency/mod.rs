@@ -6,12 +6,12 @@ use std::sync::Arc;
 
 use http::HeaderName;
 
-use crate::core::error::StoreError;
-use crate::engine::Engine;
 use crate::http::endpoint::{self, Endpoint};
 use crate::http::settings::HttpSettings;
 #[cfg(feature = "tonic")]
 use crate::rpc::settings::GrpcSettings;
+use idem_core::engine::Engine;
+use idem_core::error::StoreError;
 
 mod builder;
 mod checks;

@@ -7,11 +7,11 @@ use std::sync::Arc;
 use bytes::Bytes;
 
 use super::Idempotency;
-use crate::core::clock::Timestamp;
-use crate::core::error::StoreError;
-use crate::core::key::RecordKey;
-use crate::engine::Engine;
 use crate::store::records::{Forgotten, RecordFilter, RecordInfo, RecordState, RecordStats};
+use idem_core::clock::Timestamp;
+use idem_core::engine::Engine;
+use idem_core::error::StoreError;
+use idem_core::key::RecordKey;
 
 /// How many records one store call of [`Records::purge`] deletes.
 const PURGE_BATCH: u32 = 1_000;

@@ -6,10 +6,10 @@ use std::time::Duration;
 use http::HeaderName;
 use tonic::metadata::MetadataMap;
 
-use crate::core::error::KeyError;
-use crate::core::key::IdempotencyKey;
-use crate::engine::{Commits, InFlightMode, OpName};
 use crate::http::endpoint::KeyMode;
+use idem_core::engine::{Commits, InFlightMode, OpName};
+use idem_core::error::KeyError;
+use idem_core::key::IdempotencyKey;
 
 /// One idempotent tonic method, as `#[idempotent]` declares it (a `static` per method).
 #[doc(hidden)]

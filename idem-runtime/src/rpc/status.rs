@@ -91,7 +91,7 @@ mod tests {
             (
                 Rejection::KeyInvalid {
                     header: http::HeaderName::from_static("idempotency-key"),
-                    reason: crate::core::error::KeyError::Disagree,
+                    reason: idem_core::error::KeyError::Disagree,
                 },
                 Code::InvalidArgument,
                 "IDEMPOTENCY_KEY_INVALID",

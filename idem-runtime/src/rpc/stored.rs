@@ -11,7 +11,7 @@ use http::{HeaderMap, HeaderName, HeaderValue};
 use tonic::Code;
 use tonic::metadata::MetadataMap;
 
-use crate::core::format::GRPC_REPLY as FORMAT_TAG;
+use idem_core::format::GRPC_REPLY as FORMAT_TAG;
 
 /// Second byte: the version of the layout after the tag.
 const FORMAT_VERSION: u8 = 1;

@@ -1,31 +1,34 @@
-//! Atomic mode's capabilities: a store whose records live in a SQL database lends the engine
+//! Atomic mode on sqlx: a store whose records live in a SQL database lends the engine
 //! transactions on that database and completes records inside them ([`AtomicStore`]); a store
-//! may also claim a record inside the transaction it then lends ([`ClaimInTransaction`], one
-//! commit per request).
+//! may also claim a record inside the transaction it then lends (one commit per request), by
+//! offering `idem-core`'s [`ClaimInTransaction`](idem_core::store::atomic::ClaimInTransaction)
+//! with its open transactions as [`ClaimedTransaction`]s.
 //!
 //! A handler in atomic mode takes a [`Tx`](crate::Tx); its writes and the record's completion
-//! commit in one transaction. The SQLite and PostgreSQL stores implement [`AtomicStore`], and
-//! PostgreSQL [`ClaimInTransaction`]; so can a store of your own on one of these databases, by
-//! implementing the traits and offering itself in
+//! commit in one transaction. The SQLite and PostgreSQL stores implement [`AtomicStore`]; so can
+//! a store of your own on one of these databases, by implementing it and offering itself in
 //! [`Store::offer_capabilities`](super::Store::offer_capabilities):
 //!
 //! ```ignore
 //! impl Store for MyPgStore {
 //!     // ...
 //!     fn offer_capabilities(self: &Arc<Self>, capabilities: &mut Capabilities) {
-//!         capabilities.offer_atomic::<sqlx::Postgres>(self.clone());
-//!         capabilities.offer_claim_in_transaction::<sqlx::Postgres>(self.clone());
+//!         idem_runtime::store::atomic::offer::<sqlx::Postgres>(capabilities, self.clone());
 //!     }
 //! }
 //! ```
 
+use std::any::Any;
+use std::sync::Arc;
 use std::time::Duration;
 
 use sqlx::Pool;
 
-use super::{BoxFuture, ClaimRequest, Completion, Fence, LeaseToken};
-use crate::core::error::StoreError;
-use crate::core::key::RecordKey;
+use super::{BoxFuture, Capabilities, Completion, Fence, LeaseToken};
+use idem_core::engine::{LendError, Lending};
+use idem_core::error::StoreError;
+use idem_core::key::RecordKey;
+use idem_core::store::atomic::OpenTransaction;
 
 /// A store that can complete a record inside a transaction on its own database.
 ///
@@ -47,38 +50,8 @@ pub trait AtomicStore<DB: AtomicDatabase>: Send + Sync + 'static {
     ) -> BoxFuture<'a, Result<Fence, StoreError>>;
 }
 
-/// A store that can claim a record inside a transaction that stays open while the operation
-/// runs, then carries its writes and its completion to one commit
-/// ([`Commits::One`](crate::Commits::One)).
-///
-/// Nobody else sees such a claim until it commits: a duplicate waits on the open transaction,
-/// and a crash leaves nothing behind (the transaction aborts with its connection).
-pub trait ClaimInTransaction<DB: AtomicDatabase>: AtomicStore<DB> {
-    /// Begins a transaction and claims the record in it, waiting up to `lock_wait` for another
-    /// transaction that holds a claim of the same key. The operation's statements
-    /// that follow in the transaction may each run, or wait for a lock, for `statement_timeout`.
-    fn claim_in_transaction<'a>(
-        &'a self,
-        request: ClaimRequest<'a>,
-        lock_wait: Duration,
-        statement_timeout: Duration,
-    ) -> BoxFuture<'a, Result<TransactionClaim<DB>, StoreError>>;
-}
-
-/// How [`ClaimInTransaction::claim_in_transaction`] ended.
-#[non_exhaustive]
-pub enum TransactionClaim<DB: AtomicDatabase> {
-    /// The record is the caller's, inside the open transaction.
-    Acquired(Box<dyn ClaimedTransaction<DB>>),
-    /// Another transaction holds a claim of the key and did not finish within the
-    /// lock wait: the first request is still running.
-    InFlight,
-    /// A committed record holds the key (a result to replay, an expired record not swept yet, a
-    /// claim made outside a transaction): the engine claims it the ordinary way, which reads it.
-    Stored,
-}
-
-/// An open transaction holding a record's claim. Dropping it rolls back, claim included.
+/// An open transaction holding a record's claim, made by a store that claims inside
+/// transactions. Dropping it rolls back, claim included.
 pub trait ClaimedTransaction<DB: AtomicDatabase>: Send {
     /// The transaction's connection, for the operation's statements.
     fn conn(&mut self) -> &mut DB::Connection;
@@ -91,6 +64,181 @@ pub trait ClaimedTransaction<DB: AtomicDatabase>: Send {
         token: LeaseToken,
         completion: Completion<'a>,
     ) -> BoxFuture<'a, Result<Fence, StoreError>>;
+}
+
+/// The transactions a store offers on `DB`: what [`Capabilities`] holds them as.
+struct Offered<DB: AtomicDatabase>(Arc<dyn AtomicStore<DB>>);
+
+impl<DB: AtomicDatabase> Clone for Offered<DB> {
+    fn clone(&self) -> Self {
+        Self(self.0.clone())
+    }
+}
+
+/// Offers `store`'s transactions on `DB` to the engine (atomic mode): call it from
+/// [`Store::offer_capabilities`](super::Store::offer_capabilities).
+pub fn offer<DB: AtomicDatabase>(capabilities: &mut Capabilities, store: Arc<dyn AtomicStore<DB>>) {
+    capabilities.offer_transactions(Offered(store));
+}
+
+/// The transactions on `DB` the engine's store offered, if it did.
+pub fn offered<DB: AtomicDatabase>(
+    capabilities: &Capabilities,
+) -> Option<&Arc<dyn AtomicStore<DB>>> {
+    capabilities
+        .transactions::<Offered<DB>>()
+        .map(|offered| &offered.0)
+}
+
+/// A claim made inside the open transaction `claimed`, as the engine parks it for the
+/// operation's `Tx` to take.
+pub fn claimed<DB: AtomicDatabase>(
+    claimed: Box<dyn ClaimedTransaction<DB>>,
+) -> Box<dyn OpenTransaction> {
+    Box::new(Handed::Claimed(claimed))
+}
+
+/// A transaction lent to an operation: begun on the store's pool at its first query, or the
+/// one the engine began with the record's claim in it. Handed back to the engine when dropped.
+pub(crate) struct Transaction<DB: AtomicDatabase> {
+    store: Arc<dyn AtomicStore<DB>>,
+    open: Option<Open<DB>>,
+    lending: Lending,
+}
+
+/// An open lent transaction.
+enum Open<DB: AtomicDatabase> {
+    /// Begun at the operation's first query (the claim committed before).
+    Begun(sqlx::Transaction<'static, DB>),
+    /// Begun by the engine with the record's claim in it (one commit).
+    Claimed(Box<dyn ClaimedTransaction<DB>>),
+}
+
+impl<DB: AtomicDatabase> Transaction<DB> {
+    /// The transaction on `DB` that `lending` lends, if its store offers them and none was
+    /// lent yet.
+    pub(crate) fn lent(lending: &Lending) -> Result<Self, LendError> {
+        let Offered(store) = lending.lend::<Offered<DB>>()?;
+        Ok(Self {
+            store,
+            open: None,
+            lending: lending.clone(),
+        })
+    }
+
+    /// The transaction's connection, beginning the transaction on first use.
+    pub(crate) async fn conn(&mut self) -> Result<&mut DB::Connection, sqlx::Error> {
+        let open = match self.open.take() {
+            Some(open) => open,
+            None => match self.take_parked() {
+                Some(claimed) => Open::Claimed(claimed),
+                None => {
+                    self.lending.open();
+                    let begin = DB::begin(self.lending.statement_timeout()).into_owned();
+                    let begun = self.store.pool().begin_with(sqlx::AssertSqlSafe(begin));
+                    Open::Begun(begun.await?)
+                }
+            },
+        };
+        Ok(match self.open.insert(open) {
+            Open::Begun(tx) => tx,
+            Open::Claimed(claimed) => claimed.conn(),
+        })
+    }
+
+    /// The transaction the engine parked with the claim, if it is on `DB`.
+    fn take_parked(&self) -> Option<Box<dyn ClaimedTransaction<DB>>> {
+        let parked = self.lending.take_parked()?;
+        match parked.into_any().downcast::<Handed<DB>>() {
+            Ok(handed) => match *handed {
+                Handed::Claimed(claimed) => Some(claimed),
+                Handed::Begun { .. } => None,
+            },
+            // Parked on another database than this transaction's: nothing to take. (The
+            // engine's store claims on one database; dropping it rolls back.)
+            Err(_) => None,
+        }
+    }
+
+    /// Whether the transaction has begun.
+    pub(crate) fn begun(&self) -> bool {
+        self.open.is_some()
+    }
+
+    /// A key for a call to another service, stable across every retry of this attempt's
+    /// request: derived from the record key, random without one.
+    pub(crate) fn downstream_key(&self, purpose: &str) -> String {
+        self.lending.downstream_key(purpose)
+    }
+}
+
+impl<DB: AtomicDatabase> Drop for Transaction<DB> {
+    fn drop(&mut self) {
+        // Handed back to the engine, which commits or rolls it back.
+        let handed = match self.open.take() {
+            None => return,
+            Some(Open::Claimed(claimed)) => Handed::Claimed(claimed),
+            Some(Open::Begun(tx)) => Handed::Begun {
+                tx,
+                store: self.store.clone(),
+            },
+        };
+        self.lending.hand_back(Box::new(handed));
+    }
+}
+
+/// A lent transaction handed back to the engine, or parked by it with a claim.
+enum Handed<DB: AtomicDatabase> {
+    /// Begun at the operation's first query: the record completes through `store`.
+    Begun {
+        tx: sqlx::Transaction<'static, DB>,
+        store: Arc<dyn AtomicStore<DB>>,
+    },
+    /// Begun with the record's claim in it.
+    Claimed(Box<dyn ClaimedTransaction<DB>>),
+}
+
+impl<DB: AtomicDatabase> OpenTransaction for Handed<DB> {
+    fn complete_and_commit<'a>(
+        self: Box<Self>,
+        key: &'a RecordKey,
+        token: LeaseToken,
+        completion: Completion<'a>,
+    ) -> BoxFuture<'a, Result<Fence, StoreError>> {
+        Box::pin(async move {
+            let (mut tx, store) = match *self {
+                Handed::Begun { tx, store } => (tx, store),
+                Handed::Claimed(claimed) => {
+                    return claimed.complete_and_commit(key, token, completion).await;
+                }
+            };
+            match store.complete_in(&mut tx, key, token, completion).await? {
+                // Another request took the record over: our writes must not commit beside its
+                // own. Dropping the transaction rolls it back.
+                Fence::Lost => Ok(Fence::Lost),
+                Fence::Held => {
+                    tx.commit().await.map_err(StoreError::unavailable)?;
+                    Ok(Fence::Held)
+                }
+            }
+        })
+    }
+
+    fn commit(self: Box<Self>) -> BoxFuture<'static, Result<(), StoreError>> {
+        Box::pin(async move {
+            match *self {
+                Handed::Begun { tx, .. } => tx.commit().await.map_err(StoreError::unavailable),
+                // Never parked without a record: dropping it rolls back.
+                Handed::Claimed(_) => Err(StoreError::unavailable(std::io::Error::other(
+                    "a claim's transaction commits only with its record",
+                ))),
+            }
+        })
+    }
+
+    fn into_any(self: Box<Self>) -> Box<dyn Any + Send> {
+        self
+    }
 }
 
 mod sealed {
@@ -115,52 +263,6 @@ pub trait AtomicDatabase: sqlx::Database + sealed::Sealed {
     /// one lock at most their busy timeout).
     #[doc(hidden)]
     fn begin(statement_timeout: Duration) -> std::borrow::Cow<'static, str>;
-    /// This database's value in a [`PerDatabase`].
-    #[doc(hidden)]
-    fn of<F: Family>(values: &PerDatabase<F>) -> &F::Of<Self>;
-    /// This database's value in a [`PerDatabase`], to change it.
-    #[doc(hidden)]
-    fn of_mut<F: Family>(values: &mut PerDatabase<F>) -> &mut F::Of<Self>;
-}
-
-/// A type for each database: what a [`PerDatabase`] holds.
-#[doc(hidden)]
-pub trait Family {
-    /// The value for `DB`.
-    type Of<DB: AtomicDatabase>: Default;
-}
-
-/// One value per database atomic mode supports, each typed by its database: the typed slots of
-/// the store's capabilities and of the transactions handed to an operation.
-#[doc(hidden)]
-pub struct PerDatabase<F: Family> {
-    #[cfg(feature = "sqlite")]
-    sqlite: F::Of<sqlx::Sqlite>,
-    #[cfg(feature = "postgres")]
-    postgres: F::Of<sqlx::Postgres>,
-}
-
-impl<F: Family> Default for PerDatabase<F> {
-    fn default() -> Self {
-        Self {
-            #[cfg(feature = "sqlite")]
-            sqlite: Default::default(),
-            #[cfg(feature = "postgres")]
-            postgres: Default::default(),
-        }
-    }
-}
-
-impl<F: Family> PerDatabase<F> {
-    /// `DB`'s value.
-    pub(crate) fn get<DB: AtomicDatabase>(&self) -> &F::Of<DB> {
-        DB::of(self)
-    }
-
-    /// `DB`'s value, to change it.
-    pub(crate) fn get_mut<DB: AtomicDatabase>(&mut self) -> &mut F::Of<DB> {
-        DB::of_mut(self)
-    }
 }
 
 #[cfg(feature = "sqlite")]
@@ -172,12 +274,6 @@ impl AtomicDatabase for sqlx::Sqlite {
     const BEGIN: &'static str = "BEGIN IMMEDIATE";
     fn begin(_: Duration) -> std::borrow::Cow<'static, str> {
         std::borrow::Cow::Borrowed(Self::BEGIN)
-    }
-    fn of<F: Family>(values: &PerDatabase<F>) -> &F::Of<Self> {
-        &values.sqlite
-    }
-    fn of_mut<F: Family>(values: &mut PerDatabase<F>) -> &mut F::Of<Self> {
-        &mut values.sqlite
     }
 }
 
@@ -193,11 +289,5 @@ impl AtomicDatabase for sqlx::Postgres {
         std::borrow::Cow::Owned(format!(
             "BEGIN; SET LOCAL statement_timeout = {ms}; SET LOCAL lock_timeout = {ms}"
         ))
-    }
-    fn of<F: Family>(values: &PerDatabase<F>) -> &F::Of<Self> {
-        &values.postgres
-    }
-    fn of_mut<F: Family>(values: &mut PerDatabase<F>) -> &mut F::Of<Self> {
-        &mut values.postgres
     }
 }

@@ -13,7 +13,7 @@
 
 use sha2::{Digest, Sha256};
 
-use crate::core::error::StoreError;
+use idem_core::error::StoreError;
 
 /// One embedded schema change.
 #[derive(Debug)]

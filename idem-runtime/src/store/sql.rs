@@ -5,14 +5,14 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
-use crate::core::clock::Timestamp;
-use crate::core::error::StoreError;
-use crate::core::fingerprint::Fingerprint;
-use crate::core::key::RecordKey;
 use crate::store::records::{
     Forgotten, RecordFilter, RecordInfo, RecordState, RecordStats, RecordTimes,
 };
 use crate::store::{Claim, Fence};
+use idem_core::clock::Timestamp;
+use idem_core::error::StoreError;
+use idem_core::fingerprint::Fingerprint;
+use idem_core::key::RecordKey;
 
 /// A fenced write held when it changed the owner's row; zero rows means another owner or none.
 pub(crate) fn fence(rows_affected: Result<u64, sqlx::Error>) -> Result<Fence, StoreError> {

@@ -21,12 +21,13 @@
 use std::marker::PhantomData;
 
 pub use crate::adapters::flow::{Prepared, Started, begin};
-pub use crate::engine::{Commits, InFlightMode};
 pub use crate::http::endpoint::{AtomicNeed, Endpoint, KeyMode, Registration};
+pub use crate::http::request::fingerprint_of_request;
 pub use axum::body::Body;
 pub use axum::extract::{FromRef, FromRequest, FromRequestParts, Request};
 pub use axum::handler::Handler;
 pub use axum::response::{IntoResponse, Response};
+pub use idem_core::engine::{Commits, InFlightMode};
 pub use idem_macros::__idempotent_items as items;
 pub use inventory;
 

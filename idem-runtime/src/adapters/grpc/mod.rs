@@ -14,16 +14,16 @@ use tonic::metadata::MetadataMap;
 use tonic::{Code, Extensions, Request, Response, Status};
 
 use crate::adapters::answer::{Settled, settle};
-use crate::core::error::KeyError;
-use crate::core::fingerprint::{Fingerprint, Hasher, Previous, Version};
-use crate::core::key::{IdempotencyKey, RecordKey, tenant_of};
-use crate::engine::{Answer, Attempt, InvocationDeadline, Lending, Verdict};
 use crate::http::endpoint::KeyMode;
 use crate::http::rejection::Rejection;
 use crate::http::settings::HttpSettings;
 use crate::idempotency::Idempotency;
 use crate::rpc::status::{status, too_large};
 use crate::rpc::stored::{ReplyFormatError, StoredReply, replayed};
+use idem_core::engine::{Answer, Attempt, InvocationDeadline, Lending, Verdict};
+use idem_core::error::KeyError;
+use idem_core::fingerprint::{Fingerprint, Hasher, Previous, Version};
+use idem_core::key::{IdempotencyKey, RecordKey, tenant_of};
 
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 mod tx;

@@ -5,8 +5,8 @@ use prost::Message;
 use tonic::{Code, Response, Status};
 
 use super::keep;
-use crate::engine::Verdict;
 use crate::rpc::stored::StoredReply;
+use idem_core::engine::Verdict;
 
 /// A response message.
 fn charge() -> prost_types::Duration {

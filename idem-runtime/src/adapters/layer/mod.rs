@@ -7,12 +7,12 @@ use std::time::Duration;
 use http::{Method, StatusCode};
 use tower::Layer;
 
-use crate::core::rules::checked_ttl;
-use crate::engine::InFlightMode;
 use crate::http::endpoint::KeyMode;
 use crate::http::release::ClientErrors;
 use crate::http::settings::GLOBAL_SCOPE;
 use crate::idempotency::Idempotency;
+use idem_core::engine::InFlightMode;
+use idem_core::rules::checked_ttl;
 
 mod route;
 mod service;

@@ -8,10 +8,10 @@ use axum::extract::{MatchedPath, Request};
 use http::{Method, StatusCode};
 
 use crate::adapters::flow::{Covered, HttpOperation};
-use crate::core::rules::{checked_name, checked_ttl};
-use crate::engine::{Commits, InFlightMode};
 use crate::http::endpoint::{KeyMode, route_identity};
 use crate::http::release::ClientErrors;
+use idem_core::engine::{Commits, InFlightMode};
+use idem_core::rules::{checked_name, checked_ttl};
 
 /// Everything a layer was configured with.
 #[derive(Debug, Clone)]

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use crate::core::error::{KeyError, StoreError};
+use idem_core::error::{KeyError, StoreError};
 
 /// Why an idempotent operation did not produce an output.
 #[derive(Debug, thiserror::Error)]

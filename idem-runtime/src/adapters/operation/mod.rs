@@ -13,14 +13,14 @@ use std::time::Duration;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use crate::core::error::KeyError;
-use crate::core::fingerprint::{Fingerprint, Previous, Version};
-use crate::core::key::{IdempotencyKey, RecordKey, tenant_of};
-use crate::engine::{
+use crate::idempotency::Idempotency;
+use idem_core::engine::{
     Answer, Attempt, Commits, InFlightMode, InvocationDeadline, Kept, Lending, OpName, RolledBack,
     Verdict,
 };
-use crate::idempotency::Idempotency;
+use idem_core::error::KeyError;
+use idem_core::fingerprint::{Fingerprint, Previous, Version};
+use idem_core::key::{IdempotencyKey, RecordKey, tenant_of};
 
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 mod atomic;
@@ -79,7 +79,7 @@ impl Idempotency {
     #[track_caller]
     pub fn operation(&self, name: impl Into<Cow<'static, str>>) -> Operation<'_> {
         let name = name.into();
-        crate::core::rules::checked_name("Idempotency::operation", &name);
+        idem_core::rules::checked_name("Idempotency::operation", &name);
         Operation {
             idempotency: self,
             name,
@@ -137,7 +137,7 @@ impl Operation<'_> {
     /// When `ttl` is not within 1 s ..= 30 days, the range of the attribute and the layer.
     #[track_caller]
     pub fn ttl(mut self, ttl: Duration) -> Self {
-        self.ttl = crate::core::rules::checked_ttl("Operation::ttl", ttl);
+        self.ttl = idem_core::rules::checked_ttl("Operation::ttl", ttl);
         self
     }
 

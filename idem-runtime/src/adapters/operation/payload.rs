@@ -5,7 +5,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use super::error::PayloadError;
-use crate::core::format::OPERATION_OUTPUT as FORMAT_TAG;
+use idem_core::format::OPERATION_OUTPUT as FORMAT_TAG;
 
 /// Second byte: the version of the encoding after the tag.
 const FORMAT_VERSION: u8 = 1;
@@ -36,7 +36,7 @@ mod tests {
         assert_eq!(&payload[..2], &[FORMAT_TAG, FORMAT_VERSION]);
         assert_ne!(
             FORMAT_TAG,
-            crate::core::format::HTTP_RESPONSE,
+            idem_core::format::HTTP_RESPONSE,
             "not the HTTP tag"
         );
         assert_eq!(decode::<Vec<String>>(&payload).unwrap(), ["job", "7"]);

@@ -16,7 +16,7 @@ use aws_sdk_dynamodb::types::{
 
 use super::DynamoDbStore;
 use super::item::{PK, TTL};
-use crate::core::error::StoreError;
+use idem_core::error::StoreError;
 
 /// How long [`DynamoDbStoreBuilder::build`] waits for a table it created to become active.
 const ACTIVE_WITHIN: Duration = Duration::from_secs(120);

@@ -7,7 +7,7 @@ use std::time::Duration;
 use aws_sdk_dynamodb::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
 
 use super::item::Item;
-use crate::core::error::StoreError;
+use idem_core::error::StoreError;
 
 /// A DynamoDB call that failed: which, DynamoDB's error code if it answered, and the SDK's
 /// account of it with its causes.

@@ -14,9 +14,9 @@ use super::item::{
     STATUS, Stored, TOKEN, TOO_LARGE, TTL, key_value, millis, names, number, text, ttl_seconds,
 };
 use super::{DynamoDbStore, FENCE};
-use crate::core::error::StoreError;
-use crate::core::key::RecordKey;
 use crate::store::{ClaimRequest, Completion, Fence, LeaseToken};
+use idem_core::error::StoreError;
+use idem_core::key::RecordKey;
 
 impl DynamoDbStore {
     /// Takes over `held`, in flight under a lapsed lease of the same request: the new token,

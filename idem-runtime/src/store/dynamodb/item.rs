@@ -7,12 +7,12 @@ use aws_sdk_dynamodb::primitives::Blob;
 use aws_sdk_dynamodb::types::AttributeValue;
 use bytes::Bytes;
 
-use crate::core::clock::Timestamp;
-use crate::core::error::StoreError;
-use crate::core::fingerprint::Fingerprint;
-use crate::core::key::{RecordKey, unhex};
 use crate::store::records::{RecordInfo, RecordTimes};
 use crate::store::{ClaimRequest, LeaseToken};
+use idem_core::clock::Timestamp;
+use idem_core::error::StoreError;
+use idem_core::fingerprint::Fingerprint;
+use idem_core::key::{RecordKey, unhex};
 
 /// An item: attribute name to value.
 pub(super) type Item = HashMap<String, AttributeValue>;

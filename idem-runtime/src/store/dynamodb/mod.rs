@@ -12,11 +12,11 @@ use aws_sdk_dynamodb::operation::put_item::PutItemError;
 use aws_sdk_dynamodb::types::ReturnValuesOnConditionCheckFailure;
 use bytes::Bytes;
 
-use crate::core::clock::Timestamp;
-use crate::core::error::StoreError;
-use crate::core::key::RecordKey;
 use crate::store::records::{Forgotten, RecordFilter, RecordInfo, RecordStats};
 use crate::store::{Claim, ClaimRequest, Completion, Fence, LeaseToken, Store};
+use idem_core::clock::Timestamp;
+use idem_core::error::StoreError;
+use idem_core::key::RecordKey;
 
 mod builder;
 mod error;

@@ -16,12 +16,12 @@ use super::item::{
     COMPLETED, COMPLETED_AT, EXPIRES_AT, IN_FLIGHT, INFO, Item, LEASE_UNTIL, PK, STATE, Stored,
     TOKEN, key_value, millis, name, names, number, text,
 };
-use crate::core::clock::Timestamp;
-use crate::core::error::StoreError;
-use crate::core::key::RecordKey;
 use crate::store::records::{
     Forgotten, Oldest, RecordFilter, RecordInfo, RecordState, RecordStats,
 };
+use idem_core::clock::Timestamp;
+use idem_core::error::StoreError;
+use idem_core::key::RecordKey;
 
 /// Where a paged `Scan` is: not started, at a page's last key, or done.
 enum Page {

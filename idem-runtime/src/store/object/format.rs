@@ -9,10 +9,10 @@
 
 use bytes::Bytes;
 
-use crate::core::clock::Timestamp;
-use crate::core::error::StoreError;
-use crate::core::fingerprint::Fingerprint;
 use crate::store::LeaseToken;
+use idem_core::clock::Timestamp;
+use idem_core::error::StoreError;
+use idem_core::fingerprint::Fingerprint;
 
 const MAGIC: &[u8; 8] = b"idem.rec";
 /// Operation only, 2-byte length; and every tombstone and retiring mark.

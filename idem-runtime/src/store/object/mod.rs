@@ -10,11 +10,11 @@ use futures_util::TryStreamExt;
 use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload, UpdateVersion};
 
-use crate::core::clock::Timestamp;
-use crate::core::error::StoreError;
-use crate::core::key::RecordKey;
 use crate::store::records::{Forgotten, RecordFilter, RecordInfo, RecordStats};
 use crate::store::{Claim, ClaimRequest, Completion, Fence, LeaseToken, Store};
+use idem_core::clock::Timestamp;
+use idem_core::error::StoreError;
+use idem_core::key::RecordKey;
 
 mod format;
 mod records;

@@ -12,12 +12,12 @@ use object_store::path::Path;
 
 use super::format::{Record, Stored};
 use super::{ATTEMPTS, BucketStore, contended};
-use crate::core::clock::Timestamp;
-use crate::core::error::StoreError;
-use crate::core::key::RecordKey;
 use crate::store::records::{
     Forgotten, Oldest, RecordFilter, RecordInfo, RecordState, RecordStats, RecordTimes,
 };
+use idem_core::clock::Timestamp;
+use idem_core::error::StoreError;
+use idem_core::key::RecordKey;
 
 /// How many objects a listing reads at once.
 const READS_AT_ONCE: usize = 16;

@@ -8,7 +8,7 @@ use object_store::memory::InMemory;
 
 use super::*;
 use crate::store::records::RecordState;
-use crate::store::testing::{at, key, request};
+use idem_core::testing::{at, key, request};
 
 async fn store() -> (BucketStore, Arc<InMemory>) {
     let objects = Arc::new(InMemory::new());

@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use tokio::sync::Semaphore;
 
-use crate::core::key::RecordKey;
+use idem_core::key::RecordKey;
 
 /// The keys whose claims are on their way to the database, each with a gate of one permit.
 #[derive(Debug, Default)]

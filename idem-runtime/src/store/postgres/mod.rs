@@ -7,15 +7,15 @@ use bytes::Bytes;
 use sqlx::postgres::PgPoolOptions;
 use sqlx::{AssertSqlSafe, PgPool};
 
-use crate::core::clock::Timestamp;
-use crate::core::error::StoreError;
-use crate::core::key::RecordKey;
 use crate::store::atomic::AtomicStore;
 use crate::store::records::{Forgotten, RecordFilter, RecordInfo, RecordStats};
 use crate::store::sql::{RecordStatements, fence, held_by};
 use crate::store::{
     BoxFuture, Capabilities, Claim, ClaimRequest, Completion, Fence, LeaseToken, Store,
 };
+use idem_core::clock::Timestamp;
+use idem_core::error::StoreError;
+use idem_core::key::RecordKey;
 
 mod gate;
 mod one_commit;
@@ -458,7 +458,8 @@ impl Store for PostgresStore {
     }
 
     fn offer_capabilities(self: &Arc<Self>, capabilities: &mut Capabilities) {
-        capabilities.offer_claim_in_transaction::<sqlx::Postgres, _>(self.clone());
+        crate::store::atomic::offer::<sqlx::Postgres>(capabilities, self.clone());
+        capabilities.offer_claim_in_transaction(self.clone());
     }
 
     async fn list_records(

@@ -26,10 +26,11 @@ use sqlx::{AssertSqlSafe, Executor, PgConnection, Postgres, SqlSafeStr};
 use sqlx_core::transaction::TransactionManager;
 
 use super::{PostgresStore, Statements};
-use crate::core::error::StoreError;
-use crate::core::key::{RecordKey, hex};
-use crate::store::atomic::{ClaimInTransaction, ClaimedTransaction, TransactionClaim};
+use crate::store::atomic::{self, ClaimedTransaction};
 use crate::store::{BoxFuture, ClaimRequest, Completion, Fence, LeaseToken};
+use idem_core::error::StoreError;
+use idem_core::key::{RecordKey, hex};
+use idem_core::store::atomic::{ClaimInTransaction, TransactionClaim};
 
 type Manager = <Postgres as sqlx::Database>::TransactionManager;
 
@@ -106,7 +107,7 @@ impl Drop for OpenClaim {
     }
 }
 
-impl ClaimInTransaction<Postgres> for PostgresStore {
+impl ClaimInTransaction for PostgresStore {
     /// Of the claims of one key, one at a time goes to the database; the others wait their turn
     /// in the process, within the same `lock_wait`, holding no connection.
     fn claim_in_transaction<'a>(
@@ -114,7 +115,7 @@ impl ClaimInTransaction<Postgres> for PostgresStore {
         request: ClaimRequest<'a>,
         lock_wait: Duration,
         statement_timeout: Duration,
-    ) -> BoxFuture<'a, Result<TransactionClaim<Postgres>, StoreError>> {
+    ) -> BoxFuture<'a, Result<TransactionClaim, StoreError>> {
         Box::pin(self.claim_in_open_transaction(request, lock_wait, statement_timeout))
     }
 }
@@ -127,7 +128,7 @@ impl PostgresStore {
         request: ClaimRequest<'_>,
         lock_wait: Duration,
         statement_timeout: Duration,
-    ) -> Result<TransactionClaim<Postgres>, StoreError> {
+    ) -> Result<TransactionClaim, StoreError> {
         let started = Instant::now();
         let Some(_passage) = self.gates.pass(request.key, lock_wait).await else {
             return Ok(TransactionClaim::InFlight);
@@ -159,11 +160,10 @@ impl PostgresStore {
         let error = match Manager::begin(&mut conn, Some(AssertSqlSafe(sql).into_sql_str())).await {
             Ok(()) => {
                 let sql = self.sql.clone();
-                return Ok(TransactionClaim::Acquired(Box::new(OpenClaim {
-                    conn,
-                    sql,
-                    claimed,
-                })));
+                let open = Box::new(OpenClaim { conn, sql, claimed });
+                return Ok(TransactionClaim::Acquired(atomic::claimed::<Postgres>(
+                    open,
+                )));
             }
             Err(error) => error,
         };

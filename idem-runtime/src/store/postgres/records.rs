@@ -8,14 +8,14 @@ use bytes::Bytes;
 use sqlx::AssertSqlSafe;
 
 use super::PostgresStore;
-use crate::core::clock::Timestamp;
-use crate::core::error::StoreError;
-use crate::core::key::RecordKey;
 use crate::store::records::{Forgotten, RecordFilter, RecordInfo, RecordStats};
 use crate::store::sql::{
     FORGET_ATTEMPTS, FilterArgs, InfoRow, ReadRow, StatsRow, bind_filter, kept_changing,
     not_forgotten, read_row, record_info, record_stats,
 };
+use idem_core::clock::Timestamp;
+use idem_core::error::StoreError;
+use idem_core::key::RecordKey;
 
 impl PostgresStore {
     pub(super) async fn list(

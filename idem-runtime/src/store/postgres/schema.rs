@@ -4,8 +4,8 @@
 use sha2::{Digest, Sha256};
 use sqlx::{AssertSqlSafe, PgPool};
 
-use crate::core::error::StoreError;
 use crate::store::migrate::{self, Migration, failed};
+use idem_core::error::StoreError;
 
 /// The configured names, validated, and their quoted forms for SQL text.
 pub(super) struct Names {

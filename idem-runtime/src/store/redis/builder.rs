@@ -9,7 +9,7 @@ use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 
 use super::RedisStore;
 use super::conn::Conn;
-use crate::core::error::StoreError;
+use idem_core::error::StoreError;
 
 /// Configures a [`RedisStore`]; made by [`RedisStore::builder`] (or
 /// `RedisStore::cluster_builder` with the `cluster` feature).

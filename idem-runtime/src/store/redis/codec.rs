@@ -5,11 +5,11 @@
 use bytes::Bytes;
 use redis::Value;
 
-use crate::core::clock::Timestamp;
-use crate::core::error::StoreError;
-use crate::core::fingerprint::Fingerprint;
-use crate::core::key::unhex;
 use crate::store::Claim;
+use idem_core::clock::Timestamp;
+use idem_core::error::StoreError;
+use idem_core::fingerprint::Fingerprint;
+use idem_core::key::unhex;
 
 /// Reads the claim script's reply (see `claim.lua`).
 pub(super) fn decode_claim(reply: Value) -> Result<Claim, StoreError> {
@@ -92,7 +92,7 @@ pub(super) fn fingerprint(value: Option<Value>) -> Result<Fingerprint, StoreErro
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::key::hex;
+    use idem_core::key::hex;
 
     fn bulk(s: &[u8]) -> Value {
         Value::BulkString(s.to_vec())

@@ -7,11 +7,11 @@ use std::time::Duration;
 use bytes::Bytes;
 use redis::{RedisError, Script, Value};
 
-use crate::core::clock::Timestamp;
-use crate::core::error::StoreError;
-use crate::core::key::{RecordKey, hex};
 use crate::store::records::{Forgotten, RecordFilter, RecordInfo, RecordStats};
 use crate::store::{Claim, ClaimRequest, Completion, Fence, LeaseToken, Store};
+use idem_core::clock::Timestamp;
+use idem_core::error::StoreError;
+use idem_core::key::{RecordKey, hex};
 
 mod builder;
 mod codec;

@@ -16,12 +16,12 @@ use tokio::task::JoinSet;
 use super::RedisStore;
 use super::codec::{millis, number};
 use super::scan::Keys;
-use crate::core::clock::Timestamp;
-use crate::core::error::StoreError;
-use crate::core::key::RecordKey;
 use crate::store::records::{
     Forgotten, Oldest, RecordFilter, RecordInfo, RecordState, RecordStats, RecordTimes,
 };
+use idem_core::clock::Timestamp;
+use idem_core::error::StoreError;
+use idem_core::key::RecordKey;
 
 static FORGET: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("forget.lua")));
 static PURGE_COMPLETED: LazyLock<Script> =

@@ -7,8 +7,8 @@ use std::collections::HashSet;
 
 use super::RedisStore;
 use super::conn::Node;
-use crate::core::error::StoreError;
-use crate::core::key::{RecordKey, unhex};
+use idem_core::error::StoreError;
+use idem_core::key::{RecordKey, unhex};
 
 /// The `COUNT` hint of each `SCAN`: how many keys Redis visits per call, about.
 const COUNT: u32 = 1000;

@@ -7,7 +7,7 @@ use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, S
 
 use super::SqliteStore;
 use super::schema::while_busy;
-use crate::core::error::StoreError;
+use idem_core::error::StoreError;
 
 /// Configures a [`SqliteStore`]; made by [`SqliteStore::builder`].
 ///

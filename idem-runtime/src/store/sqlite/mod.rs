@@ -6,15 +6,15 @@ use std::time::Duration;
 use bytes::Bytes;
 use sqlx::SqlitePool;
 
-use crate::core::clock::Timestamp;
-use crate::core::error::StoreError;
-use crate::core::key::RecordKey;
 use crate::store::atomic::AtomicStore;
 use crate::store::records::{Forgotten, RecordFilter, RecordInfo, RecordStats};
 use crate::store::sql::{RecordStatements, fence, held_by};
 use crate::store::{
     BoxFuture, Capabilities, Claim, ClaimRequest, Completion, Fence, LeaseToken, Store,
 };
+use idem_core::clock::Timestamp;
+use idem_core::error::StoreError;
+use idem_core::key::RecordKey;
 
 mod builder;
 mod checkpoint;
@@ -395,7 +395,7 @@ impl Store for SqliteStore {
     }
 
     fn offer_capabilities(self: &std::sync::Arc<Self>, capabilities: &mut Capabilities) {
-        capabilities.offer_atomic::<sqlx::Sqlite>(self.clone());
+        crate::store::atomic::offer::<sqlx::Sqlite>(capabilities, self.clone());
     }
 
     async fn list_records(

@@ -6,8 +6,8 @@ use std::time::Duration;
 use sqlx::SqlitePool;
 
 use super::SqliteStore;
-use crate::core::error::StoreError;
 use crate::store::migrate::{self, Migration, failed};
+use idem_core::error::StoreError;
 
 /// The schema, in order. Never edit a shipped migration: add the next one.
 const MIGRATIONS: &[Migration] = &[

@@ -15,7 +15,7 @@ use sqlx::sqlite::SqliteConnectOptions;
 use sqlx::{Connection, Executor, SqliteConnection};
 
 use super::*;
-use crate::store::testing::{at, key, request};
+use idem_core::testing::{at, key, request};
 
 const HOUR: i64 = 3_600_000;
 

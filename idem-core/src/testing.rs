@@ -1,0 +1,48 @@
+//! What a store's tests share (feature `testing`): a clock near a fixed instant, distinct keys,
+//! and a claim request for a minute's lease.
+
+use crate::clock::Timestamp;
+use crate::fingerprint::Fingerprint;
+use crate::key::RecordKey;
+use crate::store::{ClaimRequest, LeaseToken};
+
+/// The instant the tests' clocks count from, in milliseconds since the Unix epoch.
+pub const T0: i64 = 1_700_000_000_250;
+
+/// `ms` milliseconds after [`T0`].
+pub fn at(ms: i64) -> Timestamp {
+    Timestamp::from_millis(T0 + ms)
+}
+
+/// A key whose last four bytes are `i`.
+pub fn key(i: u32) -> RecordKey {
+    let mut bytes = [0; 32];
+    bytes[28..].copy_from_slice(&i.to_be_bytes());
+    RecordKey::from_bytes(bytes)
+}
+
+/// The fingerprint every request of these tests has.
+pub const FINGERPRINT: Fingerprint = Fingerprint::from_bytes([7; 32]);
+
+/// A claim of `key` under `token` at `now`, for a minute's lease and a life of `ttl`, of the
+/// operation `op` in `(scope, scope_value)`.
+pub fn request<'a>(
+    key: &'a RecordKey,
+    token: i64,
+    now: i64,
+    ttl: i64,
+    (scope, scope_value): (&'a str, &'a str),
+) -> ClaimRequest<'a> {
+    ClaimRequest {
+        key,
+        fingerprint: &FINGERPRINT,
+        token: LeaseToken::from_i64(token),
+        now: at(now),
+        lease_until: at(now + 60_000),
+        expires_at: at(now + ttl),
+        operation: "op",
+        scope,
+        scope_value,
+        tenant: 0,
+    }
+}
