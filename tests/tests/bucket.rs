@@ -22,7 +22,9 @@ use object_store::{
 
 use idem_runtime::clock::Timestamp;
 use idem_runtime::store::records::{Forgotten, RecordFilter};
-use idem_runtime::store::{BucketStore, Claim, ClaimRequest, Completion, Fence, LeaseToken, Store};
+use idem_runtime::store::{
+    Admin, BucketStore, Claim, ClaimRequest, Completion, Fence, LeaseToken, Store,
+};
 use idem_runtime::{Fingerprint, RecordKey, StoreError};
 use tokio::sync::Notify;
 

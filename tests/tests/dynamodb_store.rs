@@ -20,7 +20,7 @@ use http_body_util::BodyExt;
 use idem_runtime::clock::{ManualClock, Timestamp};
 use idem_runtime::store::records::{RecordFilter, RecordState};
 use idem_runtime::store::{
-    Claim, ClaimRequest, Completion, DynamoDbStore, Fence, LeaseToken, Store,
+    Admin, Claim, ClaimRequest, Completion, DynamoDbStore, Fence, LeaseToken, Store,
 };
 use idem_runtime::{Fingerprint, Idempotency, RecordKey, StoreError};
 use idem_tests::db::unique_name;

@@ -83,7 +83,7 @@ fn an_atomic_endpoint_on_a_store_without_transactions_is_refused_naming_both() {
         BuildError::AtomicUnsupported {
             endpoint: "engines::ledger::post_entry",
             database: "SQLite",
-            store: "idem_runtime::store::memory::MemoryStore",
+            store: std::any::type_name::<MemoryStore>(),
         }
     );
     let message = err.to_string();

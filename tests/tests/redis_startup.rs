@@ -6,9 +6,9 @@ use std::time::Duration;
 
 use idem_runtime::Idempotency;
 use idem_runtime::store::{RedisStore, Store};
-use idem_tests::TestStore;
 use idem_tests::logs::Logs;
 use idem_tests::redis::{RedisServer, redis_store_builder};
+use idem_tests::{TestStore, capabilities_of};
 
 // Current-thread runtime: the store's tasks log on the thread that holds the capture.
 #[tokio::test(flavor = "current_thread")]
@@ -74,7 +74,7 @@ async fn a_redis_that_persists_nothing_is_warned_about_at_connect() {
 #[tokio::test(flavor = "current_thread")]
 async fn no_sweeper_runs_on_redis_and_it_says_so() {
     let store = redis_store_builder().build().await.unwrap();
-    assert!(!store.needs_sweeping());
+    assert!(!capabilities_of(store.clone()).needs_sweeping());
     let logs = Logs::default();
     let guard = logs.capture();
     let idem = Idempotency::builder()

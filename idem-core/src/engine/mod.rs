@@ -35,6 +35,7 @@ pub use outcome::{OpName, OutcomeLabel, span};
 pub use policy::Policy;
 pub use policy::{Commits, InFlightMode};
 
+pub use timed::Operators;
 use timed::Timed;
 
 /// A store, its capabilities, a clock and the policy every adapter follows.
@@ -104,14 +105,16 @@ impl Engine {
 
     /// Whether [`peek_completed`](Self::peek_completed) reads in process, without a round trip.
     pub fn reads_in_process(&self) -> bool {
-        self.store.reads_in_process()
+        self.capabilities.reads_in_process().is_some()
     }
 
     /// The payload of `key`'s record if it is completed and live, read in process, with when it
     /// completed (if the store knows); `None` otherwise. Counted as a replay by the caller that
     /// uses it.
     pub fn peek_completed(&self, key: &RecordKey) -> Option<(Bytes, Option<Timestamp>)> {
-        self.store.peek_completed(key, self.now())
+        self.capabilities
+            .reads_in_process()?
+            .peek_completed(key, self.now())
     }
 
     /// Counts a replay of a result completed at `completed_at`, and observes its age: every
@@ -122,12 +125,15 @@ impl Engine {
 
     /// Whether expired records stay until [`purge_expired`](Self::purge_expired) deletes them.
     pub fn needs_sweeping(&self) -> bool {
-        self.store.needs_sweeping()
+        self.capabilities.needs_sweeping()
     }
 
-    /// The store, for operators' reads and deletes (`Idempotency::records`).
-    pub fn store(&self) -> &dyn DynStore {
-        &*self.store
+    /// The store's operator methods (`Idempotency::records`), bounded as their callers need.
+    pub fn operators(&self) -> Operators {
+        Operators::new(
+            self.capabilities.admin().cloned(),
+            self.policy.store_timeout,
+        )
     }
 
     /// Deletes up to `limit` expired records now; returns how many.

@@ -8,10 +8,11 @@ use std::time::Duration;
 use bytes::Bytes;
 
 use super::deadline::LeaseTerms;
+use super::timed::Timed;
 use crate::clock::{Clock, Timestamp};
 use crate::error::StoreError;
 use crate::key::RecordKey;
-use crate::store::{Completion, DynStore, Fence, LeaseToken};
+use crate::store::{Completion, Fence, LeaseToken};
 
 /// A completion to write: what [`Completion`] borrows, owned.
 pub(super) struct Completing {
@@ -36,7 +37,7 @@ impl Completing {
 /// lease alive in between (never past its terms' end) so no duplicate takes the record over
 /// while the store blinks.
 pub(super) struct Retry {
-    pub(super) store: Arc<dyn DynStore>,
+    pub(super) store: Arc<Timed>,
     pub(super) clock: Arc<dyn Clock>,
     pub(super) terms: LeaseTerms,
     pub(super) key: RecordKey,
@@ -113,7 +114,7 @@ impl Retry {
 /// lease end, after which a retry takes the record over anyway). Never renews: nobody owns the
 /// claim.
 pub(crate) async fn release_unanswered(
-    store: Arc<dyn DynStore>,
+    store: Arc<Timed>,
     clock: Arc<dyn Clock>,
     (key, token): (RecordKey, LeaseToken),
     until: Timestamp,
@@ -194,6 +195,10 @@ mod tests {
 
     const TOKEN: LeaseToken = LeaseToken::from_i64(7);
 
+    /// The store deadlines of these tests: far beyond their own, so each call fails as the
+    /// store answers it.
+    const HOUR: Duration = Duration::from_secs(3600);
+
     fn key() -> RecordKey {
         RecordKey::derive("global", "", "op", &IdempotencyKey::parse(b"k").unwrap())
     }
@@ -204,7 +209,7 @@ mod tests {
         retry: bool,
     ) -> Result<Fence, StoreError> {
         let release = release_unanswered(
-            Arc::new(store.clone()),
+            Arc::new(Timed::new(Arc::new(store.clone()), HOUR, HOUR)),
             Arc::new(SystemClock),
             (key(), TOKEN),
             until,
@@ -256,7 +261,7 @@ mod tests {
     async fn a_retried_release_backs_off_to_two_seconds() {
         let store = Blinking::failing(usize::MAX);
         let retry = Retry {
-            store: Arc::new(store.clone()),
+            store: Arc::new(Timed::new(Arc::new(store.clone()), HOUR, HOUR)),
             clock: Arc::new(SystemClock),
             terms: LeaseTerms::configured(Duration::from_secs(3600)),
             key: key(),
@@ -320,7 +325,7 @@ mod tests {
         let store = Refusing::default();
         let now = SystemClock.now();
         let retry = Retry {
-            store: Arc::new(store.clone()),
+            store: Arc::new(Timed::new(Arc::new(store.clone()), HOUR, HOUR)),
             clock: Arc::new(SystemClock),
             terms: LeaseTerms::configured(Duration::from_secs(30)),
             key: key(),

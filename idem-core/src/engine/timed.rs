@@ -17,9 +17,7 @@ use crate::clock::Timestamp;
 use crate::error::StoreError;
 use crate::key::RecordKey;
 use crate::store::records::{Forgotten, RecordFilter, RecordInfo, RecordStats};
-use crate::store::{
-    BoxFuture, Claim, ClaimRequest, Completion, DynStore, Fence, Found, LeaseToken,
-};
+use crate::store::{Claim, ClaimRequest, Completion, DynAdmin, DynStore, Fence, Found, LeaseToken};
 
 /// A store whose every call fails with [`StoreError::Timeout`] past its deadline: `claim` for
 /// claims, `timeout` for the rest.
@@ -40,7 +38,7 @@ impl Timed {
 
     /// A claim, bounded by the claim deadline. The engine awaits this and the three calls after
     /// it in place, unboxed: a call costs the store's own future and no second allocation
-    /// around it. The `DynStore` implementation below boxes the same futures for operators.
+    /// around it.
     pub(crate) fn claim<'a>(
         &'a self,
         request: ClaimRequest<'a>,
@@ -76,6 +74,15 @@ impl Timed {
     ) -> impl Future<Output = Result<Fence, StoreError>> + Send + 'a {
         bounded(self.timeout, self.inner.renew(key, token, lease_until))
     }
+
+    /// A purge of expired records, bounded by the store deadline.
+    pub(crate) async fn purge_expired(
+        &self,
+        now: Timestamp,
+        limit: u32,
+    ) -> Result<u64, StoreError> {
+        bounded(self.timeout, self.inner.purge_expired(now, limit)).await
+    }
 }
 
 async fn bounded<T>(
@@ -87,88 +94,73 @@ async fn bounded<T>(
         .unwrap_or(Err(StoreError::Timeout(deadline)))
 }
 
-impl DynStore for Timed {
-    fn needs_sweeping(&self) -> bool {
-        self.inner.needs_sweeping()
+/// Operators' calls on the store ([`Admin`](crate::store::Admin)): reads and deletes of one
+/// record bounded by the engine's `store_timeout`; listings, counts and purges by their caller.
+/// Every call answers [`StoreError::Unsupported`] when the store offers no operator methods.
+#[derive(Clone)]
+pub struct Operators {
+    admin: Option<Arc<dyn DynAdmin>>,
+    timeout: Duration,
+}
+
+impl Operators {
+    pub(crate) fn new(admin: Option<Arc<dyn DynAdmin>>, timeout: Duration) -> Self {
+        Self { admin, timeout }
     }
-    fn max_payload_bytes(&self) -> Option<usize> {
-        self.inner.max_payload_bytes()
+
+    fn admin(&self, what: &'static str) -> Result<&dyn DynAdmin, StoreError> {
+        self.admin.as_deref().ok_or(StoreError::Unsupported(what))
     }
-    // Synchronous and in process: nothing to time out.
-    fn reads_in_process(&self) -> bool {
-        self.inner.reads_in_process()
+
+    /// [`Admin::list_records`](crate::store::Admin::list_records).
+    pub async fn list_records(
+        &self,
+        filter: &RecordFilter,
+        now: Timestamp,
+        limit: u32,
+    ) -> Result<Vec<RecordInfo>, StoreError> {
+        self.admin("listing records")?
+            .list_records(filter, now, limit)
+            .await
     }
-    fn peek_completed(
+
+    /// [`Admin::read_record`](crate::store::Admin::read_record), within the store timeout.
+    pub async fn read_record(&self, key: &RecordKey) -> Result<Found, StoreError> {
+        let admin = self.admin("reading records")?;
+        bounded(self.timeout, admin.read_record(key)).await
+    }
+
+    /// [`Admin::forget_record`](crate::store::Admin::forget_record), within the store timeout.
+    pub async fn forget_record(
         &self,
         key: &RecordKey,
         now: Timestamp,
-    ) -> Option<(bytes::Bytes, Option<Timestamp>)> {
-        self.inner.peek_completed(key, now)
-    }
-    fn claim<'a>(&'a self, request: ClaimRequest<'a>) -> BoxFuture<'a, Result<Claim, StoreError>> {
-        Box::pin(Timed::claim(self, request))
-    }
-    fn complete<'a>(
-        &'a self,
-        key: &'a RecordKey,
-        token: LeaseToken,
-        completion: Completion<'a>,
-    ) -> BoxFuture<'a, Result<Fence, StoreError>> {
-        Box::pin(Timed::complete(self, key, token, completion))
-    }
-    fn release<'a>(
-        &'a self,
-        key: &'a RecordKey,
-        token: LeaseToken,
-    ) -> BoxFuture<'a, Result<Fence, StoreError>> {
-        Box::pin(Timed::release(self, key, token))
-    }
-    fn renew<'a>(
-        &'a self,
-        key: &'a RecordKey,
-        token: LeaseToken,
-        lease_until: Timestamp,
-    ) -> BoxFuture<'a, Result<Fence, StoreError>> {
-        Box::pin(Timed::renew(self, key, token, lease_until))
-    }
-    fn purge_expired(&self, now: Timestamp, limit: u32) -> BoxFuture<'_, Result<u64, StoreError>> {
-        Box::pin(bounded(self.timeout, self.inner.purge_expired(now, limit)))
-    }
-    fn list_records<'a>(
-        &'a self,
-        filter: &'a RecordFilter,
-        now: Timestamp,
-        limit: u32,
-    ) -> BoxFuture<'a, Result<Vec<RecordInfo>, StoreError>> {
-        self.inner.list_records(filter, now, limit)
-    }
-    fn read_record<'a>(&'a self, key: &'a RecordKey) -> BoxFuture<'a, Result<Found, StoreError>> {
-        Box::pin(bounded(self.timeout, self.inner.read_record(key)))
-    }
-    fn forget_record<'a>(
-        &'a self,
-        key: &'a RecordKey,
-        now: Timestamp,
         force: bool,
-    ) -> BoxFuture<'a, Result<Forgotten, StoreError>> {
-        Box::pin(bounded(
-            self.timeout,
-            self.inner.forget_record(key, now, force),
-        ))
+    ) -> Result<Forgotten, StoreError> {
+        let admin = self.admin("forgetting records")?;
+        bounded(self.timeout, admin.forget_record(key, now, force)).await
     }
-    fn purge_records<'a>(
-        &'a self,
-        filter: &'a RecordFilter,
+
+    /// [`Admin::purge_records`](crate::store::Admin::purge_records).
+    pub async fn purge_records(
+        &self,
+        filter: &RecordFilter,
         now: Timestamp,
         limit: u32,
-    ) -> BoxFuture<'a, Result<u64, StoreError>> {
-        self.inner.purge_records(filter, now, limit)
+    ) -> Result<u64, StoreError> {
+        self.admin("purging records")?
+            .purge_records(filter, now, limit)
+            .await
     }
-    fn record_stats<'a>(
-        &'a self,
-        filter: &'a RecordFilter,
+
+    /// [`Admin::record_stats`](crate::store::Admin::record_stats).
+    pub async fn record_stats(
+        &self,
+        filter: &RecordFilter,
         now: Timestamp,
-    ) -> BoxFuture<'a, Result<RecordStats, StoreError>> {
-        self.inner.record_stats(filter, now)
+    ) -> Result<RecordStats, StoreError> {
+        self.admin("counting records")?
+            .record_stats(filter, now)
+            .await
     }
 }

@@ -25,14 +25,14 @@ use crate::error::StoreError;
 use crate::fingerprint::Fingerprint;
 use crate::key::RecordKey;
 
-use records::{Forgotten, RecordFilter, RecordInfo, RecordStats};
-
+mod admin;
 pub mod atomic;
 mod capabilities;
 mod memory;
 pub mod records;
 
-pub use capabilities::Capabilities;
+pub use admin::{Admin, DynAdmin, Found};
+pub use capabilities::{Capabilities, ReadInProcess};
 pub use memory::MemoryStore;
 
 /// Proof of ownership of an in-flight record: a random 64-bit value chosen by each claimant and
@@ -186,142 +186,28 @@ pub trait Store: Send + Sync + 'static {
         limit: u32,
     ) -> impl Future<Output = Result<u64, StoreError>> + Send;
 
-    /// Offers the store's optional capabilities to the engine it is built into, such as the
-    /// transactions of atomic mode ([`Capabilities::offer_transactions`]).
-    /// The default offers none.
+    /// Offers the store's optional capabilities to the engine it is built into: operators'
+    /// methods ([`Capabilities::offer_admin`]), reads in process
+    /// ([`Capabilities::offer_reads_in_process`]), expiry by the backend itself
+    /// ([`Capabilities::expires_by_itself`]), a payload limit
+    /// ([`Capabilities::limit_payload`]), and the transactions of atomic mode
+    /// ([`Capabilities::offer_transactions`], [`Capabilities::offer_claim_in_transaction`]).
+    /// Each capability is offered here and nowhere else. The default offers none.
     fn offer_capabilities(self: &std::sync::Arc<Self>, capabilities: &mut Capabilities)
     where
         Self: Sized,
     {
         let _ = capabilities;
     }
-
-    /// Whether an expired record needs the sweeper ([`purge_expired`](Store::purge_expired))
-    /// to go away. `false` for stores whose backend expires records itself (Redis).
-    fn needs_sweeping(&self) -> bool {
-        true
-    }
-
-    /// The largest payload the store can keep, if it has a limit below the engine's
-    /// (DynamoDB's item size). The engine lowers its
-    /// `max_response_bytes` to fit, so a larger response
-    /// is stored as the too-large marker its retries are answered with; a payload over the
-    /// limit that still reaches [`complete`](Store::complete) is refused with
-    /// [`StoreError::TooLarge`], the record left in flight until it expires. `None` (the
-    /// default): no limit of the store's own.
-    fn max_payload_bytes(&self) -> Option<usize> {
-        None
-    }
-
-    /// Whether [`peek_completed`](Store::peek_completed) reads records in process, without a
-    /// round trip. When it does, the engine looks a retry's record up before it does any other
-    /// work, and replays it at once when the stored payload says it answered these exact bytes.
-    /// `false` by default: for a store across a network the look-up would cost a fresh request
-    /// a second round trip.
-    fn reads_in_process(&self) -> bool {
-        false
-    }
-
-    /// Operators: up to `limit` records that `filter` selects at `now`, the oldest (by creation)
-    /// first, without their payloads. Expired records not yet removed are listed as expired.
-    ///
-    /// The operator methods (this one, [`read_record`](Store::read_record),
-    /// [`forget_record`](Store::forget_record), [`purge_records`](Store::purge_records) and
-    /// [`record_stats`](Store::record_stats)) serve the `idem` command and
-    /// `Idempotency::records`; every built-in store
-    /// implements them. The default answers [`StoreError::Unsupported`].
-    fn list_records(
-        &self,
-        filter: &RecordFilter,
-        now: Timestamp,
-        limit: u32,
-    ) -> impl Future<Output = Result<Vec<RecordInfo>, StoreError>> + Send {
-        let _ = (filter, now, limit);
-        async { Err(StoreError::Unsupported("listing records")) }
-    }
-
-    /// Operators: the record under `key`, in any state (expired ones too, until removed), with
-    /// its payload once completed.
-    fn read_record(
-        &self,
-        key: &RecordKey,
-    ) -> impl Future<Output = Result<Option<(RecordInfo, Option<Bytes>)>, StoreError>> + Send {
-        let _ = key;
-        async { Err(StoreError::Unsupported("reading records")) }
-    }
-
-    /// Operators: deletes the record under `key` so the next request with its key runs again.
-    ///
-    /// Without `force`, a record whose owner holds a lease live at `now`
-    /// ([`RecordInfo::is_leased`]) is left alone and reported as [`Forgotten::Leased`]; the
-    /// check and the delete are one atomic step. With `force` it is deleted anyway, and its owner
-    /// is fenced out: its completion, renewal or release finds no record of its own
-    /// ([`Fence::Lost`]) and changes nothing, even once a new request has claimed the key.
-    fn forget_record(
-        &self,
-        key: &RecordKey,
-        now: Timestamp,
-        force: bool,
-    ) -> impl Future<Output = Result<Forgotten, StoreError>> + Send {
-        let _ = (key, now, force);
-        async { Err(StoreError::Unsupported("forgetting records")) }
-    }
-
-    /// Operators: deletes up to `limit` records that `filter` selects at `now` and that are
-    /// completed and live at `now` (never one in flight, whatever the filter says); returns how
-    /// many. Each record is checked and deleted in one atomic step, so a record that changed
-    /// since (taken by a new request after it expired) is left alone.
-    fn purge_records(
-        &self,
-        filter: &RecordFilter,
-        now: Timestamp,
-        limit: u32,
-    ) -> impl Future<Output = Result<u64, StoreError>> + Send {
-        let _ = (filter, now, limit);
-        async { Err(StoreError::Unsupported("purging records")) }
-    }
-
-    /// Operators: how many records `filter` selects at `now`, by operation and state, and when
-    /// the oldest in-flight one among them was created.
-    fn record_stats(
-        &self,
-        filter: &RecordFilter,
-        now: Timestamp,
-    ) -> impl Future<Output = Result<RecordStats, StoreError>> + Send {
-        let _ = (filter, now);
-        async { Err(StoreError::Unsupported("counting records")) }
-    }
-
-    /// The payload of the record under `key` if it is completed and live at `now`, with when it
-    /// completed (as [`Claim::Completed`] returns it: `None` only for a record written before the
-    /// store kept that time), read without changing anything; `None` otherwise, and always
-    /// `None` from a store that does not [read in process](Store::reads_in_process) (the
-    /// default). Called on the request's task: it must not block on I/O.
-    fn peek_completed(
-        &self,
-        key: &RecordKey,
-        now: Timestamp,
-    ) -> Option<(Bytes, Option<Timestamp>)> {
-        let _ = (key, now);
-        None
-    }
 }
 
 /// A boxed future, as the object-safe halves of the store contract return them.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
-/// What [`Store::read_record`] finds: the record and its payload once completed.
-pub type Found = Option<(RecordInfo, Option<Bytes>)>;
-
 /// Object-safe mirror of [`Store`], so the engine can hold any store behind one pointer. Every
 /// [`Store`] is one; each method is the [`Store`] method of the same name.
 #[allow(missing_docs)]
 pub trait DynStore: Send + Sync + 'static {
-    fn needs_sweeping(&self) -> bool;
-    fn max_payload_bytes(&self) -> Option<usize>;
-    fn reads_in_process(&self) -> bool;
-    fn peek_completed(&self, key: &RecordKey, now: Timestamp)
-    -> Option<(Bytes, Option<Timestamp>)>;
     fn claim<'a>(&'a self, request: ClaimRequest<'a>) -> BoxFuture<'a, Result<Claim, StoreError>>;
     fn complete<'a>(
         &'a self,
@@ -341,49 +227,9 @@ pub trait DynStore: Send + Sync + 'static {
         lease_until: Timestamp,
     ) -> BoxFuture<'a, Result<Fence, StoreError>>;
     fn purge_expired(&self, now: Timestamp, limit: u32) -> BoxFuture<'_, Result<u64, StoreError>>;
-    fn list_records<'a>(
-        &'a self,
-        filter: &'a RecordFilter,
-        now: Timestamp,
-        limit: u32,
-    ) -> BoxFuture<'a, Result<Vec<RecordInfo>, StoreError>>;
-    fn read_record<'a>(&'a self, key: &'a RecordKey) -> BoxFuture<'a, Result<Found, StoreError>>;
-    fn forget_record<'a>(
-        &'a self,
-        key: &'a RecordKey,
-        now: Timestamp,
-        force: bool,
-    ) -> BoxFuture<'a, Result<Forgotten, StoreError>>;
-    fn purge_records<'a>(
-        &'a self,
-        filter: &'a RecordFilter,
-        now: Timestamp,
-        limit: u32,
-    ) -> BoxFuture<'a, Result<u64, StoreError>>;
-    fn record_stats<'a>(
-        &'a self,
-        filter: &'a RecordFilter,
-        now: Timestamp,
-    ) -> BoxFuture<'a, Result<RecordStats, StoreError>>;
 }
 
 impl<T: Store> DynStore for T {
-    fn needs_sweeping(&self) -> bool {
-        Store::needs_sweeping(self)
-    }
-    fn max_payload_bytes(&self) -> Option<usize> {
-        Store::max_payload_bytes(self)
-    }
-    fn reads_in_process(&self) -> bool {
-        Store::reads_in_process(self)
-    }
-    fn peek_completed(
-        &self,
-        key: &RecordKey,
-        now: Timestamp,
-    ) -> Option<(Bytes, Option<Timestamp>)> {
-        Store::peek_completed(self, key, now)
-    }
     fn claim<'a>(&'a self, request: ClaimRequest<'a>) -> BoxFuture<'a, Result<Claim, StoreError>> {
         Box::pin(Store::claim(self, request))
     }
@@ -412,39 +258,5 @@ impl<T: Store> DynStore for T {
     }
     fn purge_expired(&self, now: Timestamp, limit: u32) -> BoxFuture<'_, Result<u64, StoreError>> {
         Box::pin(Store::purge_expired(self, now, limit))
-    }
-    fn list_records<'a>(
-        &'a self,
-        filter: &'a RecordFilter,
-        now: Timestamp,
-        limit: u32,
-    ) -> BoxFuture<'a, Result<Vec<RecordInfo>, StoreError>> {
-        Box::pin(Store::list_records(self, filter, now, limit))
-    }
-    fn read_record<'a>(&'a self, key: &'a RecordKey) -> BoxFuture<'a, Result<Found, StoreError>> {
-        Box::pin(Store::read_record(self, key))
-    }
-    fn forget_record<'a>(
-        &'a self,
-        key: &'a RecordKey,
-        now: Timestamp,
-        force: bool,
-    ) -> BoxFuture<'a, Result<Forgotten, StoreError>> {
-        Box::pin(Store::forget_record(self, key, now, force))
-    }
-    fn purge_records<'a>(
-        &'a self,
-        filter: &'a RecordFilter,
-        now: Timestamp,
-        limit: u32,
-    ) -> BoxFuture<'a, Result<u64, StoreError>> {
-        Box::pin(Store::purge_records(self, filter, now, limit))
-    }
-    fn record_stats<'a>(
-        &'a self,
-        filter: &'a RecordFilter,
-        now: Timestamp,
-    ) -> BoxFuture<'a, Result<RecordStats, StoreError>> {
-        Box::pin(Store::record_stats(self, filter, now))
     }
 }

@@ -14,7 +14,7 @@ use http::request::Parts;
 
 use crate::http::endpoint::AtomicNeed;
 use crate::http::rejection::Rejection;
-use crate::store::atomic::{self, AtomicDatabase, Transaction};
+use crate::store::atomic::{self, AtomicDatabase, LentTransaction};
 use idem_core::engine::{LendError, Lending};
 
 /// A database transaction that commits together with the idempotency record.
@@ -74,7 +74,7 @@ use idem_core::engine::{LendError, Lending};
 /// `#[idempotent]` handler is offered transactions only when one of its arguments is a `Tx` or
 /// an `AnyTx` (not one wrapped in another extractor). A `Tx` must not outlive its
 /// handler: writes made through it after the handler returned are rolled back.
-pub struct Tx<DB: AtomicDatabase>(Transaction<DB>);
+pub struct Tx<DB: AtomicDatabase>(LentTransaction<DB>);
 
 impl<DB: AtomicDatabase> Tx<DB> {
     /// The transaction's connection, beginning the transaction on first use.
@@ -103,7 +103,7 @@ impl<DB: AtomicDatabase> Tx<DB> {
 
     /// The transaction lent by `lending`, for the programmatic API.
     pub(crate) fn lent(lending: &Lending) -> Result<Self, LendError> {
-        Transaction::lent(lending).map(Self)
+        LentTransaction::lent(lending).map(Self)
     }
 }
 

@@ -268,7 +268,7 @@ impl Builder {
         }
         let (store, store_name, capabilities) = self.store.ok_or(BuildError::MissingStore)?;
         let mut http = self.http;
-        if let Some(limit) = store.max_payload_bytes() {
+        if let Some(limit) = capabilities.payload_limit() {
             fit_responses(&mut http, limit);
         }
         #[cfg(feature = "tonic")]

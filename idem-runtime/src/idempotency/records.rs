@@ -90,13 +90,13 @@ impl Records {
         filter: &RecordFilter,
         limit: u32,
     ) -> Result<Vec<RecordInfo>, StoreError> {
-        let store = self.engine.store();
+        let store = self.engine.operators();
         store.list_records(filter, self.now(), limit).await
     }
 
     /// The record under `key` with its payload, in any state; `None` when there is none.
     pub async fn show(&self, key: &RecordKey) -> Result<Option<RecordDetail>, StoreError> {
-        let found = self.engine.store().read_record(key).await?;
+        let found = self.engine.operators().read_record(key).await?;
         Ok(found.map(|(info, payload)| RecordDetail { info, payload }))
     }
 
@@ -137,7 +137,7 @@ impl Records {
     /// Deletes every record `filter` selects that is completed and live, never one in flight,
     /// in batches of 1 000; returns how many. Retries of those requests run again.
     pub async fn purge(&self, filter: &RecordFilter) -> Result<u64, StoreError> {
-        let store = self.engine.store();
+        let store = self.engine.operators();
         let mut purged = 0;
         loop {
             let n = store.purge_records(filter, self.now(), PURGE_BATCH).await?;
@@ -162,7 +162,10 @@ impl Records {
 
     /// How many records `filter` selects, by operation and state, and the oldest in flight.
     pub async fn stats(&self, filter: &RecordFilter) -> Result<RecordStats, StoreError> {
-        self.engine.store().record_stats(filter, self.now()).await
+        self.engine
+            .operators()
+            .record_stats(filter, self.now())
+            .await
     }
 }
 

@@ -14,42 +14,30 @@
 //! operation (endpoint) name, the state, an optional status code (HTTP faces), and when it was
 //! created and completed.
 //!
-//! The contract itself is `idem-core`'s ([`idem_core::store`]), re-exported here.
+//! The contract itself is `idem-core`'s ([`idem_core::store`]), and each backend a crate of its
+//! own (`idem-sqlx`, `idem-redis`, `idem-object-store`, `idem-dynamodb`), all re-exported here.
 
 pub use idem_core::store::{
-    BoxFuture, Capabilities, Claim, ClaimRequest, Completion, DynStore, Fence, Found, LeaseToken,
-    MemoryStore, Store, records,
+    Admin, BoxFuture, Capabilities, Claim, ClaimRequest, Completion, DynAdmin, DynStore, Fence,
+    Found, LeaseToken, MemoryStore, ReadInProcess, Store, records,
 };
 
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
-pub mod atomic;
-#[cfg(feature = "dynamodb")]
-mod dynamodb;
-#[cfg(any(feature = "sqlite", feature = "postgres"))]
-mod migrate;
-#[cfg(feature = "object-store")]
-mod object;
-#[cfg(feature = "postgres")]
-mod postgres;
-#[cfg(feature = "redis")]
-mod redis;
-#[cfg(any(feature = "sqlite", feature = "postgres"))]
-mod sql;
-#[cfg(feature = "sqlite")]
-pub(crate) mod sqlite;
+#[cfg_attr(docsrs, doc(cfg(any(feature = "sqlite", feature = "postgres"))))]
+pub use idem_sqlx::atomic;
 
 #[cfg(feature = "dynamodb")]
 #[cfg_attr(docsrs, doc(cfg(feature = "dynamodb")))]
-pub use dynamodb::{DynamoDbStore, DynamoDbStoreBuilder};
+pub use idem_dynamodb::{DynamoDbStore, DynamoDbStoreBuilder};
 #[cfg(feature = "object-store")]
 #[cfg_attr(docsrs, doc(cfg(feature = "object-store")))]
-pub use object::BucketStore;
-#[cfg(feature = "postgres")]
-#[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
-pub use postgres::{PostgresStore, PostgresStoreBuilder};
+pub use idem_object_store::BucketStore;
 #[cfg(feature = "redis")]
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
-pub use redis::{RedisStore, RedisStoreBuilder};
+pub use idem_redis::{RedisStore, RedisStoreBuilder};
+#[cfg(feature = "postgres")]
+#[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
+pub use idem_sqlx::{PostgresStore, PostgresStoreBuilder};
 #[cfg(feature = "sqlite")]
 #[cfg_attr(docsrs, doc(cfg(feature = "sqlite")))]
-pub use sqlite::{SqliteStore, SqliteStoreBuilder};
+pub use idem_sqlx::{SqliteStore, SqliteStoreBuilder};

@@ -10,7 +10,7 @@ use http::StatusCode;
 use idem_runtime::clock::Timestamp;
 use idem_runtime::store::records::{RecordFilter, RecordState};
 use idem_runtime::store::{
-    Claim, ClaimRequest, Completion, LeaseToken, PostgresStore, SqliteStore, Store,
+    Admin, Claim, ClaimRequest, Completion, LeaseToken, PostgresStore, SqliteStore, Store,
 };
 use idem_runtime::{Fingerprint, RecordKey, StoredResponse};
 use idem_tests::db;

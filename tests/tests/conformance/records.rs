@@ -6,7 +6,7 @@ use bytes::Bytes;
 use idem_runtime::RecordKey;
 use idem_runtime::clock::Timestamp;
 use idem_runtime::store::records::{Forgotten, RecordFilter, RecordInfo, RecordState, RecordStats};
-use idem_runtime::store::{Claim, ClaimRequest, Completion, Fence, LeaseToken, Store};
+use idem_runtime::store::{Admin, Claim, ClaimRequest, Completion, Fence, LeaseToken, Store};
 
 use crate::support::*;
 

@@ -10,7 +10,7 @@ use idem_runtime::StoreError;
 use idem_runtime::clock::Timestamp;
 use idem_runtime::store::records::{Forgotten, RecordFilter};
 use idem_runtime::store::{
-    Claim, ClaimRequest, Completion, Fence, LeaseToken, PostgresStore, SqliteStore, Store,
+    Admin, Claim, ClaimRequest, Completion, Fence, LeaseToken, PostgresStore, SqliteStore, Store,
 };
 use idem_runtime::{Fingerprint, RecordKey, StoredResponse};
 use idem_tests::db::{self, TestDatabase};

@@ -401,6 +401,16 @@ impl Store for MemoryStore {
         Ok(self.drop_expired(now, limit as usize) as u64)
     }
 
+    fn offer_capabilities(
+        self: &std::sync::Arc<Self>,
+        capabilities: &mut crate::store::Capabilities,
+    ) {
+        capabilities.offer_admin(self.clone());
+        capabilities.offer_reads_in_process(self.clone());
+    }
+}
+
+impl crate::store::Admin for MemoryStore {
     async fn list_records(
         &self,
         filter: &RecordFilter,
@@ -442,11 +452,9 @@ impl Store for MemoryStore {
     ) -> Result<RecordStats, StoreError> {
         Ok(self.stats(filter, now))
     }
+}
 
-    fn reads_in_process(&self) -> bool {
-        true
-    }
-
+impl crate::store::ReadInProcess for MemoryStore {
     fn peek_completed(
         &self,
         key: &RecordKey,

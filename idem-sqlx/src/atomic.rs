@@ -1,0 +1,295 @@
+//! Atomic mode on sqlx: a store whose records live in a SQL database lends the engine
+//! transactions on that database and completes records inside them ([`AtomicStore`]); a store
+//! may also claim a record inside the transaction it then lends (one commit per request), by
+//! offering `idem-core`'s [`ClaimInTransaction`](idem_core::store::atomic::ClaimInTransaction)
+//! with its open transactions as [`ClaimedTransaction`]s.
+//!
+//! A handler in atomic mode takes a `Tx`; its writes and the record's completion
+//! commit in one transaction. The SQLite and PostgreSQL stores implement [`AtomicStore`]; so can
+//! a store of your own on one of these databases, by implementing it and offering itself in
+//! [`Store::offer_capabilities`](idem_core::store::Store::offer_capabilities):
+//!
+//! ```ignore
+//! impl Store for MyPgStore {
+//!     // ...
+//!     fn offer_capabilities(self: &Arc<Self>, capabilities: &mut Capabilities) {
+//!         idem_sqlx::atomic::offer::<sqlx::Postgres>(capabilities, self.clone());
+//!     }
+//! }
+//! ```
+
+use std::any::Any;
+use std::sync::Arc;
+use std::time::Duration;
+
+use sqlx::Pool;
+
+use idem_core::engine::{LendError, Lending};
+use idem_core::error::StoreError;
+use idem_core::key::RecordKey;
+use idem_core::store::atomic::OpenTransaction;
+use idem_core::store::{BoxFuture, Capabilities, Completion, Fence, LeaseToken};
+
+/// A store that can complete a record inside a transaction on its own database.
+///
+/// The completion must be fenced exactly as [`Store::complete`](idem_core::store::Store::complete) is:
+/// [`Fence::Lost`] when `token` no longer owns the record, in which case the engine rolls the
+/// transaction back.
+pub trait AtomicStore<DB: AtomicDatabase>: Send + Sync + 'static {
+    /// The pool of the database holding the records. The handler's transaction is begun on it,
+    /// so the application's tables must live in that database.
+    fn pool(&self) -> &Pool<DB>;
+
+    /// Completes the record inside the transaction `conn` is in.
+    fn complete_in<'a>(
+        &'a self,
+        conn: &'a mut DB::Connection,
+        key: &'a RecordKey,
+        token: LeaseToken,
+        completion: Completion<'a>,
+    ) -> BoxFuture<'a, Result<Fence, StoreError>>;
+}
+
+/// An open transaction holding a record's claim, made by a store that claims inside
+/// transactions. Dropping it rolls back, claim included.
+pub trait ClaimedTransaction<DB: AtomicDatabase>: Send {
+    /// The transaction's connection, for the operation's statements.
+    fn conn(&mut self) -> &mut DB::Connection;
+
+    /// Completes the record and commits. Anything but `Ok(Fence::Held)` leaves nothing of the
+    /// attempt committed.
+    fn complete_and_commit<'a>(
+        self: Box<Self>,
+        key: &'a RecordKey,
+        token: LeaseToken,
+        completion: Completion<'a>,
+    ) -> BoxFuture<'a, Result<Fence, StoreError>>;
+}
+
+/// The transactions a store offers on `DB`: what [`Capabilities`] holds them as.
+struct Offered<DB: AtomicDatabase>(Arc<dyn AtomicStore<DB>>);
+
+impl<DB: AtomicDatabase> Clone for Offered<DB> {
+    fn clone(&self) -> Self {
+        Self(self.0.clone())
+    }
+}
+
+/// Offers `store`'s transactions on `DB` to the engine (atomic mode): call it from
+/// [`Store::offer_capabilities`](idem_core::store::Store::offer_capabilities).
+pub fn offer<DB: AtomicDatabase>(capabilities: &mut Capabilities, store: Arc<dyn AtomicStore<DB>>) {
+    capabilities.offer_transactions(Offered(store));
+}
+
+/// The transactions on `DB` the engine's store offered, if it did.
+pub fn offered<DB: AtomicDatabase>(
+    capabilities: &Capabilities,
+) -> Option<&Arc<dyn AtomicStore<DB>>> {
+    capabilities
+        .transactions::<Offered<DB>>()
+        .map(|offered| &offered.0)
+}
+
+/// A claim made inside the open transaction `claimed`, as the engine parks it for the
+/// operation's [`LentTransaction`] to take.
+pub fn claimed<DB: AtomicDatabase>(
+    claimed: Box<dyn ClaimedTransaction<DB>>,
+) -> Box<dyn OpenTransaction> {
+    Box::new(Handed::Claimed(claimed))
+}
+
+/// A transaction lent to an operation (what a handler's `Tx<DB>` holds): begun on the store's
+/// pool at its first query, or the one the engine began with the record's claim in it. Handed
+/// back to the engine when dropped, which completes the record inside it and commits, or rolls
+/// it back.
+pub struct LentTransaction<DB: AtomicDatabase> {
+    store: Arc<dyn AtomicStore<DB>>,
+    open: Option<Open<DB>>,
+    lending: Lending,
+}
+
+/// An open lent transaction.
+enum Open<DB: AtomicDatabase> {
+    /// Begun at the operation's first query (the claim committed before).
+    Begun(sqlx::Transaction<'static, DB>),
+    /// Begun by the engine with the record's claim in it (one commit).
+    Claimed(Box<dyn ClaimedTransaction<DB>>),
+}
+
+impl<DB: AtomicDatabase> LentTransaction<DB> {
+    /// The transaction on `DB` that `lending` lends, if its store offers them and none was
+    /// lent yet.
+    pub fn lent(lending: &Lending) -> Result<Self, LendError> {
+        let Offered(store) = lending.lend::<Offered<DB>>()?;
+        Ok(Self {
+            store,
+            open: None,
+            lending: lending.clone(),
+        })
+    }
+
+    /// The transaction's connection, beginning the transaction on first use.
+    pub async fn conn(&mut self) -> Result<&mut DB::Connection, sqlx::Error> {
+        let open = match self.open.take() {
+            Some(open) => open,
+            None => match self.take_parked() {
+                Some(claimed) => Open::Claimed(claimed),
+                None => {
+                    self.lending.open();
+                    let begin = DB::begin(self.lending.statement_timeout()).into_owned();
+                    let begun = self.store.pool().begin_with(sqlx::AssertSqlSafe(begin));
+                    Open::Begun(begun.await?)
+                }
+            },
+        };
+        Ok(match self.open.insert(open) {
+            Open::Begun(tx) => tx,
+            Open::Claimed(claimed) => claimed.conn(),
+        })
+    }
+
+    /// The transaction the engine parked with the claim, if it is on `DB`.
+    fn take_parked(&self) -> Option<Box<dyn ClaimedTransaction<DB>>> {
+        let parked = self.lending.take_parked()?;
+        match parked.into_any().downcast::<Handed<DB>>() {
+            Ok(handed) => match *handed {
+                Handed::Claimed(claimed) => Some(claimed),
+                Handed::Begun { .. } => None,
+            },
+            // Parked on another database than this transaction's: nothing to take. (The
+            // engine's store claims on one database; dropping it rolls back.)
+            Err(_) => None,
+        }
+    }
+
+    /// Whether the transaction has begun.
+    pub fn begun(&self) -> bool {
+        self.open.is_some()
+    }
+
+    /// A key for a call to another service, stable across every retry of this attempt's
+    /// request: derived from the record key, random without one.
+    pub fn downstream_key(&self, purpose: &str) -> String {
+        self.lending.downstream_key(purpose)
+    }
+}
+
+impl<DB: AtomicDatabase> Drop for LentTransaction<DB> {
+    fn drop(&mut self) {
+        // Handed back to the engine, which commits or rolls it back.
+        let handed = match self.open.take() {
+            None => return,
+            Some(Open::Claimed(claimed)) => Handed::Claimed(claimed),
+            Some(Open::Begun(tx)) => Handed::Begun {
+                tx,
+                store: self.store.clone(),
+            },
+        };
+        self.lending.hand_back(Box::new(handed));
+    }
+}
+
+/// A lent transaction handed back to the engine, or parked by it with a claim.
+enum Handed<DB: AtomicDatabase> {
+    /// Begun at the operation's first query: the record completes through `store`.
+    Begun {
+        tx: sqlx::Transaction<'static, DB>,
+        store: Arc<dyn AtomicStore<DB>>,
+    },
+    /// Begun with the record's claim in it.
+    Claimed(Box<dyn ClaimedTransaction<DB>>),
+}
+
+impl<DB: AtomicDatabase> OpenTransaction for Handed<DB> {
+    fn complete_and_commit<'a>(
+        self: Box<Self>,
+        key: &'a RecordKey,
+        token: LeaseToken,
+        completion: Completion<'a>,
+    ) -> BoxFuture<'a, Result<Fence, StoreError>> {
+        Box::pin(async move {
+            let (mut tx, store) = match *self {
+                Handed::Begun { tx, store } => (tx, store),
+                Handed::Claimed(claimed) => {
+                    return claimed.complete_and_commit(key, token, completion).await;
+                }
+            };
+            match store.complete_in(&mut tx, key, token, completion).await? {
+                // Another request took the record over: our writes must not commit beside its
+                // own. Dropping the transaction rolls it back.
+                Fence::Lost => Ok(Fence::Lost),
+                Fence::Held => {
+                    tx.commit().await.map_err(StoreError::unavailable)?;
+                    Ok(Fence::Held)
+                }
+            }
+        })
+    }
+
+    fn commit(self: Box<Self>) -> BoxFuture<'static, Result<(), StoreError>> {
+        Box::pin(async move {
+            match *self {
+                Handed::Begun { tx, .. } => tx.commit().await.map_err(StoreError::unavailable),
+                // Never parked without a record: dropping it rolls back.
+                Handed::Claimed(_) => Err(StoreError::unavailable(std::io::Error::other(
+                    "a claim's transaction commits only with its record",
+                ))),
+            }
+        })
+    }
+
+    fn into_any(self: Box<Self>) -> Box<dyn Any + Send> {
+        self
+    }
+}
+
+mod sealed {
+    pub trait Sealed {}
+}
+
+/// A database atomic mode can share transactions on: `sqlx::Sqlite` (feature `sqlite`) and
+/// `sqlx::Postgres` (feature `postgres`).
+#[diagnostic::on_unimplemented(
+    message = "`Tx<{Self}>` is not supported: atomic mode runs on `sqlx::Sqlite` or `sqlx::Postgres`",
+    note = "enable the `sqlite` or `postgres` feature of idem-runtime"
+)]
+pub trait AtomicDatabase: sqlx::Database + sealed::Sealed {
+    /// The database's name in messages (`"SQLite"`, `"PostgreSQL"`).
+    const NAME: &'static str;
+    /// How a transaction begins. SQLite takes its single write lock up front (`BEGIN
+    /// IMMEDIATE`), so a handler that reads then writes cannot fail with `SQLITE_BUSY` halfway.
+    const BEGIN: &'static str;
+    /// How a transaction lent to an operation begins: [`BEGIN`](Self::BEGIN), and where the
+    /// database has them, timeouts that bound each of its statements and lock waits
+    /// (PostgreSQL's `statement_timeout` and `lock_timeout`; SQLite's connections wait for its
+    /// one lock at most their busy timeout).
+    #[doc(hidden)]
+    fn begin(statement_timeout: Duration) -> std::borrow::Cow<'static, str>;
+}
+
+#[cfg(feature = "sqlite")]
+impl sealed::Sealed for sqlx::Sqlite {}
+
+#[cfg(feature = "sqlite")]
+impl AtomicDatabase for sqlx::Sqlite {
+    const NAME: &'static str = "SQLite";
+    const BEGIN: &'static str = "BEGIN IMMEDIATE";
+    fn begin(_: Duration) -> std::borrow::Cow<'static, str> {
+        std::borrow::Cow::Borrowed(Self::BEGIN)
+    }
+}
+
+#[cfg(feature = "postgres")]
+impl sealed::Sealed for sqlx::Postgres {}
+
+#[cfg(feature = "postgres")]
+impl AtomicDatabase for sqlx::Postgres {
+    const NAME: &'static str = "PostgreSQL";
+    const BEGIN: &'static str = "BEGIN";
+    fn begin(statement_timeout: Duration) -> std::borrow::Cow<'static, str> {
+        let ms = statement_timeout.as_millis().clamp(1, i32::MAX as u128);
+        std::borrow::Cow::Owned(format!(
+            "BEGIN; SET LOCAL statement_timeout = {ms}; SET LOCAL lock_timeout = {ms}"
+        ))
+    }
+}

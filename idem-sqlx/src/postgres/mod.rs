@@ -1,0 +1,570 @@
+//! A store in PostgreSQL: for production, with many app instances sharing one database.
+
+use std::fmt;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use sqlx::postgres::PgPoolOptions;
+use sqlx::{AssertSqlSafe, PgPool};
+
+use crate::atomic::AtomicStore;
+use crate::sql::{RecordStatements, fence, held_by};
+use idem_core::clock::Timestamp;
+use idem_core::error::StoreError;
+use idem_core::key::RecordKey;
+use idem_core::store::records::{Forgotten, RecordFilter, RecordInfo, RecordStats};
+use idem_core::store::{
+    BoxFuture, Capabilities, Claim, ClaimRequest, Completion, Fence, LeaseToken, Store,
+};
+
+mod gate;
+mod one_commit;
+mod records;
+mod schema;
+
+use gate::KeyGates;
+use schema::{Names, migrate};
+
+/// Records in a PostgreSQL table, by default `idem.idempotency_records`, on sqlx.
+///
+/// The schema, the table and the store's own migrations table (`<schema>.idem_migrations`) are
+/// created on first use; instances starting at once take turns under an advisory lock. Nothing
+/// of the application's is touched, its sqlx migrations included.
+///
+/// Every operation is one statement, so one round trip: a claim is an `INSERT .. ON CONFLICT DO
+/// UPDATE` that reports the record it found when it could not take it; completion, release and
+/// lease renewal are `UPDATE`/`DELETE`s fenced on the owner's token.
+///
+/// The store offers atomic mode (`Tx<sqlx::Postgres>`): a handler's writes and the
+/// record's completion commit in one transaction on this database. By default
+/// (`Commits::One`) the claim is made in that transaction too, sent with its
+/// `BEGIN` (it takes the key's advisory lock and writes nothing), and the record is written once,
+/// completed, with the `COMMIT`: one commit and one row written per fresh request. The two are
+/// calls of PL/pgSQL functions the store creates in its schema, so that PostgreSQL plans their
+/// statements once per session although they travel as text.
+///
+/// Beside what the engine needs, each row keeps for operators `operation`, `scope`,
+/// `scope_value`, `state` (`in_flight` or `completed`), `status`, `created_at`, `completed_at`,
+/// `lease_until` and `expires_at`; a record written before a column existed shows it empty
+/// (`''`, 0 or NULL). The operator methods ([`Admin::list_records`](idem_core::store::Admin::list_records) and the rest) read and
+/// change these rows, selecting them in SQL exactly as [`RecordFilter::matches`] does. Listing,
+/// counting and purging read the table (no index serves them, so claims pay for none): on
+/// millions of records they take seconds.
+///
+/// Operators can also query the table themselves (times are milliseconds since the Unix
+/// epoch):
+///
+/// ```sql
+/// -- Which keys are stuck in flight, per endpoint (the owner's lease lapsed)? Endpoints in
+/// -- atomic mode with one commit never show here: their records are written when they
+/// -- complete.
+/// SELECT operation, count(*) FROM idem.idempotency_records
+/// WHERE state = 'in_flight' AND lease_until < extract(epoch FROM now()) * 1000
+/// GROUP BY operation;
+/// -- How many completed in the last hour?
+/// SELECT count(*) FROM idem.idempotency_records
+/// WHERE state = 'completed' AND completed_at >= extract(epoch FROM now() - interval '1 hour') * 1000;
+/// ```
+///
+/// ```no_run
+/// use idem_sqlx::PostgresStore;
+///
+/// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+/// let store = PostgresStore::connect("postgres://app@db.internal/payments").await?;
+/// // Then `Idempotency::builder().store(store).build()?`, with `idem-runtime`.
+/// # let _ = store;
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct PostgresStore {
+    pool: PgPool,
+    sql: Arc<Statements>,
+    /// One-commit claims on their way to the database, one per key at a time.
+    gates: Arc<KeyGates>,
+}
+
+impl PostgresStore {
+    /// The fenced completion, on the pool or inside a handler's transaction (atomic mode).
+    async fn complete_with<'e>(
+        &self,
+        executor: impl sqlx::Executor<'e, Database = sqlx::Postgres>,
+        key: &RecordKey,
+        token: LeaseToken,
+        completion: Completion<'_>,
+    ) -> Result<Fence, StoreError> {
+        let done = sqlx::query(AssertSqlSafe(self.sql.complete.clone()))
+            .bind(key.as_bytes().as_slice())
+            .bind(token.as_i64())
+            .bind(completion.payload)
+            .bind(completion.expires_at.as_millis())
+            .bind(completion.status.map(|s| s as i16))
+            .bind(completion.completed_at.as_millis())
+            .execute(executor)
+            .await;
+        fence(done.map(|d| d.rows_affected()))
+    }
+
+    /// The schema used unless [`PostgresStoreBuilder::schema`] says otherwise.
+    pub const DEFAULT_SCHEMA: &'static str = "idem";
+    /// The table used unless [`PostgresStoreBuilder::table`] says otherwise.
+    pub const DEFAULT_TABLE: &'static str = "idempotency_records";
+
+    /// Connects a pool to `url` (sqlx's defaults, up to 10 connections, but without the ping
+    /// before each acquire) and applies the store's migrations in the default schema.
+    ///
+    /// The pool's sessions have a `statement_timeout` and a `lock_timeout` of 5 s, so a stalled
+    /// database fails a statement on the server too, not only in the engine's deadline
+    /// (`Builder::store_timeout`).
+    pub async fn connect(url: &str) -> Result<Self, StoreError> {
+        let options = url
+            .parse::<sqlx::postgres::PgConnectOptions>()
+            .map_err(StoreError::unavailable)?
+            .options([("statement_timeout", "5s"), ("lock_timeout", "5s")]);
+        let pool = PgPoolOptions::new()
+            // No `Sync` round trip before every statement: each is one autocommit statement,
+            // so a dead connection fails it (503, fail closed) and sqlx drops the connection.
+            .test_before_acquire(false)
+            .connect_with(options)
+            .await
+            .map_err(StoreError::unavailable)?;
+        Self::from_pool(pool).await
+    }
+
+    /// Uses an application's existing pool, applying the store's migrations in the default
+    /// schema.
+    ///
+    /// ```no_run
+    /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+    /// use idem_sqlx::PostgresStore;
+    ///
+    /// let pool = sqlx::PgPool::connect("postgres://app@db.internal/payments").await?;
+    /// let store = PostgresStore::from_pool(pool.clone()).await?;
+    /// # let _ = store;
+    /// # Ok(()) }
+    /// ```
+    pub async fn from_pool(pool: PgPool) -> Result<Self, StoreError> {
+        Self::builder(pool).build().await
+    }
+
+    /// Configures where the records live.
+    ///
+    /// ```no_run
+    /// # async fn run(pool: sqlx::PgPool) -> Result<(), idem_core::error::StoreError> {
+    /// use idem_sqlx::PostgresStore;
+    ///
+    /// let store = PostgresStore::builder(pool)
+    ///     .schema("billing")
+    ///     .table("charge_idempotency")
+    ///     .build()
+    ///     .await?;
+    /// # let _ = store;
+    /// # Ok(()) }
+    /// ```
+    pub fn builder(pool: PgPool) -> PostgresStoreBuilder {
+        PostgresStoreBuilder {
+            pool,
+            schema: Self::DEFAULT_SCHEMA.to_owned(),
+            table: Self::DEFAULT_TABLE.to_owned(),
+        }
+    }
+
+    /// The pool the store runs on.
+    pub fn pool(&self) -> &PgPool {
+        &self.pool
+    }
+
+    /// The schema holding the records and the migrations table.
+    pub fn schema(&self) -> &str {
+        &self.sql.schema
+    }
+
+    /// The records table, within [`PostgresStore::schema`].
+    pub fn table(&self) -> &str {
+        &self.sql.table
+    }
+}
+
+impl fmt::Debug for PostgresStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PostgresStore")
+            .field("schema", &self.sql.schema)
+            .field("table", &self.sql.table)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Configures a [`PostgresStore`]; made by [`PostgresStore::builder`].
+#[derive(Debug)]
+#[must_use = "call `.build().await` to get the store"]
+pub struct PostgresStoreBuilder {
+    pool: PgPool,
+    schema: String,
+    table: String,
+}
+
+impl PostgresStoreBuilder {
+    /// The schema for the records table and the migrations table (default `idem`), created if
+    /// missing. ASCII letters, digits and `_`, not starting with a digit, at most 63 characters;
+    /// case is kept (the name is quoted).
+    pub fn schema(mut self, schema: impl Into<String>) -> Self {
+        self.schema = schema.into();
+        self
+    }
+
+    /// The records table (default `idempotency_records`). The same characters as
+    /// [`schema`](Self::schema), at most 52 so the name of its index fits PostgreSQL's limit.
+    /// Several stores may share a schema with different tables.
+    pub fn table(mut self, table: impl Into<String>) -> Self {
+        self.table = table.into();
+        self
+    }
+
+    /// Validates the names and applies the store's migrations.
+    ///
+    /// # Errors
+    /// [`StoreError::Config`] when a name is not a valid identifier (checked before the
+    /// database is touched), [`StoreError::Unavailable`] when the database cannot be reached,
+    /// [`StoreError::Migration`] when a migration fails.
+    pub async fn build(self) -> Result<PostgresStore, StoreError> {
+        let names = Names::new(self.schema, self.table)?;
+        migrate(&self.pool, &names).await?;
+        Ok(PostgresStore {
+            pool: self.pool,
+            sql: Arc::new(Statements::new(names)),
+            gates: Arc::default(),
+        })
+    }
+}
+
+/// The store's statements, rendered once for its names. Shared by clones; sqlx prepares each
+/// once per connection.
+struct Statements {
+    schema: String,
+    table: String,
+    /// One-commit mode's claim and completion, functions of the schema (migration 4).
+    claim_in_tx: String,
+    complete_in_tx: String,
+    /// Mixed into each key's advisory lock, so stores of different tables never wait on each
+    /// other's keys.
+    lock_salt: i64,
+    claim: Arc<str>,
+    complete: Arc<str>,
+    release: Arc<str>,
+    renew: Arc<str>,
+    purge: Arc<str>,
+    /// The operators' statements.
+    operators: RecordStatements,
+}
+
+impl Statements {
+    fn new(names: Names) -> Self {
+        let render = |template| Arc::from(names.render(template));
+        Self {
+            claim: render(CLAIM),
+            complete: render(COMPLETE),
+            release: render(RELEASE),
+            renew: render(RENEW),
+            purge: render(PURGE),
+            operators: RecordStatements::new(&names.render("{records}"), "FOR UPDATE SKIP LOCKED"),
+            lock_salt: names.claim_lock_salt,
+            claim_in_tx: names.claim_in_tx,
+            complete_in_tx: names.complete_in_tx,
+            schema: names.schema,
+            table: names.table,
+        }
+    }
+}
+
+impl Statements {
+    /// The advisory lock one-commit mode claims `key` under: 64 bits of the key (a SHA-256
+    /// digest) mixed with the table's salt.
+    fn lock_of(&self, key: &RecordKey) -> i64 {
+        let mut first = [0; 8];
+        first.copy_from_slice(&key.as_bytes()[..8]);
+        i64::from_be_bytes(first) ^ self.lock_salt
+    }
+}
+
+/// Takes the record when it is absent, expired (a new life: one owner) or in flight under a
+/// lapsed lease of the same request (a takeover: one more owner, which keeps what the record
+/// says about itself: its operation, scope and creation time), returning the new `owners`;
+/// otherwise returns the record that stopped it, in one statement.
+///
+/// `$1` key, `$2` fingerprint, `$3` token, `$4` lease_until, `$5` expires_at, `$6` now,
+/// `$7` operation, `$8` scope, `$9` scope value.
+///
+/// `held` reads first: when the statement's snapshot already shows a live record that cannot be
+/// claimed (a completed response to replay, or an owner in flight), the `INSERT` gets no row to
+/// insert, so the statement locks nothing, writes no WAL and commits without a flush: a replay
+/// is one read-only round trip. The answer is the record as of the snapshot, the statement's
+/// linearisation point.
+///
+/// Otherwise the upsert runs. Under READ COMMITTED its `ON CONFLICT` may fire on a row the
+/// snapshot does not show (a concurrent claimer committed it after the snapshot); then neither
+/// part returns a row and the caller runs the statement again with a new snapshot.
+const CLAIM: &str = "\
+WITH held AS (
+    SELECT r.fingerprint, r.state, r.lease_until, r.response, r.completed_at
+    FROM {records} AS r
+    WHERE r.key = $1
+      AND r.expires_at > $6
+      AND NOT (r.state = 'in_flight' AND r.lease_until <= $6 AND r.fingerprint = $2)
+), claimed AS (
+    INSERT INTO {records} AS r
+        (key, fingerprint, token, state, owners, lease_until, expires_at, operation, created_at,
+         scope, scope_value)
+    SELECT $1, $2, $3, 'in_flight', 1, $4, $5, $7, $6, $8, $9
+    WHERE NOT EXISTS (SELECT FROM held)
+    ON CONFLICT (key) DO UPDATE SET
+        fingerprint = excluded.fingerprint,
+        token = excluded.token,
+        state = 'in_flight',
+        owners = CASE WHEN r.expires_at <= $6 THEN 1 ELSE r.owners + 1 END,
+        created_at = CASE WHEN r.expires_at <= $6 THEN $6 ELSE r.created_at END,
+        lease_until = excluded.lease_until,
+        expires_at = excluded.expires_at,
+        operation = CASE WHEN r.expires_at <= $6 THEN excluded.operation ELSE r.operation END,
+        scope = CASE WHEN r.expires_at <= $6 THEN excluded.scope ELSE r.scope END,
+        scope_value = CASE WHEN r.expires_at <= $6 THEN excluded.scope_value
+                           ELSE r.scope_value END,
+        response = NULL,
+        status = NULL,
+        completed_at = NULL
+    WHERE r.expires_at <= $6
+       OR (r.state = 'in_flight' AND r.lease_until <= $6 AND r.fingerprint = excluded.fingerprint)
+    RETURNING r.owners
+)
+SELECT owners, NULL::bytea AS fingerprint, NULL::text AS state, NULL::bigint AS lease_until,
+       NULL::bytea AS response, NULL::bigint AS completed_at
+FROM claimed
+UNION ALL
+SELECT NULL, fingerprint, state, lease_until, response, completed_at
+FROM held";
+
+const COMPLETE: &str = "\
+UPDATE {records} SET state = 'completed', response = $3, expires_at = $4, status = $5,
+    completed_at = $6
+WHERE key = $1 AND token = $2 AND state = 'in_flight'";
+
+const RELEASE: &str = "\
+DELETE FROM {records} WHERE key = $1 AND token = $2 AND state = 'in_flight'";
+
+const RENEW: &str = "\
+UPDATE {records} SET lease_until = $3
+WHERE key = $1 AND token = $2 AND state = 'in_flight'";
+
+/// Oldest first; rows a claimer is replacing right now are skipped, not waited for.
+const PURGE: &str = "\
+DELETE FROM {records}
+WHERE expires_at <= $1 AND key IN (
+    SELECT key FROM {records} WHERE expires_at <= $1
+    ORDER BY expires_at LIMIT $2
+    FOR UPDATE SKIP LOCKED
+)";
+
+/// What [`CLAIM`] returns: `owners` when it took the record, the other columns when not.
+type ClaimRow = (
+    Option<i32>,
+    Option<Vec<u8>>,
+    Option<String>,
+    Option<i64>,
+    Option<Vec<u8>>,
+    Option<i64>,
+);
+
+/// How many times a claim runs again when its snapshot could not report the record that
+/// stopped it; each retry needs yet another concurrent write to that key.
+const CLAIM_ATTEMPTS: usize = 16;
+
+impl Store for PostgresStore {
+    async fn claim(&self, req: ClaimRequest<'_>) -> Result<Claim, StoreError> {
+        for _ in 0..CLAIM_ATTEMPTS {
+            let row: Option<ClaimRow> = sqlx::query_as(AssertSqlSafe(self.sql.claim.clone()))
+                .bind(req.key.as_bytes().as_slice())
+                .bind(req.fingerprint.as_bytes().as_slice())
+                .bind(req.token.as_i64())
+                .bind(req.lease_until.as_millis())
+                .bind(req.expires_at.as_millis())
+                .bind(req.now.as_millis())
+                .bind(req.operation)
+                .bind(req.scope)
+                .bind(req.scope_value)
+                .fetch_optional(&self.pool)
+                .await
+                .map_err(StoreError::unavailable)?;
+            return match row {
+                // The snapshot could not report the record: run the statement again.
+                None => continue,
+                Some((Some(owners), ..)) => Ok(Claim::Acquired {
+                    took_over: owners > 1,
+                }),
+                Some((
+                    None,
+                    Some(fingerprint),
+                    Some(state),
+                    Some(lease_until),
+                    response,
+                    completed_at,
+                )) => held_by(fingerprint, state, lease_until, response, completed_at),
+                Some(_) => Err(StoreError::Corrupt("record with missing columns".into())),
+            };
+        }
+        Err(StoreError::unavailable(std::io::Error::other(
+            "the record kept changing under the claim",
+        )))
+    }
+
+    async fn complete(
+        &self,
+        key: &RecordKey,
+        token: LeaseToken,
+        completion: Completion<'_>,
+    ) -> Result<Fence, StoreError> {
+        self.complete_with(&self.pool, key, token, completion).await
+    }
+
+    async fn release(&self, key: &RecordKey, token: LeaseToken) -> Result<Fence, StoreError> {
+        let done = sqlx::query(AssertSqlSafe(self.sql.release.clone()))
+            .bind(key.as_bytes().as_slice())
+            .bind(token.as_i64())
+            .execute(&self.pool)
+            .await;
+        fence(done.map(|d| d.rows_affected()))
+    }
+
+    async fn renew(
+        &self,
+        key: &RecordKey,
+        token: LeaseToken,
+        lease_until: Timestamp,
+    ) -> Result<Fence, StoreError> {
+        let done = sqlx::query(AssertSqlSafe(self.sql.renew.clone()))
+            .bind(key.as_bytes().as_slice())
+            .bind(token.as_i64())
+            .bind(lease_until.as_millis())
+            .execute(&self.pool)
+            .await;
+        fence(done.map(|d| d.rows_affected()))
+    }
+
+    async fn purge_expired(&self, now: Timestamp, limit: u32) -> Result<u64, StoreError> {
+        let done = sqlx::query(AssertSqlSafe(self.sql.purge.clone()))
+            .bind(now.as_millis())
+            .bind(i64::from(limit))
+            .execute(&self.pool)
+            .await
+            .map_err(StoreError::unavailable)?;
+        Ok(done.rows_affected())
+    }
+
+    fn offer_capabilities(
+        self: &std::sync::Arc<Self>,
+        capabilities: &mut idem_core::store::Capabilities,
+    ) {
+        capabilities.offer_admin(self.clone());
+        crate::atomic::offer::<sqlx::Postgres>(capabilities, self.clone());
+        capabilities.offer_claim_in_transaction(self.clone());
+    }
+}
+
+impl idem_core::store::Admin for PostgresStore {
+    async fn list_records(
+        &self,
+        filter: &RecordFilter,
+        now: Timestamp,
+        limit: u32,
+    ) -> Result<Vec<RecordInfo>, StoreError> {
+        self.list(filter, now, limit).await
+    }
+
+    async fn read_record(
+        &self,
+        key: &RecordKey,
+    ) -> Result<Option<(RecordInfo, Option<Bytes>)>, StoreError> {
+        self.read(key).await
+    }
+
+    async fn forget_record(
+        &self,
+        key: &RecordKey,
+        now: Timestamp,
+        force: bool,
+    ) -> Result<Forgotten, StoreError> {
+        self.forget(key, now, force).await
+    }
+
+    async fn purge_records(
+        &self,
+        filter: &RecordFilter,
+        now: Timestamp,
+        limit: u32,
+    ) -> Result<u64, StoreError> {
+        self.purge(filter, now, limit).await
+    }
+
+    async fn record_stats(
+        &self,
+        filter: &RecordFilter,
+        now: Timestamp,
+    ) -> Result<RecordStats, StoreError> {
+        self.stats(filter, now).await
+    }
+}
+
+impl AtomicStore<sqlx::Postgres> for PostgresStore {
+    fn pool(&self) -> &PgPool {
+        &self.pool
+    }
+
+    fn complete_in<'a>(
+        &'a self,
+        conn: &'a mut sqlx::PgConnection,
+        key: &'a RecordKey,
+        token: LeaseToken,
+        completion: Completion<'a>,
+    ) -> BoxFuture<'a, Result<Fence, StoreError>> {
+        Box::pin(self.complete_with(conn, key, token, completion))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tables_lock_the_same_key_apart() {
+        let statements = |schema: &str, table: &str| {
+            Statements::new(Names::new(schema.into(), table.into()).unwrap())
+        };
+        let key = RecordKey::from_bytes([7; 32]);
+        let lock = |s: &Statements| s.lock_of(&key);
+        assert_eq!(lock(&statements("a", "t")), lock(&statements("a", "t")));
+        assert_ne!(lock(&statements("a", "t")), lock(&statements("a", "u")));
+        assert_ne!(lock(&statements("a", "t")), lock(&statements("b", "t")));
+        assert_ne!(
+            lock(&statements("a", "t")),
+            statements("a", "t").lock_of(&RecordKey::from_bytes([8; 32]))
+        );
+    }
+
+    #[test]
+    fn statements_name_only_the_configured_table() {
+        let names = Names::new("a".into(), "b".into()).unwrap();
+        let sql = Statements::new(names);
+        for statement in [
+            &sql.claim,
+            &sql.complete,
+            &sql.release,
+            &sql.renew,
+            &sql.purge,
+            &sql.operators.list,
+            &sql.operators.read,
+            &sql.operators.forget,
+            &sql.operators.purge,
+            &sql.operators.stats,
+        ] {
+            assert!(statement.contains(r#""a"."b""#), "{statement}");
+            assert!(!statement.contains('{'), "{statement}");
+        }
+    }
+}

@@ -1,0 +1,381 @@
+//! What the SQL stores share: reading a record that stopped a claim, fenced writes, and the
+//! operators' statements with the decoding of what they read.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+
+use idem_core::clock::Timestamp;
+use idem_core::error::StoreError;
+use idem_core::fingerprint::Fingerprint;
+use idem_core::key::RecordKey;
+use idem_core::store::records::{
+    Forgotten, RecordFilter, RecordInfo, RecordState, RecordStats, RecordTimes,
+};
+use idem_core::store::{Claim, Fence};
+
+/// A fenced write held when it changed the owner's row; zero rows means another owner or none.
+pub(crate) fn fence(rows_affected: Result<u64, sqlx::Error>) -> Result<Fence, StoreError> {
+    match rows_affected.map_err(StoreError::unavailable)? {
+        0 => Ok(Fence::Lost),
+        _ => Ok(Fence::Held),
+    }
+}
+
+/// A live record that a claim may not take, as the claim reports it. `completed_at` is NULL
+/// for records completed before the store kept completion times.
+pub(crate) fn held_by(
+    fingerprint: Vec<u8>,
+    state: String,
+    lease_until: i64,
+    response: Option<Vec<u8>>,
+    completed_at: Option<i64>,
+) -> Result<Claim, StoreError> {
+    let fingerprint = <[u8; 32]>::try_from(fingerprint.as_slice())
+        .map(Fingerprint::from_bytes)
+        .map_err(|_| StoreError::Corrupt("fingerprint is not 32 bytes".into()))?;
+    match (state.as_str(), response) {
+        ("completed", Some(payload)) => Ok(Claim::Completed {
+            fingerprint,
+            payload: Bytes::from(payload),
+            completed_at: completed_at.map(Timestamp::from_millis),
+        }),
+        ("completed", None) => Err(StoreError::Corrupt(
+            "completed record without a payload".into(),
+        )),
+        ("in_flight", _) => Ok(Claim::InFlight {
+            fingerprint,
+            lease_until: Timestamp::from_millis(lease_until),
+        }),
+        _ => Err(StoreError::Corrupt(
+            format!("record in unknown state {state:?}").into(),
+        )),
+    }
+}
+
+/// The operators' statements over one records table, the same text on SQLite and PostgreSQL
+/// (sqlx binds SQLite's `$n` parameters by number, as PostgreSQL's).
+///
+/// Every statement takes the [`FilterArgs`] as `$1`..`$8` and selects with [`FILTER`], the SQL
+/// form of [`RecordFilter::matches`]: nothing of a filter or a record is ever written into the
+/// text. None of them has an index to use: they read the whole table.
+pub(crate) struct RecordStatements {
+    /// `$9` limit.
+    pub(crate) list: Arc<str>,
+    /// `$1` key; the columns of [`InfoRow`], then `response`.
+    pub(crate) read: Arc<str>,
+    /// `$1` key, `$2` now, `$3` force; returns the deleted row's [`InfoRow`].
+    pub(crate) forget: Arc<str>,
+    /// `$9` limit.
+    pub(crate) purge: Arc<str>,
+    /// Rows of [`StatsRow`].
+    pub(crate) stats: Arc<str>,
+}
+
+/// What an operator reads of a row, in the order of [`InfoRow`].
+const COLUMNS: &str = "key, operation, scope, scope_value, state, CAST(status AS integer), \
+     created_at, completed_at, lease_until, expires_at";
+
+/// Which records a [`RecordFilter`] selects, as [`RecordFilter::matches`] says: `$1` now, `$2`
+/// operation, `$3` scope, `$4` scope value, `$5` state (as [`RecordState::as_str`] spells it),
+/// `$6` created before, `$7`..`$8` the completion window. A NULL argument selects everything.
+/// A condition on a NULL column is NULL, which selects nothing (a record that never completed
+/// has no completion time in any window).
+const FILTER: &str = "($2 IS NULL OR operation = $2)
+    AND ($3 IS NULL OR scope = $3)
+    AND ($4 IS NULL OR scope_value = $4)
+    AND ($5 IS NULL OR {state} = $5)
+    AND ($6 IS NULL OR created_at <= $6)
+    AND ($7 IS NULL OR (state = 'completed' AND $7 <= completed_at AND completed_at < $8))";
+
+const LIST: &str = "SELECT {columns} FROM {records} WHERE {filter}
+ORDER BY created_at, key LIMIT $9";
+
+const READ: &str = "SELECT {columns}, response FROM {records} WHERE key = $1";
+
+/// Deletes unless an owner's lease is live ([`RecordInfo::is_leased`]): in flight, not
+/// expired, lease not lapsed. Check and delete are one statement.
+const FORGET: &str = "DELETE FROM {records}
+WHERE key = $1 AND ($3 OR NOT (state = 'in_flight' AND expires_at > $2 AND lease_until > $2))
+RETURNING {columns}";
+
+/// Oldest first. The selection is materialised before anything is deleted: a subquery under
+/// `IN` may be scanned again for each row, and on PostgreSQL a scan after the first deletion
+/// skips the row deleted and takes one more, past the limit. The conditions are repeated on the
+/// `DELETE` itself. `{lock}` is PostgreSQL's `FOR UPDATE SKIP LOCKED`: the selected rows are
+/// locked until the statement ends, so none changes between selection and deletion, and a row a
+/// claimer is writing right now is skipped, not waited for. SQLite runs one writer at a time.
+const PURGE: &str = "WITH doomed AS MATERIALIZED (
+    SELECT key FROM {records}
+    WHERE state = 'completed' AND expires_at > $1 AND {filter}
+    ORDER BY created_at, key LIMIT $9
+    {lock}
+)
+DELETE FROM {records}
+WHERE key IN (SELECT key FROM doomed)
+  AND state = 'completed' AND expires_at > $1 AND {filter}";
+
+/// Per operation and state: the count, and the oldest creation time (read for in-flight ones).
+const STATS: &str = "SELECT operation, {state}, count(*), MIN(created_at) FROM {records}
+WHERE {filter}
+GROUP BY 1, 2";
+
+impl RecordStatements {
+    /// The statements over `records` (a table name as SQL text, quoted where needed), with
+    /// `lock` after the purge's selection.
+    pub(crate) fn new(records: &str, lock: &str) -> Self {
+        // A record's state at `$1`, as `RecordInfo::state` says; NULL for a state this build
+        // does not know (decoded as corrupt).
+        let state = format!(
+            "(CASE WHEN state NOT IN ('in_flight', 'completed') THEN NULL \
+             WHEN expires_at <= $1 THEN '{expired}' \
+             WHEN state = 'completed' THEN '{completed}' ELSE '{in_flight}' END)",
+            expired = RecordState::Expired.as_str(),
+            completed = RecordState::Completed.as_str(),
+            in_flight = RecordState::InFlight.as_str(),
+        );
+        let render = |template: &str| {
+            Arc::from(
+                template
+                    .replace("{filter}", FILTER)
+                    .replace("{state}", &state)
+                    .replace("{columns}", COLUMNS)
+                    .replace("{records}", records)
+                    .replace("{lock}", lock),
+            )
+        };
+        Self {
+            list: render(LIST),
+            read: render(READ),
+            forget: render(FORGET),
+            purge: render(PURGE),
+            stats: render(STATS),
+        }
+    }
+}
+
+/// A filter's arguments, `$1`..`$8` of every operator statement, in order.
+pub(crate) struct FilterArgs<'a> {
+    pub(crate) now: i64,
+    pub(crate) operation: Option<&'a str>,
+    pub(crate) scope: Option<&'a str>,
+    pub(crate) scope_value: Option<&'a str>,
+    pub(crate) state: Option<&'static str>,
+    pub(crate) created_before: Option<i64>,
+    pub(crate) completed_from: Option<i64>,
+    pub(crate) completed_to: Option<i64>,
+}
+
+impl<'a> FilterArgs<'a> {
+    pub(crate) fn new(filter: &'a RecordFilter, now: Timestamp) -> Self {
+        let (from, to) = filter
+            .completed_between
+            .map(|(from, to)| (from.as_millis(), to.as_millis()))
+            .unzip();
+        Self {
+            now: now.as_millis(),
+            operation: filter.operation.as_deref(),
+            scope: filter.scope.as_deref(),
+            scope_value: filter.scope_value.as_deref(),
+            state: filter.state.map(RecordState::as_str),
+            created_before: filter.created_before.map(Timestamp::as_millis),
+            completed_from: from,
+            completed_to: to,
+        }
+    }
+}
+
+/// Binds [`FilterArgs`] as `$1`..`$8` of a query, on either database.
+macro_rules! bind_filter {
+    ($query:expr, $args:expr) => {{
+        let args = &$args;
+        $query
+            .bind(args.now)
+            .bind(args.operation)
+            .bind(args.scope)
+            .bind(args.scope_value)
+            .bind(args.state)
+            .bind(args.created_before)
+            .bind(args.completed_from)
+            .bind(args.completed_to)
+    }};
+}
+pub(crate) use bind_filter;
+
+/// A row of [`COLUMNS`]: key, operation, scope, scope_value, state, status, created_at,
+/// completed_at, lease_until, expires_at.
+pub(crate) type InfoRow = (
+    Vec<u8>,
+    String,
+    String,
+    String,
+    String,
+    Option<i32>,
+    i64,
+    Option<i64>,
+    i64,
+    i64,
+);
+
+/// A row of [`COLUMNS`] and the response.
+pub(crate) type ReadRow = (
+    Vec<u8>,
+    String,
+    String,
+    String,
+    String,
+    Option<i32>,
+    i64,
+    Option<i64>,
+    i64,
+    i64,
+    Option<Vec<u8>>,
+);
+
+/// A row of the stats: operation, state at `now`, count, oldest creation time.
+pub(crate) type StatsRow = (String, Option<String>, i64, Option<i64>);
+
+/// What an operator reads of a row. A key that is not 32 bytes, a state or a status this build
+/// does not know are [`StoreError::Corrupt`].
+pub(crate) fn record_info(row: InfoRow) -> Result<RecordInfo, StoreError> {
+    let (key, operation, scope, scope_value, state, status, created, completed, lease, expires) =
+        row;
+    let key = <[u8; 32]>::try_from(key.as_slice())
+        .map(RecordKey::from_bytes)
+        .map_err(|_| StoreError::Corrupt("record key is not 32 bytes".into()))?;
+    let completed_flag = match state.as_str() {
+        "completed" => true,
+        "in_flight" => false,
+        _ => {
+            return Err(StoreError::Corrupt(
+                format!("record in unknown state {state:?}").into(),
+            ));
+        }
+    };
+    let status = status
+        .map(u16::try_from)
+        .transpose()
+        .map_err(|_| StoreError::Corrupt("status code out of range".into()))?;
+    Ok(RecordInfo::new(
+        key,
+        operation,
+        scope,
+        scope_value,
+        completed_flag,
+        status,
+        RecordTimes {
+            created_at: Timestamp::from_millis(created),
+            completed_at: completed.map(Timestamp::from_millis),
+            lease_until: Timestamp::from_millis(lease),
+            expires_at: Timestamp::from_millis(expires),
+        },
+    ))
+}
+
+/// A record and its payload, as [`Admin::read_record`](idem_core::store::Admin::read_record) returns them.
+pub(crate) fn read_row(row: ReadRow) -> Result<(RecordInfo, Option<Bytes>), StoreError> {
+    let (a, b, c, d, e, f, g, h, i, j, response) = row;
+    let info = record_info((a, b, c, d, e, f, g, h, i, j))?;
+    let payload = match (info.completed, response) {
+        (true, Some(payload)) => Some(Bytes::from(payload)),
+        (true, None) => {
+            return Err(StoreError::Corrupt(
+                "completed record without a payload".into(),
+            ));
+        }
+        (false, _) => None,
+    };
+    Ok((info, payload))
+}
+
+/// How many times a forget runs again when the record it found live has changed before it
+/// could report it (each time another write must land in between).
+pub(crate) const FORGET_ATTEMPTS: usize = 16;
+
+/// What a forget that deleted nothing reports, from the row read after it: `Absent`, or
+/// `Leased` while an owner's lease is live; `None` when the record is no longer leased (it
+/// completed, or its lease lapsed, in between), so the forget must run again.
+pub(crate) fn not_forgotten(
+    row: Option<ReadRow>,
+    now: Timestamp,
+) -> Result<Option<Forgotten>, StoreError> {
+    let Some(row) = row else {
+        return Ok(Some(Forgotten::Absent));
+    };
+    let (record, _) = read_row(row)?;
+    Ok(record.is_leased(now).then_some(Forgotten::Leased(record)))
+}
+
+/// The forget that kept finding its record changed.
+pub(crate) fn kept_changing() -> StoreError {
+    StoreError::unavailable(std::io::Error::other(
+        "the record kept changing under the forget",
+    ))
+}
+
+/// The counts of [`RecordStatements::stats`].
+pub(crate) fn record_stats(rows: Vec<StatsRow>) -> Result<RecordStats, StoreError> {
+    let mut stats = RecordStats::new();
+    for (operation, state, count, oldest) in rows {
+        let state: RecordState = state
+            .as_deref()
+            .ok_or("no state")
+            .and_then(|s| s.parse().map_err(|_| "unknown state"))
+            .map_err(|_| StoreError::Corrupt("record in unknown state".into()))?;
+        let count = u64::try_from(count)
+            .map_err(|_| StoreError::Corrupt("negative count of records".into()))?;
+        stats.add_count(&operation, state, count);
+        if let (RecordState::InFlight, Some(oldest)) = (state, oldest) {
+            stats.saw_in_flight(Timestamp::from_millis(oldest));
+        }
+    }
+    Ok(stats)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn statements_name_the_table_and_leave_no_placeholder() {
+        let sql = RecordStatements::new(r#""s"."t""#, "FOR UPDATE");
+        for statement in [&sql.list, &sql.read, &sql.forget, &sql.purge, &sql.stats] {
+            let statement: &str = statement;
+            assert!(statement.contains(r#""s"."t""#), "{statement}");
+            assert!(!statement.contains('{'), "{statement}");
+        }
+        assert!(sql.purge.contains("FOR UPDATE"));
+        for state in [
+            RecordState::InFlight,
+            RecordState::Completed,
+            RecordState::Expired,
+        ] {
+            assert!(sql.stats.contains(&format!("'{state}'")), "{}", sql.stats);
+        }
+    }
+
+    fn row(key: Vec<u8>, state: &str, status: Option<i32>) -> InfoRow {
+        let s = String::new;
+        (key, s(), s(), s(), state.into(), status, 0, None, 0, 0)
+    }
+
+    #[test]
+    fn corrupt_rows_are_reported_not_panicked_on() {
+        for bad in [
+            row(vec![1; 31], "in_flight", None),
+            row(vec![1; 32], "paused", None),
+            row(vec![1; 32], "completed", Some(70_000)),
+            row(vec![1; 32], "completed", Some(-1)),
+        ] {
+            assert!(
+                matches!(record_info(bad), Err(StoreError::Corrupt(_))),
+                "a corrupt row must be an error"
+            );
+        }
+        let (a, b, c, d, e, f, g, h, i, j) = row(vec![1; 32], "completed", Some(201));
+        let no_payload = read_row((a, b, c, d, e, f, g, h, i, j, None));
+        assert!(matches!(no_payload, Err(StoreError::Corrupt(_))));
+        let unknown = record_stats(vec![("op".into(), None, 1, None)]);
+        assert!(matches!(unknown, Err(StoreError::Corrupt(_))));
+    }
+}
