@@ -1,6 +1,7 @@
 //! The `form_body` target: fingerprints of `application/x-www-form-urlencoded` bodies.
 
 use http::{HeaderValue, Method, Uri};
+use idem_runtime::__private::fingerprint_of_request;
 use idem_runtime::Fingerprint;
 use sha2::{Digest, Sha256};
 
@@ -13,7 +14,7 @@ type Pairs = Vec<(Vec<u8>, Vec<u8>)>;
 
 /// `body`'s fingerprint as a `POST` to [`PATH`] with the content type `content_type`.
 fn fingerprint(content_type: &str, body: &[u8]) -> Fingerprint {
-    Fingerprint::of_request(
+    fingerprint_of_request(
         &Method::POST,
         &Uri::from_static(PATH),
         Some(&HeaderValue::from_str(content_type).expect("a valid header value")),

@@ -19,7 +19,7 @@
 //!   documented form, two decimals share a form exactly when their values are equal (compared
 //!   another way), integer literals are kept as written and apart from the other forms, and
 //!   every form is a fixed point and a JSON number.
-//! - [`form_body`]: `Fingerprint::of_request` of `application/x-www-form-urlencoded` bodies
+//! - [`form_body`]: `fingerprint_of_request` of `application/x-www-form-urlencoded` bodies
 //!   against a reference form canonicaliser and the documented digest; reordered (stably for
 //!   repeated names) and respelled bodies keep the fingerprint, a changed byte changes it.
 //! - [`stored_response`]: `StoredResponse::decode` of arbitrary bytes: no panic, output bounded

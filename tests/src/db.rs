@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use idem_runtime::store::{BucketStore, MemoryStore, PostgresStore, SqliteStore, Store};
+use idem_runtime::store::{Admin, BucketStore, MemoryStore, PostgresStore, SqliteStore, Store};
 use sqlx::postgres::PgPoolOptions;
 use sqlx::{AssertSqlSafe, PgPool};
 
@@ -189,7 +189,7 @@ fn remove_sqlite_files(path: &Path) {
 
 /// A store a test can make fresh and throw away: one per backend, so a generic test (the
 /// conformance suite) runs against each with one line.
-pub trait TestStore: Store + Clone {
+pub trait TestStore: Store + Admin + Clone {
     /// A new store that shares no records with any other.
     fn fresh() -> impl Future<Output = Self> + Send;
 

@@ -20,7 +20,8 @@ use idem_runtime::RecordKey;
 use idem_runtime::clock::Timestamp;
 use idem_runtime::store::records::{Forgotten, RecordFilter, RecordInfo, RecordStats};
 use idem_runtime::store::{
-    Admin, Claim, ClaimRequest, Completion, Fence, LeaseToken, RedisStore, RedisStoreBuilder, Store,
+    Admin, Capabilities, Claim, ClaimRequest, Completion, Fence, LeaseToken, RedisStore,
+    RedisStoreBuilder, Store,
 };
 
 use crate::db::{TestStore, is_stale, unique_name};
@@ -314,16 +315,13 @@ impl Store for RedisClusterStore {
         self.0.purge_expired(now, limit).await
     }
 
-    fn offer_capabilities(
-        self: &std::sync::Arc<Self>,
-        capabilities: &mut idem_runtime::store::Capabilities,
-    ) {
+    fn offer_capabilities(self: &std::sync::Arc<Self>, capabilities: &mut Capabilities) {
         capabilities.offer_admin(self.clone());
         capabilities.expires_by_itself();
     }
 }
 
-impl idem_runtime::store::Admin for RedisClusterStore {
+impl Admin for RedisClusterStore {
     async fn list_records(
         &self,
         filter: &RecordFilter,

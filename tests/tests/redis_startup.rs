@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use idem_runtime::Idempotency;
-use idem_runtime::store::{RedisStore, Store};
+use idem_runtime::store::RedisStore;
 use idem_tests::logs::Logs;
 use idem_tests::redis::{RedisServer, redis_store_builder};
 use idem_tests::{TestStore, capabilities_of};

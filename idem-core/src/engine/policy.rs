@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-/// Timing rules shared by every adapter, set on the the engine's builder.
+/// Timing rules shared by every adapter, set on the engine's builder.
 #[derive(Debug, Clone)]
 pub struct Policy {
     /// How long a claim lasts without renewal.

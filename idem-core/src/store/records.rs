@@ -1,5 +1,5 @@
 //! What operators see of records and how they select them: the types of the stores' operator
-//! methods ([`Admin::list_records`](idem_core::store::Admin::list_records)(super::Admin::list_records) and the rest), and the one
+//! methods ([`Admin::list_records`](super::Admin::list_records) and the rest), and the one
 //! definition of which records a [`RecordFilter`] selects, which the stores that filter in
 //! process share (the SQL stores say the same in SQL, and the conformance suite holds them to
 //! it).
@@ -236,7 +236,7 @@ pub enum Forgotten {
     Absent,
 }
 
-/// Counts of records by operation and state, as [`Admin::record_stats`](idem_core::store::Admin::record_stats)(super::Admin::record_stats)
+/// Counts of records by operation and state, as [`Admin::record_stats`](super::Admin::record_stats)
 /// reads them.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 #[non_exhaustive]
@@ -291,7 +291,7 @@ impl RecordStats {
 }
 
 /// The oldest `limit` records, by creation then key, among those a listing offers: what a store
-/// that selects records in process answers [`Admin::list_records`](idem_core::store::Admin::list_records)(super::Admin::list_records)
+/// that selects records in process answers [`Admin::list_records`](super::Admin::list_records)
 /// with. It holds at most twice the limit (at least 256) at a time, however many are offered.
 #[derive(Debug)]
 pub struct Oldest {

@@ -16,7 +16,9 @@ use idem_core::clock::Timestamp;
 use idem_core::error::StoreError;
 use idem_core::key::RecordKey;
 use idem_core::store::records::{Forgotten, RecordFilter, RecordInfo, RecordStats};
-use idem_core::store::{Claim, ClaimRequest, Completion, Fence, LeaseToken, Store};
+use idem_core::store::{
+    Admin, Capabilities, Claim, ClaimRequest, Completion, Fence, LeaseToken, Store,
+};
 
 mod builder;
 mod error;
@@ -308,17 +310,14 @@ impl Store for DynamoDbStore {
         self.purge_expired_now(now, limit).await
     }
 
-    fn offer_capabilities(
-        self: &std::sync::Arc<Self>,
-        capabilities: &mut idem_core::store::Capabilities,
-    ) {
+    fn offer_capabilities(self: &std::sync::Arc<Self>, capabilities: &mut Capabilities) {
         capabilities.offer_admin(self.clone());
         capabilities.expires_by_itself();
         capabilities.limit_payload(Self::MAX_PAYLOAD_BYTES);
     }
 }
 
-impl idem_core::store::Admin for DynamoDbStore {
+impl Admin for DynamoDbStore {
     async fn list_records(
         &self,
         filter: &RecordFilter,

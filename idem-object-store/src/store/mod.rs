@@ -14,7 +14,9 @@ use idem_core::clock::Timestamp;
 use idem_core::error::StoreError;
 use idem_core::key::RecordKey;
 use idem_core::store::records::{Forgotten, RecordFilter, RecordInfo, RecordStats};
-use idem_core::store::{Claim, ClaimRequest, Completion, Fence, LeaseToken, Store};
+use idem_core::store::{
+    Admin, Capabilities, Claim, ClaimRequest, Completion, Fence, LeaseToken, Store,
+};
 
 mod format;
 mod records;
@@ -406,15 +408,12 @@ impl Store for BucketStore {
         Ok(expired)
     }
 
-    fn offer_capabilities(
-        self: &std::sync::Arc<Self>,
-        capabilities: &mut idem_core::store::Capabilities,
-    ) {
+    fn offer_capabilities(self: &std::sync::Arc<Self>, capabilities: &mut Capabilities) {
         capabilities.offer_admin(self.clone());
     }
 }
 
-impl idem_core::store::Admin for BucketStore {
+impl Admin for BucketStore {
     async fn list_records(
         &self,
         filter: &RecordFilter,

@@ -11,7 +11,9 @@ use idem_core::clock::Timestamp;
 use idem_core::error::StoreError;
 use idem_core::key::{RecordKey, hex};
 use idem_core::store::records::{Forgotten, RecordFilter, RecordInfo, RecordStats};
-use idem_core::store::{Claim, ClaimRequest, Completion, Fence, LeaseToken, Store};
+use idem_core::store::{
+    Admin, Capabilities, Claim, ClaimRequest, Completion, Fence, LeaseToken, Store,
+};
 
 mod builder;
 mod codec;
@@ -345,16 +347,13 @@ impl Store for RedisStore {
         Ok(purged)
     }
 
-    fn offer_capabilities(
-        self: &std::sync::Arc<Self>,
-        capabilities: &mut idem_core::store::Capabilities,
-    ) {
+    fn offer_capabilities(self: &std::sync::Arc<Self>, capabilities: &mut Capabilities) {
         capabilities.offer_admin(self.clone());
         capabilities.expires_by_itself();
     }
 }
 
-impl idem_core::store::Admin for RedisStore {
+impl Admin for RedisStore {
     async fn list_records(
         &self,
         filter: &RecordFilter,

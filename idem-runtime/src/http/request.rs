@@ -257,7 +257,7 @@ mod tests {
         let digest = |body: &[u8], version| {
             let json = HeaderValue::from_static("application/json");
             let uri = Uri::from_static("/v1/charges");
-            hex(Fingerprint::of_request_in(
+            hex(fingerprint_of_request_in(
                 &Method::POST,
                 &uri,
                 Some(&json),
@@ -298,17 +298,10 @@ mod tests {
     fn duplicate_header_fields_are_rejected() {
         let name = HeaderName::from_static("idempotency-key");
         let mut headers = HeaderMap::new();
-        assert_eq!(IdempotencyKey::from_headers(&headers, &name), Ok(None));
+        assert_eq!(key_from_headers(&headers, &name), Ok(None));
         headers.append(&name, HeaderValue::from_static("a"));
-        assert!(
-            IdempotencyKey::from_headers(&headers, &name)
-                .unwrap()
-                .is_some()
-        );
+        assert!(key_from_headers(&headers, &name).unwrap().is_some());
         headers.append(&name, HeaderValue::from_static("a"));
-        assert_eq!(
-            IdempotencyKey::from_headers(&headers, &name),
-            Err(KeyError::Duplicate)
-        );
+        assert_eq!(key_from_headers(&headers, &name), Err(KeyError::Duplicate));
     }
 }

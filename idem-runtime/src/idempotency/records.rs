@@ -119,7 +119,7 @@ impl Records {
     async fn forget_record(&self, key: &RecordKey, force: bool) -> Result<Forgotten, StoreError> {
         let forgotten = self
             .engine
-            .store()
+            .operators()
             .forget_record(key, self.now(), force)
             .await?;
         if let Forgotten::Deleted(record) = &forgotten {

@@ -14,7 +14,7 @@ use idem_core::error::StoreError;
 use idem_core::key::RecordKey;
 use idem_core::store::records::{Forgotten, RecordFilter, RecordInfo, RecordStats};
 use idem_core::store::{
-    BoxFuture, Capabilities, Claim, ClaimRequest, Completion, Fence, LeaseToken, Store,
+    Admin, BoxFuture, Capabilities, Claim, ClaimRequest, Completion, Fence, LeaseToken, Store,
 };
 
 mod gate;
@@ -457,17 +457,14 @@ impl Store for PostgresStore {
         Ok(done.rows_affected())
     }
 
-    fn offer_capabilities(
-        self: &std::sync::Arc<Self>,
-        capabilities: &mut idem_core::store::Capabilities,
-    ) {
+    fn offer_capabilities(self: &std::sync::Arc<Self>, capabilities: &mut Capabilities) {
         capabilities.offer_admin(self.clone());
         crate::atomic::offer::<sqlx::Postgres>(capabilities, self.clone());
         capabilities.offer_claim_in_transaction(self.clone());
     }
 }
 
-impl idem_core::store::Admin for PostgresStore {
+impl Admin for PostgresStore {
     async fn list_records(
         &self,
         filter: &RecordFilter,

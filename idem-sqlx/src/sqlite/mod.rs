@@ -13,7 +13,7 @@ use idem_core::error::StoreError;
 use idem_core::key::RecordKey;
 use idem_core::store::records::{Forgotten, RecordFilter, RecordInfo, RecordStats};
 use idem_core::store::{
-    BoxFuture, Capabilities, Claim, ClaimRequest, Completion, Fence, LeaseToken, Store,
+    Admin, BoxFuture, Capabilities, Claim, ClaimRequest, Completion, Fence, LeaseToken, Store,
 };
 
 mod builder;
@@ -394,16 +394,13 @@ impl Store for SqliteStore {
         Ok(done.rows_affected())
     }
 
-    fn offer_capabilities(
-        self: &std::sync::Arc<Self>,
-        capabilities: &mut idem_core::store::Capabilities,
-    ) {
+    fn offer_capabilities(self: &std::sync::Arc<Self>, capabilities: &mut Capabilities) {
         capabilities.offer_admin(self.clone());
         crate::atomic::offer::<sqlx::Sqlite>(capabilities, self.clone());
     }
 }
 
-impl idem_core::store::Admin for SqliteStore {
+impl Admin for SqliteStore {
     async fn list_records(
         &self,
         filter: &RecordFilter,

@@ -8,7 +8,7 @@ use axum::http::{Request, StatusCode};
 use axum::{Json, response::Response};
 use idem_runtime::clock::Clock;
 use idem_runtime::store::records::RecordFilter;
-use idem_runtime::store::{Admin, PostgresStore, Store};
+use idem_runtime::store::{Admin, PostgresStore};
 use idem_runtime::{Tx, idempotent};
 use idem_tests::Gate;
 use serde_json::{Value, json};

@@ -82,7 +82,7 @@ fn claim_at(now: Timestamp, token: i64) -> ClaimRequest<'static> {
 }
 
 /// The first release's record, listed after the upgrade: the fields it never had show empty.
-async fn lists_the_old_record(store: &impl Store) {
+async fn lists_the_old_record(store: &(impl Store + Admin)) {
     let listed = store
         .list_records(&RecordFilter::new(), now(), 10)
         .await

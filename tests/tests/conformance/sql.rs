@@ -464,7 +464,7 @@ fn scoped(
     }
 }
 
-async fn listed_scope(store: &impl Store, now: Timestamp) -> (String, String, Timestamp) {
+async fn listed_scope(store: &(impl Store + Admin), now: Timestamp) -> (String, String, Timestamp) {
     let listed = store
         .list_records(&RecordFilter::new(), now, 10)
         .await
@@ -481,7 +481,7 @@ async fn listed_scope(store: &impl Store, now: Timestamp) -> (String, String, Ti
 
 /// A takeover of a lapsed lease keeps what the record says about itself; a claim that replaces
 /// an expired record writes its own.
-async fn claims_keep_the_scope_of_the_record_they_take(store: &impl Store) {
+async fn claims_keep_the_scope_of_the_record_they_take(store: &(impl Store + Admin)) {
     assert_eq!(
         store.claim(scoped(NOW, 1, "org", "acme")).await.unwrap(),
         Claim::Acquired { took_over: false }
@@ -531,7 +531,7 @@ fn is_corrupt<T: std::fmt::Debug>(result: Result<T, StoreError>) {
     );
 }
 
-async fn corrupt_rows_are_errors(store: &impl Store) {
+async fn corrupt_rows_are_errors(store: &(impl Store + Admin)) {
     let now = NOW.after(Duration::from_secs(1));
     is_corrupt(store.list_records(&RecordFilter::new(), now, 10).await);
     is_corrupt(store.read_record(&KEY).await);

@@ -10,7 +10,9 @@ use crate::error::StoreError;
 use crate::fingerprint::Fingerprint;
 use crate::key::RecordKey;
 use crate::store::records::{Forgotten, RecordFilter, RecordInfo, RecordStats};
-use crate::store::{Claim, ClaimRequest, Completion, Fence, LeaseToken, Store};
+use crate::store::{
+    Admin, Capabilities, Claim, ClaimRequest, Completion, Fence, LeaseToken, ReadInProcess, Store,
+};
 
 mod records;
 mod shard;
@@ -401,16 +403,13 @@ impl Store for MemoryStore {
         Ok(self.drop_expired(now, limit as usize) as u64)
     }
 
-    fn offer_capabilities(
-        self: &std::sync::Arc<Self>,
-        capabilities: &mut crate::store::Capabilities,
-    ) {
+    fn offer_capabilities(self: &std::sync::Arc<Self>, capabilities: &mut Capabilities) {
         capabilities.offer_admin(self.clone());
         capabilities.offer_reads_in_process(self.clone());
     }
 }
 
-impl crate::store::Admin for MemoryStore {
+impl Admin for MemoryStore {
     async fn list_records(
         &self,
         filter: &RecordFilter,
@@ -454,7 +453,7 @@ impl crate::store::Admin for MemoryStore {
     }
 }
 
-impl crate::store::ReadInProcess for MemoryStore {
+impl ReadInProcess for MemoryStore {
     fn peek_completed(
         &self,
         key: &RecordKey,
