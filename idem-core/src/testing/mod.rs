@@ -1,10 +1,13 @@
 //! What a store's tests share (feature `testing`): a clock near a fixed instant, distinct keys,
-//! and a claim request for a minute's lease.
+//! and a claim request for a minute's lease; and [`conformance`], the suite every store runs to
+//! prove it keeps the [`Store`](crate::store::Store) contract.
 
 use crate::clock::Timestamp;
 use crate::fingerprint::Fingerprint;
 use crate::key::RecordKey;
 use crate::store::{ClaimRequest, LeaseToken};
+
+pub mod conformance;
 
 /// The instant the tests' clocks count from, in milliseconds since the Unix epoch.
 pub const T0: i64 = 1_700_000_000_250;

@@ -3,12 +3,12 @@
 //! one operation's completed records, and count them. `MemoryStore` is the reference.
 
 use bytes::Bytes;
-use idem_runtime::RecordKey;
-use idem_runtime::clock::Timestamp;
-use idem_runtime::store::records::{Forgotten, RecordFilter, RecordInfo, RecordState, RecordStats};
-use idem_runtime::store::{Admin, Claim, ClaimRequest, Completion, Fence, LeaseToken, Store};
 
-use crate::support::*;
+use super::support::*;
+use crate::clock::Timestamp;
+use crate::key::RecordKey;
+use crate::store::records::{Forgotten, RecordFilter, RecordInfo, RecordState, RecordStats};
+use crate::store::{Admin, Claim, ClaimRequest, Completion, Fence, LeaseToken, Store};
 
 /// Who a record belongs to: operation, scope, scope value.
 type Owner = (&'static str, &'static str, &'static str);
@@ -63,7 +63,7 @@ fn payload(n: u8) -> Vec<u8> {
     vec![n; 40 + usize::from(n)]
 }
 
-async fn list<S: Store>(store: &S, filter: &RecordFilter, now: Timestamp) -> Vec<RecordInfo> {
+async fn list<S: Admin>(store: &S, filter: &RecordFilter, now: Timestamp) -> Vec<RecordInfo> {
     store.list_records(filter, now, 100).await.expect("list")
 }
 
@@ -81,7 +81,9 @@ async fn three<S: Store>(store: &S) -> LeaseToken {
     t2
 }
 
-pub(crate) async fn records_list_what_operators_read<S: Store + Clone>(store: S) {
+/// Listings show each record's operation, scope, state, status and times, oldest first, bounded
+/// by the limit; expired records show as expired until removed.
+pub async fn records_list_what_operators_read<S: Store + Admin + Clone>(store: S) {
     three(&store).await;
     let now = at(ms(4000));
     let all = list(&store, &RecordFilter::new(), now).await;
@@ -138,7 +140,9 @@ pub(crate) async fn records_list_what_operators_read<S: Store + Clone>(store: S)
     );
 }
 
-pub(crate) async fn filters_select_by_operation_state_scope_and_age<S: Store + Clone>(store: S) {
+/// Record filters select by operation, state, scope, scope value, creation time and completion
+/// window, and combine.
+pub async fn filters_select_by_operation_state_scope_and_age<S: Store + Admin + Clone>(store: S) {
     three(&store).await;
     let now = at(HOUR);
     let select = async |filter: RecordFilter| keys(&list(&store, &filter, now).await);
@@ -175,7 +179,9 @@ pub(crate) async fn filters_select_by_operation_state_scope_and_age<S: Store + C
     assert_eq!(select(both).await, []);
 }
 
-pub(crate) async fn a_record_is_read_with_its_payload<S: Store + Clone>(store: S) {
+/// Reading a record returns what a listing shows, with its payload once completed and none
+/// while in flight.
+pub async fn a_record_is_read_with_its_payload<S: Store + Admin + Clone>(store: S) {
     three(&store).await;
     let (done, payload) = store.read_record(&key(1)).await.unwrap().expect("record 1");
     assert_eq!(done.key, key(1));
@@ -195,7 +201,9 @@ pub(crate) async fn a_record_is_read_with_its_payload<S: Store + Clone>(store: S
     assert_eq!(listed, [running]);
 }
 
-pub(crate) async fn forget_refuses_a_live_owner_and_deletes_the_rest<S: Store + Clone>(store: S) {
+/// Forgetting without force refuses a record whose lease is live and deletes completed and
+/// lapsed ones, so their key runs again.
+pub async fn forget_refuses_a_live_owner_and_deletes_the_rest<S: Store + Admin + Clone>(store: S) {
     let t2 = three(&store).await;
     let now = at(ms(4000));
     // The refunds owner is running: refused, and it still completes.
@@ -227,7 +235,9 @@ pub(crate) async fn forget_refuses_a_live_owner_and_deletes_the_rest<S: Store + 
     );
 }
 
-pub(crate) async fn forced_forget_fences_the_owner_out<S: Store + Clone>(store: S) {
+/// A forced forget deletes a running record; its owner's later writes find nothing of theirs,
+/// before and after a new claim.
+pub async fn forced_forget_fences_the_owner_out<S: Store + Admin + Clone>(store: S) {
     let t2 = three(&store).await;
     let now = at(ms(4000));
     let forgotten = store.forget_record(&key(2), now, true).await.unwrap();
@@ -251,7 +261,8 @@ pub(crate) async fn forced_forget_fences_the_owner_out<S: Store + Clone>(store: 
     }
 }
 
-pub(crate) async fn purge_takes_completed_records_of_one_window<S: Store + Clone>(store: S) {
+/// Purging records deletes at most `limit` completed ones the filter selects, never one in flight.
+pub async fn purge_takes_completed_records_of_one_window<S: Store + Admin + Clone>(store: S) {
     // Charges completed at 10, 20, 30 and 40 s; one in flight; a refund completed at 20 s.
     for (n, done) in [(1u8, 10_000), (2, 20_000), (3, 30_000), (4, 40_000)] {
         let t = claim_as(&store, n, CHARGES, at(ms(0)), at(TTL)).await;
@@ -290,7 +301,9 @@ pub(crate) async fn purge_takes_completed_records_of_one_window<S: Store + Clone
     );
 }
 
-pub(crate) async fn stats_count_by_operation_and_state<S: Store + Clone>(store: S) {
+/// Record stats count by operation and state under a filter, with the oldest in-flight record's
+/// creation time.
+pub async fn stats_count_by_operation_and_state<S: Store + Admin + Clone>(store: S) {
     three(&store).await;
     claim_as(&store, 4, REFUNDS, at(ms(2500)), at(TTL)).await;
     let now = at(HOUR);

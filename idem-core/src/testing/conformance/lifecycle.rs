@@ -1,48 +1,53 @@
 //! One record's life: claim, complete or release, replay, leases, fencing, expiry.
 
-use idem_runtime::store::{ClaimRequest, Fence, Store};
+use super::support::*;
+use crate::store::{ClaimRequest, Fence, Store};
 
-use crate::support::*;
-
-pub(crate) async fn claim_complete_replay<S: Store + Clone>(store: S) {
-    let (k, f, ok) = (key(1), fp(1), response(r#"{"id":"ch_1"}"#));
+/// A claimed and completed record replays its payload to every retry until it expires, and its
+/// former owner's token writes nothing more.
+pub async fn claim_complete_replay<S: Store + Clone>(store: S) {
+    let (k, f, ok) = (key(1), fp(1), br#"{"id":"ch_1"}"#.as_slice());
     assert_eq!(claim(&store, &k, &f, token(1), at(ms(0))).await, ACQUIRED);
-    let held = complete(&store, &k, token(1), &ok, at(TTL)).await;
+    let held = complete(&store, &k, token(1), ok, at(TTL)).await;
     assert_eq!(held, Fence::Held);
     // Every retry until expiry replays, whatever its token.
     for (t, now) in [(2, ms(1)), (3, HOUR), (4, TTL - ms(1))] {
         assert_eq!(
             claim(&store, &k, &f, token(t), at(now)).await,
-            completed(f, &ok)
+            completed(f, ok)
         );
     }
     // The owner's token no longer writes: the record is completed, not in flight.
-    let other = response("overwritten");
-    let late = complete(&store, &k, token(1), &other, at(TTL)).await;
+    let other = b"overwritten".as_slice();
+    let late = complete(&store, &k, token(1), other, at(TTL)).await;
     assert_eq!(late, Fence::Lost);
     assert_eq!(renew(&store, &k, token(1), at(TTL)).await, Fence::Lost);
     assert_eq!(release(&store, &k, token(1)).await, Fence::Lost);
     assert_eq!(
         claim(&store, &k, &f, token(5), at(ms(2))).await,
-        completed(f, &ok)
+        completed(f, ok)
     );
 }
 
-pub(crate) async fn completed_records_are_never_taken_over<S: Store + Clone>(store: S) {
-    let (k, f, ok) = (key(1), fp(1), response("done"));
+/// A completed record replays long after its claim's lease would have lapsed: completion ends
+/// the lease.
+pub async fn completed_records_are_never_taken_over<S: Store + Clone>(store: S) {
+    let (k, f, ok) = (key(1), fp(1), b"done".as_slice());
     assert_eq!(claim(&store, &k, &f, token(1), at(ms(0))).await, ACQUIRED);
     assert_eq!(
-        complete(&store, &k, token(1), &ok, at(TTL)).await,
+        complete(&store, &k, token(1), ok, at(TTL)).await,
         Fence::Held
     );
     // Long after the claim's lease would have lapsed, the same request still replays.
     assert_eq!(
         claim(&store, &k, &f, token(2), at(LEASE * 10)).await,
-        completed(f, &ok)
+        completed(f, ok)
     );
 }
 
-pub(crate) async fn in_flight_duplicates_are_reported<S: Store + Clone>(store: S) {
+/// While the owner's lease runs, up to its last millisecond, a duplicate is told who holds the
+/// record and changes nothing.
+pub async fn in_flight_duplicates_are_reported<S: Store + Clone>(store: S) {
     let (k, f) = (key(1), fp(1));
     assert_eq!(claim(&store, &k, &f, token(1), at(ms(0))).await, ACQUIRED);
     let owner = in_flight(f, at(LEASE));
@@ -59,7 +64,9 @@ pub(crate) async fn in_flight_duplicates_are_reported<S: Store + Clone>(store: S
     );
 }
 
-pub(crate) async fn fingerprint_mismatch_while_in_flight<S: Store + Clone>(store: S) {
+/// A different request (another fingerprint) is reported the owner's fingerprint and never
+/// takes the record over, even once the lease has lapsed.
+pub async fn fingerprint_mismatch_while_in_flight<S: Store + Clone>(store: S) {
     let (k, mine, theirs) = (key(1), fp(1), fp(2));
     assert_eq!(
         claim(&store, &k, &mine, token(1), at(ms(0))).await,
@@ -72,34 +79,38 @@ pub(crate) async fn fingerprint_mismatch_while_in_flight<S: Store + Clone>(store
     assert_eq!(claim(&store, &k, &theirs, token(2), at(LEASE)).await, owner);
     assert_eq!(claim(&store, &k, &theirs, token(2), at(HOUR)).await, owner);
     // The owner is still the owner.
-    let ok = response("mine");
+    let ok = b"mine".as_slice();
     assert_eq!(
-        complete(&store, &k, token(1), &ok, at(TTL)).await,
+        complete(&store, &k, token(1), ok, at(TTL)).await,
         Fence::Held
     );
 }
 
-pub(crate) async fn fingerprint_mismatch_once_completed<S: Store + Clone>(store: S) {
-    let (k, mine, theirs, ok) = (key(1), fp(1), fp(2), response("mine"));
+/// A different request finds the completed record with the fingerprint of the request that
+/// produced it.
+pub async fn fingerprint_mismatch_once_completed<S: Store + Clone>(store: S) {
+    let (k, mine, theirs, ok) = (key(1), fp(1), fp(2), b"mine".as_slice());
     assert_eq!(
         claim(&store, &k, &mine, token(1), at(ms(0))).await,
         ACQUIRED
     );
     assert_eq!(
-        complete(&store, &k, token(1), &ok, at(TTL)).await,
+        complete(&store, &k, token(1), ok, at(TTL)).await,
         Fence::Held
     );
     assert_eq!(
         claim(&store, &k, &theirs, token(2), at(ms(1))).await,
-        completed(mine, &ok)
+        completed(mine, ok)
     );
     assert_eq!(
         claim(&store, &k, &theirs, token(2), at(LEASE * 2)).await,
-        completed(mine, &ok)
+        completed(mine, ok)
     );
 }
 
-pub(crate) async fn lapsed_lease_is_taken_over_by_the_same_request<S: Store + Clone>(store: S) {
+/// At `lease_until` the same request takes a lapsed record over, again and again; only the
+/// latest owner completes it.
+pub async fn lapsed_lease_is_taken_over_by_the_same_request<S: Store + Clone>(store: S) {
     let (k, f) = (key(1), fp(1));
     assert_eq!(claim(&store, &k, &f, token(1), at(ms(0))).await, ACQUIRED);
     // `lease_until <= now` has lapsed: the boundary belongs to the next claimant.
@@ -115,22 +126,24 @@ pub(crate) async fn lapsed_lease_is_taken_over_by_the_same_request<S: Store + Cl
         TOOK_OVER
     );
     // Only the latest owner completes; its response is what retries get.
-    let (old, new) = (response("second"), response("third"));
+    let (old, new) = (b"second".as_slice(), b"third".as_slice());
     assert_eq!(
-        complete(&store, &k, token(2), &old, at(TTL)).await,
+        complete(&store, &k, token(2), old, at(TTL)).await,
         Fence::Lost
     );
     assert_eq!(
-        complete(&store, &k, token(3), &new, at(TTL)).await,
+        complete(&store, &k, token(3), new, at(TTL)).await,
         Fence::Held
     );
     assert_eq!(
         claim(&store, &k, &f, token(4), at(LEASE * 3)).await,
-        completed(f, &new)
+        completed(f, new)
     );
 }
 
-pub(crate) async fn renew_extends_the_lease<S: Store + Clone>(store: S) {
+/// Renewal moves the lease: the record is in flight until the new `lease_until`, taken over
+/// from then on.
+pub async fn renew_extends_the_lease<S: Store + Clone>(store: S) {
     let (k, f) = (key(1), fp(1));
     assert_eq!(claim(&store, &k, &f, token(1), at(ms(0))).await, ACQUIRED);
     assert_eq!(
@@ -147,7 +160,9 @@ pub(crate) async fn renew_extends_the_lease<S: Store + Clone>(store: S) {
     );
 }
 
-pub(crate) async fn displaced_owner_is_fenced_out<S: Store + Clone>(store: S) {
+/// A displaced owner's late renewal, completion and release are refused and leave the new
+/// owner's record as it was.
+pub async fn displaced_owner_is_fenced_out<S: Store + Clone>(store: S) {
     let (k, f) = (key(1), fp(1));
     let (displaced, owner, other) = (token(1), token(2), token(3));
     assert_eq!(claim(&store, &k, &f, displaced, at(ms(0))).await, ACQUIRED);
@@ -158,9 +173,9 @@ pub(crate) async fn displaced_owner_is_fenced_out<S: Store + Clone>(store: S) {
     // Each late write by the displaced owner is refused and leaves the new owner's record as is.
     assert_eq!(renew(&store, &k, displaced, at(HOUR)).await, Fence::Lost);
     assert_eq!(claim(&store, &k, &f, other, now).await, owners_record);
-    let stale = response("stale");
+    let stale = b"stale".as_slice();
     assert_eq!(
-        complete(&store, &k, displaced, &stale, at(TTL)).await,
+        complete(&store, &k, displaced, stale, at(TTL)).await,
         Fence::Lost
     );
     assert_eq!(claim(&store, &k, &f, other, now).await, owners_record);
@@ -173,9 +188,9 @@ pub(crate) async fn displaced_owner_is_fenced_out<S: Store + Clone>(store: S) {
         claim(&store, &k, &f, other, at(LEASE * 3)).await,
         in_flight(f, at(LEASE * 4))
     );
-    let fresh = response("fresh");
+    let fresh = b"fresh".as_slice();
     assert_eq!(
-        complete(&store, &k, owner, &fresh, at(TTL)).await,
+        complete(&store, &k, owner, fresh, at(TTL)).await,
         Fence::Held
     );
     // A release arriving after completion cannot delete the stored response.
@@ -183,15 +198,17 @@ pub(crate) async fn displaced_owner_is_fenced_out<S: Store + Clone>(store: S) {
     assert_eq!(release(&store, &k, owner).await, Fence::Lost);
     assert_eq!(
         claim(&store, &k, &f, other, at(LEASE * 5)).await,
-        completed(f, &fresh)
+        completed(f, fresh)
     );
 }
 
-pub(crate) async fn fenced_writes_need_the_token_and_a_record<S: Store + Clone>(store: S) {
-    let (k, f, ok) = (key(1), fp(1), response("ok"));
+/// Completion, renewal and release need a record and its owner's token: without either they
+/// write (and create) nothing.
+pub async fn fenced_writes_need_the_token_and_a_record<S: Store + Clone>(store: S) {
+    let (k, f, ok) = (key(1), fp(1), b"ok".as_slice());
     // Nothing to write to: no record is created.
     assert_eq!(
-        complete(&store, &k, token(1), &ok, at(TTL)).await,
+        complete(&store, &k, token(1), ok, at(TTL)).await,
         Fence::Lost
     );
     assert_eq!(renew(&store, &k, token(1), at(LEASE)).await, Fence::Lost);
@@ -199,7 +216,7 @@ pub(crate) async fn fenced_writes_need_the_token_and_a_record<S: Store + Clone>(
     assert_eq!(claim(&store, &k, &f, token(1), at(ms(0))).await, ACQUIRED);
     // A token that never owned the record writes nothing either.
     assert_eq!(
-        complete(&store, &k, token(9), &ok, at(TTL)).await,
+        complete(&store, &k, token(9), ok, at(TTL)).await,
         Fence::Lost
     );
     assert_eq!(renew(&store, &k, token(9), at(HOUR)).await, Fence::Lost);
@@ -210,17 +227,19 @@ pub(crate) async fn fenced_writes_need_the_token_and_a_record<S: Store + Clone>(
     );
 }
 
-pub(crate) async fn expired_records_are_invisible<S: Store + Clone>(store: S) {
+/// A record does not exist from its `expires_at` on, completed or in flight with a live lease;
+/// its old owner has lost it.
+pub async fn expired_records_are_invisible<S: Store + Clone>(store: S) {
     // A completed record: replayed until `expires_at`, gone from then on.
-    let (k, f, ok) = (key(1), fp(1), response("ok"));
+    let (k, f, ok) = (key(1), fp(1), b"ok".as_slice());
     assert_eq!(claim(&store, &k, &f, token(1), at(ms(0))).await, ACQUIRED);
     assert_eq!(
-        complete(&store, &k, token(1), &ok, at(HOUR)).await,
+        complete(&store, &k, token(1), ok, at(HOUR)).await,
         Fence::Held
     );
     assert_eq!(
         claim(&store, &k, &f, token(2), at(HOUR - ms(1))).await,
-        completed(f, &ok)
+        completed(f, ok)
     );
     // Any request may claim it at `expires_at`, and it is a new record, not a takeover.
     assert_eq!(
@@ -260,26 +279,29 @@ pub(crate) async fn expired_records_are_invisible<S: Store + Clone>(store: S) {
     );
     // Its old owner has lost it.
     assert_eq!(
-        complete(&store, &k2, token(4), &ok, at(TTL)).await,
+        complete(&store, &k2, token(4), ok, at(TTL)).await,
         Fence::Lost
     );
 }
 
-pub(crate) async fn completion_sets_the_expiry<S: Store + Clone>(store: S) {
-    let (k, f, ok) = (key(1), fp(1), response("ok"));
+/// Completion replaces the claim's expiry with its own.
+pub async fn completion_sets_the_expiry<S: Store + Clone>(store: S) {
+    let (k, f, ok) = (key(1), fp(1), b"ok".as_slice());
     // Claimed to expire in a day, completed to expire in an hour.
     assert_eq!(
         claim_until(&store, &k, &f, token(1), at(ms(0)), at(TTL)).await,
         ACQUIRED
     );
     assert_eq!(
-        complete(&store, &k, token(1), &ok, at(HOUR)).await,
+        complete(&store, &k, token(1), ok, at(HOUR)).await,
         Fence::Held
     );
     assert_eq!(claim(&store, &k, &f, token(2), at(HOUR)).await, ACQUIRED);
 }
 
-pub(crate) async fn released_record_is_claimable_again<S: Store + Clone>(store: S) {
+/// A released record is gone, so the next request starts afresh; a second release does not
+/// delete the new record.
+pub async fn released_record_is_claimable_again<S: Store + Clone>(store: S) {
     let (k, f) = (key(1), fp(1));
     assert_eq!(claim(&store, &k, &f, token(1), at(ms(0))).await, ACQUIRED);
     assert_eq!(release(&store, &k, token(1)).await, Fence::Held);
@@ -296,8 +318,9 @@ pub(crate) async fn released_record_is_claimable_again<S: Store + Clone>(store: 
     );
 }
 
-pub(crate) async fn keys_are_independent<S: Store + Clone>(store: S) {
-    let (f, ok) = (fp(1), response("one"));
+/// What happens to one key's record never touches another's.
+pub async fn keys_are_independent<S: Store + Clone>(store: S) {
+    let (f, ok) = (fp(1), b"one".as_slice());
     assert_eq!(
         claim(&store, &key(1), &f, token(1), at(ms(0))).await,
         ACQUIRED
@@ -307,7 +330,7 @@ pub(crate) async fn keys_are_independent<S: Store + Clone>(store: S) {
         ACQUIRED
     );
     assert_eq!(
-        complete(&store, &key(1), token(1), &ok, at(TTL)).await,
+        complete(&store, &key(1), token(1), ok, at(TTL)).await,
         Fence::Held
     );
     assert_eq!(
@@ -317,6 +340,6 @@ pub(crate) async fn keys_are_independent<S: Store + Clone>(store: S) {
     assert_eq!(release(&store, &key(2), token(1)).await, Fence::Held);
     assert_eq!(
         claim(&store, &key(1), &f, token(2), at(ms(2))).await,
-        completed(f, &ok)
+        completed(f, ok)
     );
 }
