@@ -28,8 +28,8 @@
 //! - [`idempotent`]: the attribute and its arguments.
 //! - [`IdempotencyLayer`]: the tower layer, for every mutating route of a router at once.
 //! - [`Idempotency`]: the engine, built with [`Builder`]: store, scopes, header name, limits.
-//! - [`store`]: the [`Store`](store::Store) trait and the memory, SQLite, PostgreSQL and Redis
-//!   stores.
+//! - [`store`]: the [`Store`](store::Store) contract and the stores: memory, SQLite, PostgreSQL,
+//!   Redis, object storage and DynamoDB, each from a crate of its own (the table below).
 //! - [`Rejection`]: the `application/problem+json` answers the engine gives itself.
 //! - [`InvocationDeadline`] and [`Builder::background_work`]: serverless runtimes (AWS Lambda),
 //!   where a process is frozen between requests.
@@ -38,15 +38,17 @@
 //!
 //! # Feature flags
 //!
-//! | feature | adds |
-//! |---|---|
-//! | `sqlite` | `store::SqliteStore`, on sqlx with a bundled SQLite, and atomic mode on it (`Tx<sqlx::Sqlite>`) |
-//! | `postgres` | `store::PostgresStore`, on sqlx, and atomic mode on it (`Tx<sqlx::Postgres>`) |
-//! | `object-store` | `store::BucketStore`: records in an object store (S3, GCS, Azure, in memory) through the `object_store` crate, whose backend features the application enables |
-//! | `redis` | `store::RedisStore`, on the `redis` crate (Lua scripts, a reconnecting connection manager, expiry by Redis); no atomic mode |
-//! | `cluster` | `RedisStore::cluster_builder`: the same store on Redis Cluster |
-//! | `utoipa` | `openapi::IdempotencyDoc`: the key header and the engine's answers in a utoipa OpenAPI document |
-//! | `lambda` | `lambda::DeadlineLayer`: the same handlers on AWS Lambda with `lambda_http`, each request's lease ending with its invocation |
+//! | feature | adds | from the crate |
+//! |---|---|---|
+//! | `sqlite` | `store::SqliteStore`, on sqlx with a bundled SQLite, and atomic mode on it (`Tx<sqlx::Sqlite>`) | `idem-sqlx` |
+//! | `postgres` | `store::PostgresStore`, on sqlx, and atomic mode on it (`Tx<sqlx::Postgres>`) | `idem-sqlx` |
+//! | `object-store` | `store::BucketStore`: records in an object store (S3, GCS, Azure, in memory) through the `object_store` crate, whose backend features the application enables | `idem-object-store` |
+//! | `redis` | `store::RedisStore`, on the `redis` crate (Lua scripts, a reconnecting connection manager, expiry by Redis); no atomic mode | `idem-redis` |
+//! | `cluster` | `RedisStore::cluster_builder`: the same store on Redis Cluster | `idem-redis` |
+//! | `dynamodb` | `store::DynamoDbStore`, on the application's `aws_sdk_dynamodb::Client` | `idem-dynamodb` |
+//! | `tonic` | `grpc`: `#[idempotent]` on the methods of a tonic service | |
+//! | `utoipa` | `openapi::IdempotencyDoc`: the key header and the engine's answers in a utoipa OpenAPI document | |
+//! | `lambda` | `lambda::DeadlineLayer`: the same handlers on AWS Lambda with `lambda_http`, each request's lease ending with its invocation | `idem-lambda` |
 //!
 //! None is on by default: the memory store needs none. With both `sqlite` and `postgres`,
 //! `AnyTx` takes whichever store the engine was built with.
@@ -70,7 +72,10 @@ mod rpc;
 mod adapters;
 #[cfg(feature = "lambda")]
 #[cfg_attr(docsrs, doc(cfg(feature = "lambda")))]
-pub mod lambda;
+#[doc = include_str!("docs/lambda.md")]
+pub mod lambda {
+    pub use idem_lambda::{DeadlineLayer, DeadlineService, deadline_of, invocation_deadline};
+}
 #[cfg(feature = "utoipa")]
 #[cfg_attr(docsrs, doc(cfg(feature = "utoipa")))]
 pub mod openapi;
@@ -101,8 +106,8 @@ pub use crate::adapters::operation::{
 pub use crate::adapters::tx::AnyTx;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 #[cfg_attr(docsrs, doc(cfg(any(feature = "sqlite", feature = "postgres"))))]
-pub use crate::adapters::tx::{AtomicParam, Tx};
-pub use crate::http::endpoint::{AtomicNeed, Endpoint, KeyMode};
+pub use crate::adapters::tx::Tx;
+pub use crate::http::endpoint::KeyMode;
 pub use crate::http::rejection::Rejection;
 pub use crate::http::response::{REPLAYED_HEADER, StoredResponse};
 pub use crate::http::settings::GLOBAL_SCOPE;

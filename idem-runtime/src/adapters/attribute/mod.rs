@@ -21,6 +21,8 @@
 use std::marker::PhantomData;
 
 pub use crate::adapters::flow::{Prepared, Started, begin};
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+pub use crate::adapters::tx::AtomicParam;
 pub use crate::http::endpoint::{AtomicNeed, Endpoint, KeyMode, Registration};
 pub use crate::http::request::fingerprint_of_request;
 pub use axum::body::Body;

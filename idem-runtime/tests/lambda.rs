@@ -1,9 +1,11 @@
 //! The deadline a Lambda invocation gives its requests, read from `lambda_http`'s context, and
 //! what the engine makes of it through the HTTP face: the engine's test clock stands for the
 //! wall clock.
+#![cfg(feature = "lambda")]
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use axum::Router;
@@ -14,10 +16,10 @@ use http::StatusCode;
 use lambda_http::RequestExt;
 use tower::ServiceExt;
 
-use super::*;
-use crate::clock::{Clock, ManualClock};
-use crate::store::MemoryStore;
-use crate::{Idempotency, InvocationDeadline};
+use idem_runtime::clock::{Clock, ManualClock};
+use idem_runtime::lambda::{DeadlineLayer, deadline_of, invocation_deadline};
+use idem_runtime::store::MemoryStore;
+use idem_runtime::{Idempotency, InvocationDeadline};
 
 const LEASE: Duration = Duration::from_secs(30);
 
