@@ -1,6 +1,6 @@
 //! A store of one's own for idem, written against `idem-core`'s public contract alone: records
-//! in a `BTreeMap` behind a mutex. It is the example of `docs/own-store.md`; its test runs the
-//! conformance suite every built-in store runs.
+//! in a `BTreeMap` behind a mutex. It is the example of `docs/own-store.md`; its tests run the
+//! conformance suite and the model-based test every built-in store runs.
 //!
 //! A real store keeps its records somewhere that outlives the process; what it must do with
 //! them is all here: claims that are atomic per key, writes fenced by the owner's token, expiry,

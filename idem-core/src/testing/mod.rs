@@ -1,6 +1,9 @@
 //! What a store's tests share (feature `testing`): a clock near a fixed instant, distinct keys,
-//! and a claim request for a minute's lease; and [`conformance`], the suite every store runs to
-//! prove it keeps the [`Store`](crate::store::Store) contract.
+//! and a claim request for a minute's lease; [`conformance`], the suite every store runs to
+//! prove it keeps the [`Store`](crate::store::Store) contract; and [`model`], the model-based
+//! property test every store runs too, random sequences of operations checked answer for answer
+//! against a reference model, which a store of one's own runs from a `#[test]` with
+//! `idem_core::testing::model::check(|| async { MyStore::new() }, 256)`.
 
 use crate::clock::Timestamp;
 use crate::fingerprint::Fingerprint;
@@ -8,6 +11,7 @@ use crate::key::RecordKey;
 use crate::store::{ClaimRequest, LeaseToken};
 
 pub mod conformance;
+pub mod model;
 
 /// The instant the tests' clocks count from, in milliseconds since the Unix epoch.
 pub const T0: i64 = 1_700_000_000_250;
