@@ -11,7 +11,7 @@
 //!
 //! Nothing here names HTTP, axum, a database driver or a response type. A record's payload is
 //! opaque bytes that a face encodes and decodes; the first two bytes are its format tag
-//! ([`format`]) and version (the HTTP response encoding starts `0x1d 0x01`), so a payload
+//! ([`format`](mod@format)) and version (the HTTP response encoding starts `0x1d 0x01`), so a payload
 //! written by an older release is recognised, not misread.
 //!
 //! Applications use idem through `idem-runtime`, which re-exports what they need; a crate that

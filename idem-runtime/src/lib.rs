@@ -72,8 +72,8 @@ mod rpc;
 mod adapters;
 #[cfg(feature = "lambda")]
 #[cfg_attr(docsrs, doc(cfg(feature = "lambda")))]
-#[doc = include_str!("docs/lambda.md")]
 pub mod lambda {
+    #![doc = include_str!("docs/lambda.md")]
     pub use idem_lambda::{DeadlineLayer, DeadlineService, deadline_of, invocation_deadline};
 }
 #[cfg(feature = "utoipa")]
