@@ -18,9 +18,10 @@
 
 use std::time::Duration;
 
+use idem_runtime::RecordKey;
 use idem_runtime::clock::{Clock, SystemClock, Timestamp};
+use idem_runtime::store::Fingerprint;
 use idem_runtime::store::{ClaimRequest, Completion, LeaseToken, MemoryStore, Store};
-use idem_runtime::{Fingerprint, RecordKey};
 use sha2::{Digest, Sha256};
 
 /// Bytes of response each preloaded record holds.

@@ -2,7 +2,7 @@
 
 use http::{HeaderValue, Method, Uri};
 use idem_runtime::__private::fingerprint_of_request;
-use idem_runtime::Fingerprint;
+use idem_runtime::store::Fingerprint;
 use sha2::{Digest, Sha256};
 
 use crate::reference;

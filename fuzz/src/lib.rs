@@ -40,7 +40,8 @@ pub use numbers::json_numbers;
 #[allow(dead_code, unreachable_pub)]
 mod ttl_parser;
 
-use idem_runtime::{Fingerprint, IdempotencyKey, MAX_KEY_LEN, RecordKey, StoredResponse};
+use idem_runtime::store::Fingerprint;
+use idem_runtime::{IdempotencyKey, MAX_KEY_LEN, RecordKey, StoredResponse};
 use sha2::{Digest, Sha256};
 
 /// `IdempotencyKey::parse` agrees with [`reference::parse_key`]; an accepted key is 1..=255
@@ -111,7 +112,7 @@ fn respaced(json: &[u8], seed: u8) -> Vec<u8> {
 
 /// One document's canonical form, compared with the reference, and its fingerprint.
 fn one_document(data: &[u8], seed: u8) -> (Option<Vec<u8>>, Fingerprint) {
-    let canonical = idem_runtime::canonical_json(data);
+    let canonical = idem_core::fingerprint::canonical_json(data);
     let expected = reference::canonical_json(data);
     assert_eq!(
         canonical,
@@ -128,7 +129,7 @@ fn one_document(data: &[u8], seed: u8) -> (Option<Vec<u8>>, Fingerprint) {
             // (version 2 numbers never go through a float).
             let text = String::from_utf8_lossy(c);
             assert_eq!(
-                idem_runtime::canonical_json(c).as_ref(),
+                idem_core::fingerprint::canonical_json(c).as_ref(),
                 Some(c),
                 "fixed point {text}"
             );
@@ -141,7 +142,7 @@ fn one_document(data: &[u8], seed: u8) -> (Option<Vec<u8>>, Fingerprint) {
                 String::from_utf8_lossy(&spaced)
             );
             assert_eq!(
-                idem_runtime::canonical_json(&respaced(c, seed)).as_ref(),
+                idem_core::fingerprint::canonical_json(&respaced(c, seed)).as_ref(),
                 Some(c),
                 "respaced {text}"
             );

@@ -167,7 +167,7 @@ fn exponent_digits(exponent: i128) -> usize {
 /// The canonical form of a single number token, as text, after checking it against the
 /// reference; a form is checked to be a fixed point and a JSON number.
 fn canonical(token: &str) -> Option<String> {
-    let got = idem_runtime::canonical_json(token.as_bytes());
+    let got = idem_core::fingerprint::canonical_json(token.as_bytes());
     assert_eq!(
         got,
         reference::canonical_json(token.as_bytes()),
@@ -175,7 +175,7 @@ fn canonical(token: &str) -> Option<String> {
     );
     let form = String::from_utf8(got?).expect("canonical JSON is UTF-8");
     assert_eq!(
-        idem_runtime::canonical_json(form.as_bytes()).as_deref(),
+        idem_core::fingerprint::canonical_json(form.as_bytes()).as_deref(),
         Some(form.as_bytes()),
         "{token:?} gives {form:?}, which is not its own canonical form"
     );

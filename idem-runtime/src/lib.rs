@@ -115,7 +115,6 @@ pub use crate::idempotency::{BuildError, Builder, Idempotency, RecordDetail, Rec
 pub use idem_core::clock;
 pub use idem_core::engine::{Commits, InFlightMode, InvocationDeadline};
 pub use idem_core::error::{KeyError, StoreError};
-pub use idem_core::fingerprint::{Fingerprint, canonical_json};
 pub use idem_core::key::{IdempotencyKey, MAX_KEY_LEN, RecordKey};
 
 #[doc = include_str!("docs/idempotent.md")]

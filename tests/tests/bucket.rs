@@ -21,11 +21,12 @@ use object_store::{
 };
 
 use idem_runtime::clock::Timestamp;
+use idem_runtime::store::Fingerprint;
 use idem_runtime::store::records::{Forgotten, RecordFilter};
 use idem_runtime::store::{
     Admin, BucketStore, Claim, ClaimRequest, Completion, Fence, LeaseToken, Store,
 };
-use idem_runtime::{Fingerprint, RecordKey, StoreError};
+use idem_runtime::{RecordKey, StoreError};
 use tokio::sync::Notify;
 
 #[tokio::test]

@@ -18,11 +18,12 @@ use axum::http::{Request, StatusCode};
 use axum::routing::post;
 use http_body_util::BodyExt;
 use idem_runtime::clock::{ManualClock, Timestamp};
+use idem_runtime::store::Fingerprint;
 use idem_runtime::store::records::{RecordFilter, RecordState};
 use idem_runtime::store::{
     Admin, Claim, ClaimRequest, Completion, DynamoDbStore, Fence, LeaseToken, Store,
 };
-use idem_runtime::{Fingerprint, Idempotency, RecordKey, StoreError};
+use idem_runtime::{Idempotency, RecordKey, StoreError};
 use idem_tests::db::unique_name;
 use idem_tests::dynamodb::{
     delete_table, dynamodb_addr, dynamodb_client, dynamodb_endpoint, dynamodb_store_builder,

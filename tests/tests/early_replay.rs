@@ -149,7 +149,7 @@ async fn only_live_completed_records_are_peeked() {
     assert!(capabilities_of(store.clone()).reads_in_process().is_some());
     assert!(capabilities_of(remote(&store)).reads_in_process().is_none());
     let key = RecordKey::from_bytes([7; 32]);
-    let fingerprint = idem_runtime::Fingerprint::of_bytes(b"x");
+    let fingerprint = idem_runtime::store::Fingerprint::of_bytes(b"x");
     let now = Timestamp::from_millis(1_000);
     let token = LeaseToken::random();
     assert_eq!(store.peek_completed(&key, now), None, "absent");

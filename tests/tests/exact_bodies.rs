@@ -17,9 +17,10 @@ use axum::http::{HeaderValue, Request, StatusCode};
 use axum::routing::post;
 use http_body_util::BodyExt;
 use idem_runtime::clock::{Clock, SystemClock};
+use idem_runtime::store::Fingerprint;
 use idem_runtime::store::{Claim, ClaimRequest, Completion, Fence, LeaseToken, Store};
 use idem_runtime::{
-    Fingerprint, Idempotency, IdempotencyKey, OperationError, RecordKey, StoredResponse, idempotent,
+    Idempotency, IdempotencyKey, OperationError, RecordKey, StoredResponse, idempotent,
 };
 use serde::Serialize;
 use sha2::{Digest, Sha256};

@@ -6,11 +6,12 @@ use std::future::Future;
 use std::time::Duration;
 
 use idem_runtime::clock::{Clock, SystemClock, Timestamp};
+use idem_runtime::store::Fingerprint;
 use idem_runtime::store::records::{Forgotten, RecordFilter, RecordState};
 use idem_runtime::store::{
     Admin, Claim, ClaimRequest, Completion, Fence, LeaseToken, RedisStore, Store,
 };
-use idem_runtime::{Fingerprint, RecordKey, StoreError};
+use idem_runtime::{RecordKey, StoreError};
 use idem_tests::db::unique_name;
 use idem_tests::{TestStore, redis_store, redis_url};
 use tokio::task::JoinSet;

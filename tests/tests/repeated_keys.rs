@@ -7,7 +7,8 @@
 //! cargo test -p idem-tests --test repeated_keys
 //! ```
 
-use idem_runtime::{Fingerprint, canonical_json};
+use idem_core::fingerprint::canonical_json;
+use idem_runtime::store::Fingerprint;
 
 #[test]
 fn a_repeated_key_is_hashed_byte_for_byte() {

@@ -8,9 +8,10 @@
 
 use std::time::Duration;
 
+use idem_runtime::RecordKey;
 use idem_runtime::clock::Timestamp;
+use idem_runtime::store::Fingerprint;
 use idem_runtime::store::{Claim, ClaimRequest, LeaseToken, SqliteStore, Store};
-use idem_runtime::{Fingerprint, RecordKey};
 
 async fn claim(store: &SqliteStore, n: u8) -> Claim {
     let key = RecordKey::from_bytes([n; 32]);

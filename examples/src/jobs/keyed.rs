@@ -3,7 +3,8 @@
 
 use std::time::Duration;
 
-use idem_runtime::{Fingerprint, IdempotencyKey};
+use idem_runtime::IdempotencyKey;
+use idem_runtime::store::Fingerprint;
 use object_store::path::Path;
 use serde::Serialize;
 use serde_json::value::RawValue;

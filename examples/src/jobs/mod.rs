@@ -116,8 +116,8 @@
 //! exactly. A record written by the previous release (whose fingerprint took numbers through
 //! `f64`) still answers a submit of its input ([`Fingerprint::of_json_v1`]).
 //!
-//! [`Fingerprint::of_json`]: idem_runtime::Fingerprint::of_json
-//! [`Fingerprint::of_json_v1`]: idem_runtime::Fingerprint::of_json_v1
+//! [`Fingerprint::of_json`]: idem_runtime::store::Fingerprint::of_json
+//! [`Fingerprint::of_json_v1`]: idem_runtime::store::Fingerprint::of_json_v1
 
 mod keyed;
 mod objects;

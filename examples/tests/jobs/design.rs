@@ -117,7 +117,7 @@ async fn inputs_keep_their_numbers_and_are_compared_by_them(backend: Backend) {
 
 #[tokio::test]
 async fn a_record_the_previous_release_wrote_still_answers_its_input() {
-    use idem_runtime::Fingerprint;
+    use idem_runtime::store::Fingerprint;
     use object_store::ObjectStoreExt as _;
 
     let h = Harness::new(Backend::Memory).await.unwrap();

@@ -17,6 +17,9 @@
 //! The contract itself is `idem-core`'s ([`idem_core::store`]), and each backend a crate of its
 //! own (`idem-sqlx`, `idem-redis`, `idem-object-store`, `idem-dynamodb`), all re-exported here.
 
+/// The fingerprint a [`ClaimRequest`] carries: a digest of the request that tells a retry from a
+/// key reused for another request.
+pub use idem_core::fingerprint::Fingerprint;
 pub use idem_core::store::{
     Admin, BoxFuture, Capabilities, Claim, ClaimRequest, Completion, DynAdmin, DynStore, Fence,
     Found, LeaseToken, MemoryStore, ReadInProcess, Store, records,

@@ -12,8 +12,9 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use bytes::Bytes;
 use idem_runtime::clock::Timestamp;
+use idem_runtime::store::Fingerprint;
 use idem_runtime::store::{Claim, ClaimRequest, Completion, Fence, LeaseToken, MemoryStore, Store};
-use idem_runtime::{Fingerprint, RecordKey, StoreError, StoredResponse};
+use idem_runtime::{RecordKey, StoreError, StoredResponse};
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use turmoil::net::{TcpListener, TcpStream};
