@@ -54,7 +54,7 @@ use steps::KEYS;
 /// What a run did when every case passed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
-pub struct Report {
+pub struct Checked {
     /// How many random sequences ran and passed.
     pub cases: u32,
     /// How many steps they held in all.
@@ -100,7 +100,7 @@ impl std::error::Error for Failure {}
 /// # Panics
 /// When the store differs from the model, with the [`Failure`]: the differing answers and the
 /// shrunk sequence. Also when called inside a Tokio runtime, and when `fresh` panics.
-pub fn check<S, F, Fut>(fresh: F, cases: u32) -> Report
+pub fn check<S, F, Fut>(fresh: F, cases: u32) -> Checked
 where
     S: Store,
     F: FnOnce() -> Fut,
@@ -124,7 +124,7 @@ where
 ///
 /// [`check`] with a store the caller made and cleans up itself. Call it outside `runtime`, from
 /// a thread that can block.
-pub fn run<S: Store>(runtime: &Runtime, store: &S, cases: u32) -> Result<Report, Failure> {
+pub fn run<S: Store>(runtime: &Runtime, store: &S, cases: u32) -> Result<Checked, Failure> {
     let cases = std::env::var("PROPTEST_CASES")
         .ok()
         .and_then(|n| n.parse().ok())
@@ -138,7 +138,7 @@ pub fn run<S: Store>(runtime: &Runtime, store: &S, cases: u32) -> Result<Report,
 }
 
 /// [`run`] with proptest's `config` as it is.
-fn run_with<S: Store>(runtime: &Runtime, store: &S, config: Config) -> Result<Report, Failure> {
+fn run_with<S: Store>(runtime: &Runtime, store: &S, config: Config) -> Result<Checked, Failure> {
     let cases = config.cases;
     let mut runner = TestRunner::new(config);
     let steps = Cell::new(0);
@@ -149,7 +149,7 @@ fn run_with<S: Store>(runtime: &Runtime, store: &S, config: Config) -> Result<Re
             .map_err(TestCaseError::fail)
     });
     match result {
-        Ok(()) => Ok(Report {
+        Ok(()) => Ok(Checked {
             cases,
             steps: steps.get(),
         }),
