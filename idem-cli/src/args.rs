@@ -36,8 +36,8 @@ pub(crate) struct Cli {
     #[arg(long, global = true)]
     pub(crate) cluster: bool,
 
-    /// Give up (exit 1) when the store has not answered within this long.
-    #[arg(long, default_value = "30s", value_parser = duration, global = true)]
+    /// Give up (exit 1) when the store has not answered within this long; more than zero.
+    #[arg(long, default_value = "30s", value_parser = timeout, global = true)]
     pub(crate) timeout: Duration,
 
     /// Print one JSON document instead of a table.
@@ -148,6 +148,15 @@ pub(crate) struct Stats {
 
 fn duration(s: &str) -> Result<Duration, String> {
     humantime::parse_duration(s).map_err(|e| format!("{e} (examples: 30s, 10m, 2h, 3days)"))
+}
+
+/// A `--timeout`: a duration, and more than zero, whatever the store (a zero timeout could only
+/// ever time out).
+fn timeout(s: &str) -> Result<Duration, String> {
+    match duration(s)? {
+        Duration::ZERO => Err("must be more than zero (examples: 500ms, 30s, 2m)".to_owned()),
+        timeout => Ok(timeout),
+    }
 }
 
 fn time(s: &str) -> Result<SystemTime, String> {

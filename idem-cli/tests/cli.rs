@@ -198,6 +198,21 @@ async fn bad_arguments_exit_2() {
         let ran = nowhere.expect(2, args).await;
         assert!(!ran.stderr.is_empty(), "{args:?} says why: {ran:?}");
     }
+    // A timeout that could only ever time out is a bad argument on every store, refused before
+    // any connection is tried.
+    for url in [
+        "redis://127.0.0.1:1",
+        "sqlite://missing.db",
+        "postgres://127.0.0.1:1/app",
+        "s3://bucket",
+        "dynamodb://table",
+    ] {
+        for timeout in ["0s", "0ms", "-1s"] {
+            let flag = format!("--timeout={timeout}");
+            let ran = Target::new(url).expect(2, &["ls", &flag]).await;
+            assert!(ran.stderr.contains("--timeout"), "{url} {timeout}: {ran:?}");
+        }
+    }
     let unknown = Target::new("mysql://db/app").expect(2, &["ls"]).await;
     assert!(
         unknown.stderr.starts_with("idem: unknown store URL"),
