@@ -56,7 +56,10 @@ impl KeyFrom {
     pub(crate) fn derive(&self, message_id: Option<&str>, body: &str) -> Result<Derived, NoKey> {
         let (key, input) = match self {
             Self::MessageId => {
-                let id = message_id.ok_or(NoKey::NoMessageId)?;
+                // An empty id is no id: every such message would share the key `message:`.
+                let id = message_id
+                    .filter(|id| !id.is_empty())
+                    .ok_or(NoKey::NoMessageId)?;
                 (format!("message:{id}"), body.to_owned())
             }
             Self::BodyFingerprint => {
@@ -120,7 +123,7 @@ pub struct ParseKeyFromError(String);
 /// Why a record has no idempotency key: it is reported failed, and the others go on.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum NoKey {
-    /// The record carries no `messageId` (SQS always sends one).
+    /// The record carries no `messageId`, or an empty one (SQS always sends one).
     #[error("the record has no messageId")]
     NoMessageId,
     /// The body is not a JSON object, so it has no field to key on.
@@ -163,6 +166,14 @@ mod tests {
 
     #[test]
     fn a_record_without_its_key_says_why() {
+        // An empty messageId would key every such record `message:`, one record for all.
+        for id in [None, Some("")] {
+            assert_eq!(
+                KeyFrom::MessageId.derive(id, "{}").unwrap_err(),
+                NoKey::NoMessageId,
+                "{id:?}"
+            );
+        }
         let field = KeyFrom::Field("order_id".into());
         assert_eq!(
             field.derive(None, "plain text").unwrap_err(),
