@@ -117,6 +117,31 @@ impl GrpcMethod {
     pub(crate) fn metadata_name<'a>(&self, header: &'a HeaderName) -> &'a str {
         self.key_metadata.unwrap_or(header.as_str())
     }
+
+    /// Where a call's key was read, as its error messages name it: "the `request_id` field",
+    /// "the `idempotency-key` metadata entry", both; `None` (no key found) names every place
+    /// the method reads a key from.
+    pub(crate) fn key_places(&self, place: Option<KeyPlace>, entry: &str) -> String {
+        let metadata = format!("the `{entry}` metadata entry");
+        let field = |field: &str| format!("the `{field}` field");
+        match (place, self.key_field) {
+            (Some(KeyPlace::Metadata), _) | (_, None) => metadata,
+            (Some(KeyPlace::Field), Some(name)) => field(name),
+            (Some(KeyPlace::Both), Some(name)) => format!("{} and {metadata}", field(name)),
+            (None, Some(name)) => format!("{} or {metadata}", field(name)),
+        }
+    }
+}
+
+/// Where a call's key was read from, for the errors that name it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum KeyPlace {
+    /// The request message's key field.
+    Field,
+    /// The key metadata entry.
+    Metadata,
+    /// Both, which named different keys.
+    Both,
 }
 
 /// Registers an `#[idempotent]` tonic method with the builder's start-up checks.
@@ -136,19 +161,20 @@ pub(crate) fn key_of(
     field: Option<&str>,
     metadata: &MetadataMap,
     entry: &str,
-) -> Result<Option<IdempotencyKey>, KeyError> {
+) -> Result<Option<IdempotencyKey>, (KeyPlace, KeyError)> {
+    let in_metadata = |error| (KeyPlace::Metadata, error);
     let mut values = metadata.get_all(entry).iter();
     let from_metadata = match (values.next(), values.next()) {
         (None, _) => None,
-        (Some(_), Some(_)) => return Err(KeyError::Duplicate),
-        (Some(value), None) => Some(IdempotencyKey::parse(value.as_bytes())?),
+        (Some(_), Some(_)) => return Err(in_metadata(KeyError::Duplicate)),
+        (Some(value), None) => Some(IdempotencyKey::parse(value.as_bytes()).map_err(in_metadata)?),
     };
     let from_field = match field {
         None | Some("") => None,
-        Some(field) => Some(IdempotencyKey::new(field)?),
+        Some(field) => Some(IdempotencyKey::new(field).map_err(|error| (KeyPlace::Field, error))?),
     };
     match (from_field, from_metadata) {
-        (Some(a), Some(b)) if a != b => Err(KeyError::Disagree),
+        (Some(a), Some(b)) if a != b => Err((KeyPlace::Both, KeyError::Disagree)),
         (Some(key), _) | (None, Some(key)) => Ok(Some(key)),
         (None, None) => Ok(None),
     }
@@ -177,13 +203,20 @@ mod tests {
         assert_eq!(key_of(Some(""), &metadata(&[]), entry), Ok(None));
         assert_eq!(
             key_of(Some("k1"), &metadata(&["k2"]), entry),
-            Err(KeyError::Disagree)
+            Err((KeyPlace::Both, KeyError::Disagree))
         );
         assert_eq!(
             key_of(None, &metadata(&["k1", "k1"]), entry),
-            Err(KeyError::Duplicate)
+            Err((KeyPlace::Metadata, KeyError::Duplicate))
         );
-        assert!(key_of(Some("has space"), &metadata(&[]), entry).is_err());
+        assert!(matches!(
+            key_of(Some("has space"), &metadata(&[]), entry),
+            Err((KeyPlace::Field, _))
+        ));
+        assert!(matches!(
+            key_of(None, &metadata(&["has space"]), entry),
+            Err((KeyPlace::Metadata, _))
+        ));
         assert!(key_of(Some(&"x".repeat(256)), &metadata(&[]), entry).is_err());
     }
 

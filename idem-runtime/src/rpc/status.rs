@@ -33,13 +33,20 @@ pub(crate) fn code(rejection: &Rejection) -> Code {
 
 /// The status the client gets for `rejection`.
 pub(crate) fn status(rejection: &Rejection) -> Status {
+    status_saying(rejection, rejection.to_string())
+}
+
+/// The status for `rejection`, its code and details as [`status`] gives them, with `message`
+/// in place of the HTTP face's words (a key's errors name the field or metadata entry it came
+/// from, not a header).
+pub(crate) fn status_saying(rejection: &Rejection, message: String) -> Status {
     let mut details = ErrorDetails::new();
     let reason = rejection.code().to_ascii_uppercase();
     details.set_error_info(reason, ERROR_DOMAIN, std::collections::HashMap::new());
     if let Some(after) = rejection.retry_after() {
         details.set_retry_info(Some(after));
     }
-    Status::with_error_details(code(rejection), rejection.to_string(), details)
+    Status::with_error_details(code(rejection), message, details)
 }
 
 /// What the retries of a call get when its reply was over the replay limit and was not kept:

@@ -53,13 +53,23 @@ pub(crate) async fn keys_that_disagree_or_are_malformed_are_invalid_argument(sto
         "idempotency-key",
         "k1",
     );
+    // Each message names where the bad key was read, never a header.
+    let field = "the idempotency key in the `request_id` field is invalid";
+    let entry = "the idempotency key in the `idempotency-key` metadata entry is invalid";
     let requests = [
-        disagree,
-        twice,
-        call(charge("has space", 100)),
-        call(charge(&"k".repeat(256), 100)),
+        (
+            disagree,
+            "in the `request_id` field and the `idempotency-key` metadata entry",
+        ),
+        (twice, entry),
+        (call(charge("has space", 100)), field),
+        (call(charge(&"k".repeat(256), 100)), field),
+        (
+            with_metadata(call(charge("", 100)), "idempotency-key", "has space"),
+            entry,
+        ),
     ];
-    for request in requests {
+    for (request, says) in requests {
         let status = failed(service.charge(request).await);
         assert_answer(
             &status,
@@ -67,6 +77,8 @@ pub(crate) async fn keys_that_disagree_or_are_malformed_are_invalid_argument(sto
             "IDEMPOTENCY_KEY_INVALID",
             false,
         );
+        assert!(status.message().contains(says), "{says}: {status:?}");
+        assert!(!status.message().contains("header"), "{status:?}");
     }
     let missing = failed(service.charge_keyed(call(charge("", 100))).await);
     assert_answer(
@@ -74,6 +86,19 @@ pub(crate) async fn keys_that_disagree_or_are_malformed_are_invalid_argument(sto
         Code::InvalidArgument,
         "IDEMPOTENCY_KEY_MISSING",
         false,
+    );
+    assert_eq!(
+        missing.message(),
+        "this method requires an idempotency key in the `request_id` field or the \
+         `idempotency-key` metadata entry"
+    );
+    let own_entry = with_metadata(call(charge("", 100)), "x-charge-key", "has space");
+    let status = failed(service.charge_by_metadata(own_entry).await);
+    assert!(
+        status
+            .message()
+            .starts_with("the idempotency key in the `x-charge-key` metadata entry is invalid"),
+        "{status:?}"
     );
     assert_eq!(service.calls.get(), 0, "nothing ran");
 }

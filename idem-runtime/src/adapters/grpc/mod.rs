@@ -18,7 +18,7 @@ use crate::http::endpoint::KeyMode;
 use crate::http::rejection::Rejection;
 use crate::http::settings::HttpSettings;
 use crate::idempotency::Idempotency;
-use crate::rpc::status::{status, too_large};
+use crate::rpc::status::{status, status_saying, too_large};
 use crate::rpc::stored::{ReplyFormatError, StoredReply, replayed};
 use idem_core::engine::{Answer, Attempt, InvocationDeadline, Lending, Verdict};
 use idem_core::error::KeyError;
@@ -28,7 +28,7 @@ use idem_core::key::{IdempotencyKey, RecordKey, tenant_of};
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 mod tx;
 
-use crate::rpc::method;
+use crate::rpc::method::{self, KeyPlace};
 pub use crate::rpc::method::{GrpcMethod, GrpcRegistration};
 #[cfg(all(feature = "sqlite", feature = "postgres"))]
 pub use tx::any_tx;
@@ -136,13 +136,26 @@ where
         Ok(None) => {
             engine.count_invalid(name);
             let header = idempotency.header_name().clone();
-            return Err(status(&Rejection::KeyMissing { header }));
+            let places = method.key_places(None, entry);
+            let message = format!("this method requires an idempotency key in {places}");
+            return Err(status_saying(&Rejection::KeyMissing { header }, message));
         }
-        Err(reason) => {
+        Err((place, reason)) => {
             engine.count_invalid(name);
             tracing::debug!(method = &**name, %reason, "invalid idempotency key");
             let header = idempotency.header_name().clone();
-            return Err(status(&Rejection::KeyInvalid { header, reason }));
+            let place = method.key_places(Some(place), entry);
+            let message = match reason {
+                // The shared rule's words are a header's.
+                KeyError::Duplicate => {
+                    format!("the idempotency key in {place} is invalid: it was sent more than once")
+                }
+                _ => format!("the idempotency key in {place} is invalid: {reason}"),
+            };
+            return Err(status_saying(
+                &Rejection::KeyInvalid { header, reason },
+                message,
+            ));
         }
     };
     let (scope_value, metadata, extensions) =
@@ -192,7 +205,7 @@ fn key_of<M>(
     message: &mut M,
     metadata: &MetadataMap,
     entry: &str,
-) -> Result<Option<IdempotencyKey>, KeyError> {
+) -> Result<Option<IdempotencyKey>, (KeyPlace, KeyError)> {
     debug_assert_eq!(field.is_some(), method.key_field().is_some());
     let field = field.map(|field| field(message).as_str());
     method::key_of(field, metadata, entry)
