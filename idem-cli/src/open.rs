@@ -15,8 +15,8 @@ use crate::fail::Failure;
 /// The records of the store `cli.store` names.
 ///
 /// Opening a SQL store applies its pending migrations, as an application starting on it would
-/// (the schema changes are additive); a SQLite file that does not exist is refused rather than
-/// created.
+/// (the schema changes are additive); a SQLite file, or a PostgreSQL schema or records table,
+/// that does not exist is refused rather than created.
 pub(crate) async fn records(cli: &Cli) -> Result<Records, Failure> {
     let url = cli.store.as_str();
     let builder = Idempotency::builder().store_timeout(cli.timeout);
@@ -26,6 +26,7 @@ pub(crate) async fn records(cli: &Cli) -> Result<Records, Failure> {
         }
         "postgres" | "postgresql" => {
             let pool = postgres_pool(url, cli.timeout).await?;
+            postgres_records_exist(&pool, &cli.schema, &cli.table).await?;
             let store = PostgresStore::builder(pool)
                 .schema(&cli.schema)
                 .table(&cli.table)
@@ -85,6 +86,36 @@ async fn postgres_pool(url: &str, timeout: Duration) -> Result<sqlx::PgPool, Fai
         .connect_with(options)
         .await
         .map_err(unavailable)
+}
+
+/// Refuses (exit 2) a schema or records table that does not exist, naming it: a typo in
+/// `--schema` or `--table` must not create them and report no records.
+async fn postgres_records_exist(
+    pool: &sqlx::PgPool,
+    schema: &str,
+    table: &str,
+) -> Result<(), Failure> {
+    let unavailable = |e| Failure::Store(StoreError::unavailable(e));
+    let (has_schema, has_table): (bool, bool) = sqlx::query_as(
+        "SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1), \
+                EXISTS (SELECT 1 FROM pg_tables WHERE schemaname = $1 AND tablename = $2)",
+    )
+    .bind(schema)
+    .bind(table)
+    .fetch_one(pool)
+    .await
+    .map_err(unavailable)?;
+    if !has_schema {
+        return Err(Failure::Usage(format!(
+            "no schema `{schema}` in this database (--schema): idem creates none"
+        )));
+    }
+    if !has_table {
+        return Err(Failure::Usage(format!(
+            "no table `{table}` in schema `{schema}` (--table): idem creates none"
+        )));
+    }
+    Ok(())
 }
 
 async fn redis(cli: &Cli, url: &str) -> Result<RedisStore, Failure> {

@@ -44,6 +44,46 @@ async fn on_postgres() {
     db::drop_postgres_store(&store).await;
 }
 
+/// A misspelt `--schema` or `--table` is refused, naming it, and nothing is created.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_postgres_schema_or_table_is_refused_and_not_created() {
+    let store = idem_tests::postgres_store().await;
+    let typo = format!("{}_typo", store.table());
+    let target = Target::new(&idem_tests::postgres_url())
+        .arg("--schema")
+        .arg(store.schema())
+        .arg("--table")
+        .arg(&typo);
+    let ran = target.expect(2, &["ls"]).await;
+    assert!(
+        ran.stderr.contains(&format!("no table `{typo}`")),
+        "{ran:?}"
+    );
+    let schema_typo = format!("{}_typo", store.schema());
+    let target = Target::new(&idem_tests::postgres_url())
+        .arg("--schema")
+        .arg(&schema_typo)
+        .arg("--table")
+        .arg(store.table());
+    let ran = target.expect(2, &["stats"]).await;
+    assert!(
+        ran.stderr.contains(&format!("no schema `{schema_typo}`")),
+        "{ran:?}"
+    );
+    let (schemas, tables): (i64, i64) = sqlx::query_as(
+        "SELECT (SELECT count(*) FROM pg_namespace WHERE nspname = $1), \
+                (SELECT count(*) FROM pg_tables WHERE schemaname = $2 AND tablename = $3)",
+    )
+    .bind(&schema_typo)
+    .bind(store.schema())
+    .bind(&typo)
+    .fetch_one(store.pool())
+    .await
+    .unwrap();
+    assert_eq!((schemas, tables), (0, 0), "nothing was created");
+    db::drop_postgres_store(&store).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_redis() {
     let store = idem_tests::redis_store().await;
