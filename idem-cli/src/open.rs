@@ -22,7 +22,9 @@ pub(crate) async fn records(cli: &Cli) -> Result<Records, Failure> {
     let builder = Idempotency::builder().store_timeout(cli.timeout);
     let builder = match scheme(url) {
         "sqlite" => {
-            builder.store(SqliteStore::from_pool(sqlite_pool(url, cli.timeout).await?).await?)
+            let pool = sqlite_pool(url, cli.timeout).await?;
+            sqlite_records_exist(&pool).await?;
+            builder.store(SqliteStore::from_pool(pool).await?)
         }
         "postgres" | "postgresql" => {
             let pool = postgres_pool(url, cli.timeout).await?;
@@ -69,6 +71,24 @@ async fn sqlite_pool(url: &str, timeout: Duration) -> Result<sqlx::SqlitePool, F
         .connect_with(options)
         .await
         .map_err(|e| Failure::Store(StoreError::unavailable(e)))
+}
+
+/// Refuses (exit 2) a SQLite database that holds no records table: a path to another
+/// application's database must not get one.
+async fn sqlite_records_exist(pool: &sqlx::SqlitePool) -> Result<(), Failure> {
+    let (has_table,): (bool,) = sqlx::query_as(
+        "SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'idem_records')",
+    )
+    .fetch_one(pool)
+    .await
+    .map_err(|e| Failure::Store(StoreError::unavailable(e)))?;
+    if has_table {
+        Ok(())
+    } else {
+        Err(Failure::Usage(
+            "no table `idem_records` in this SQLite database: idem creates none".to_owned(),
+        ))
+    }
 }
 
 /// One connection whose statements may run as long as the command may (a listing reads the

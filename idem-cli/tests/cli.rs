@@ -44,6 +44,28 @@ async fn on_postgres() {
     db::drop_postgres_store(&store).await;
 }
 
+/// A SQLite database without the records table (another application's, a wrong path) is
+/// refused, and none is created in it.
+#[tokio::test]
+async fn a_sqlite_database_without_records_is_refused_and_not_changed() {
+    let path = std::env::temp_dir().join(format!("idem-cli-other-{}.db", std::process::id()));
+    let url = format!("sqlite://{}?mode=rwc", path.display());
+    let pool = sqlx::SqlitePool::connect(&url).await.unwrap();
+    sqlx::query("CREATE TABLE orders (id INTEGER PRIMARY KEY)")
+        .execute(&pool)
+        .await
+        .unwrap();
+    let ran = Target::new(&sqlite_url(&path)).expect(2, &["ls"]).await;
+    assert!(ran.stderr.contains("no table `idem_records`"), "{ran:?}");
+    let (tables,): (i64,) = sqlx::query_as("SELECT count(*) FROM sqlite_master")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(tables, 1, "only the application's own table");
+    pool.close().await;
+    let _ = std::fs::remove_file(&path);
+}
+
 /// A misspelt `--schema` or `--table` is refused, naming it, and nothing is created.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_missing_postgres_schema_or_table_is_refused_and_not_created() {
