@@ -117,8 +117,9 @@ pub(crate) struct Show {
 pub(crate) struct Forget {
     #[command(flatten)]
     pub(crate) record: Locate,
-    /// Forget it even while its owner holds a live lease: that owner's result is not stored
-    /// (its client still gets it), and a retry runs the operation again.
+    /// Forget it even while its owner holds a live lease: that owner's result is not stored, and
+    /// a retry runs the operation again. In atomic mode its transaction rolls back (its client
+    /// gets 409); docs/operators.md says what each mode does.
     #[arg(long)]
     pub(crate) force: bool,
 }

@@ -107,11 +107,15 @@ impl Records {
     }
 
     /// Deletes the record under `key` even while its owner runs. That owner is fenced out: its
-    /// result is not stored (an HTTP client still gets its response; the programmatic API's
-    /// caller gets [`OperationError::LeaseLost`](crate::OperationError::LeaseLost)), and it can
-    /// touch neither this key's next record nor any other; a retry runs the operation again,
-    /// possibly while the first run has not finished. Use it for an owner known to be dead or
-    /// stuck.
+    /// result is not stored, and it can touch neither this key's next record nor any other; a
+    /// retry runs the operation again, possibly while the first run has not finished. Its
+    /// caller: an HTTP client gets its response in plain mode, and `409
+    /// idempotency_key_in_progress` in atomic mode, where its transaction rolls back; the
+    /// programmatic API's caller gets
+    /// [`OperationError::LeaseLost`](crate::OperationError::LeaseLost). An atomic owner on
+    /// PostgreSQL with one commit has no committed record to delete, and on SQLite the delete
+    /// waits for the owner's transaction and fails at the store timeout. Use it for an owner
+    /// known to be dead or stuck.
     pub async fn force_forget(&self, key: &RecordKey) -> Result<Forgotten, StoreError> {
         self.forget_record(key, true).await
     }

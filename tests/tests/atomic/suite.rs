@@ -286,6 +286,53 @@ macro_rules! atomic_suite {
                 h.finish().await;
             }
 
+            /// `forget --force` on a running owner in atomic mode: the owner's transaction rolls
+            /// back and its client gets 409, not the handler's answer; a retry runs again.
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn a_forced_forget_rolls_the_running_owner_back() {
+                use idem_runtime::store::records::{Forgotten, RecordFilter};
+                let h = harness().await;
+                let body = r#"{"name":"a","gate":"after"}"#;
+                let router = h.router.clone();
+                let owner = tokio::spawn(async move { send(&router, Some("k"), body).await });
+                h.app.gate.entered().await; // wrote in its transaction, not committed
+                let records = h.app.idem.records();
+                let listed = records.list(&RecordFilter::new(), 10).await.unwrap();
+                if ONE_COMMIT {
+                    // The claim rides in the owner's open transaction: an operator sees no record
+                    // to forget, and the owner commits as usual.
+                    assert!(listed.is_empty(), "{listed:?}");
+                    h.app.gate.open();
+                    assert_eq!(owner.await.unwrap().status, StatusCode::CREATED);
+                    assert_eq!(h.rows().await, 1);
+                    return h.finish().await;
+                }
+                let [running] = listed.as_slice() else {
+                    panic!("one record in flight: {listed:?}");
+                };
+                let forced = records.force_forget(&running.key).await;
+                if SQLITE {
+                    // One writer: the owner's open transaction holds it, so the forced delete
+                    // waits for it and fails closed at the store timeout; nothing is deleted.
+                    assert!(forced.is_err(), "{forced:?}");
+                    h.app.gate.open();
+                    assert_eq!(owner.await.unwrap().status, StatusCode::CREATED);
+                    assert_eq!(h.rows().await, 1);
+                    return h.finish().await;
+                }
+                assert!(matches!(forced, Ok(Forgotten::Deleted(_))), "{forced:?}");
+                h.app.gate.open();
+                let owner = owner.await.unwrap();
+                assert_eq!(owner.status, StatusCode::CONFLICT, "{:?}", owner.body);
+                assert_eq!(owner.body["code"], "idempotency_key_in_progress");
+                assert_eq!(h.rows().await, 0, "the owner's write rolled back");
+                let retry = send(&h.router, Some("k"), r#"{"name":"a"}"#).await;
+                assert_eq!(retry.status, StatusCode::CREATED, "{:?}", retry.body);
+                assert_eq!(retry.body["call"], 2, "the retry ran the handler again");
+                assert_eq!(h.rows().await, 1);
+                h.finish().await;
+            }
+
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn concurrent_duplicates_write_one_row() {
                 let h = harness().await;
