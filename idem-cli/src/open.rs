@@ -92,20 +92,27 @@ async fn sqlite_records_exist(pool: &sqlx::SqlitePool) -> Result<(), Failure> {
 }
 
 /// One connection whose statements may run as long as the command may (a listing reads the
-/// table), and no longer.
+/// table), and no longer. The connection is made first on its own, so a server that refuses it
+/// is reported at once with the reason, not as a pool that timed out.
 async fn postgres_pool(url: &str, timeout: Duration) -> Result<sqlx::PgPool, Failure> {
+    use sqlx::Connection;
+
     let unavailable = |e| Failure::Store(StoreError::unavailable(e));
     let limit = format!("{}ms", timeout.as_millis());
     let options = url
         .parse::<sqlx::postgres::PgConnectOptions>()
         .map_err(|e| Failure::Usage(format!("bad PostgreSQL URL: {e}")))?
         .options([("statement_timeout", limit.as_str())]);
-    sqlx::postgres::PgPoolOptions::new()
+    let first = tokio::time::timeout(timeout, sqlx::PgConnection::connect_with(&options))
+        .await
+        .map_err(|_| Failure::Timeout(timeout))?
+        .map_err(unavailable)?;
+    // The check's connection goes; the pool opens its own when first used.
+    let _ = first.close().await;
+    Ok(sqlx::postgres::PgPoolOptions::new()
         .max_connections(1)
         .acquire_timeout(timeout)
-        .connect_with(options)
-        .await
-        .map_err(unavailable)
+        .connect_lazy_with(options))
 }
 
 /// Refuses (exit 2) a schema or records table that does not exist, naming it: a typo in

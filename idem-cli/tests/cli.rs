@@ -198,8 +198,13 @@ async fn an_unreachable_or_stalled_store_exits_1() {
     let closed = Target::new("redis://127.0.0.1:1").expect(1, &["ls"]).await;
     assert!(closed.stderr.contains("unavailable"), "{closed:?}");
     each_cause_once(&closed.stderr);
-    let postgres = Target::new("postgres://postgres@127.0.0.1:1/test");
-    postgres.expect(1, &["stats"]).await;
+    // A refused connection is reported as refused, with the reason, not as a pool that waited
+    // out the whole --timeout.
+    let postgres = Target::new("postgres://postgres@127.0.0.1:1/test")
+        .expect(1, &["stats"])
+        .await;
+    assert!(postgres.stderr.contains("refused"), "{postgres:?}");
+    assert!(!postgres.stderr.contains("pool timed out"), "{postgres:?}");
     let path = db::sqlite_path();
     let missing = Target::new(&sqlite_url(&path)).expect(1, &["ls"]).await;
     assert!(missing.stderr.contains("unable to open"), "{missing:?}");
@@ -221,6 +226,15 @@ async fn an_unreachable_or_stalled_store_exits_1() {
         .await;
     assert!(
         stalled.stderr.contains("did not answer") || stalled.stderr.contains("timed out"),
+        "{stalled:?}"
+    );
+    let stalled = Target::new(&format!("postgres://postgres@{addr}/test"))
+        .arg("--timeout")
+        .arg("1s")
+        .expect(1, &["ls"])
+        .await;
+    assert!(
+        stalled.stderr.contains("did not answer within 1s"),
         "{stalled:?}"
     );
     hold.abort();
