@@ -84,11 +84,3 @@ impl<S: Store, H: Hooks<S>> Store for Hooked<S, H> {
         self.hooks.purge_expired(&self.inner, now, limit).await
     }
 }
-
-/// What `store` offers the engine beyond the five calls every store answers, as an engine built
-/// on it would see it.
-pub fn capabilities_of<S: Store>(store: S) -> idem_runtime::store::Capabilities {
-    let mut capabilities = idem_runtime::store::Capabilities::default();
-    std::sync::Arc::new(store).offer_capabilities(&mut capabilities);
-    capabilities
-}

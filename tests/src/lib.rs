@@ -24,6 +24,7 @@ pub mod s3;
 pub use calls::Calls;
 pub use db::{TestStore, postgres_store, postgres_url, sqlite_store};
 pub use gate::Gate;
-pub use hooked::{Hooked, Hooks, capabilities_of};
+pub use hooked::{Hooked, Hooks};
+pub use idem_core::testing::capabilities_of;
 pub use proxy::TcpProxy;
 pub use redis::{redis_store, redis_url};

@@ -8,7 +8,7 @@
 use crate::clock::Timestamp;
 use crate::fingerprint::Fingerprint;
 use crate::key::RecordKey;
-use crate::store::{ClaimRequest, LeaseToken};
+use crate::store::{Capabilities, ClaimRequest, LeaseToken, Store};
 
 pub mod conformance;
 pub mod model;
@@ -52,4 +52,12 @@ pub fn request<'a>(
         scope_value,
         tenant: 0,
     }
+}
+
+/// What `store` offers the engine beyond the calls every store answers, as an engine built on
+/// it sees it: what its [`Store::offer_capabilities`] fills in.
+pub fn capabilities_of<S: Store>(store: S) -> Capabilities {
+    let mut capabilities = Capabilities::default();
+    std::sync::Arc::new(store).offer_capabilities(&mut capabilities);
+    capabilities
 }

@@ -24,17 +24,18 @@
 //! encodes an HTTP response or any face's output. [`MemoryStore`](crate::store::MemoryStore)
 //! is the reference and passes every case.
 //!
-//! A store with a payload limit of its own ([`Capabilities::limit_payload`], DynamoDB's item
+//! A store with a payload limit of its own
+//! ([`Capabilities::limit_payload`](crate::store::Capabilities::limit_payload), DynamoDB's item
 //! size) skips the cases that store more than it keeps: [`Case::largest_payload`] says how much
 //! each case stores, and [`run_all`] reports what it skipped.
 
 use std::any::Any;
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
-use std::sync::Arc;
+
 use std::task::Poll;
 
-use crate::store::{Admin, BoxFuture, Capabilities, Store};
+use crate::store::{Admin, BoxFuture, Store};
 
 mod bulk;
 mod lifecycle;
@@ -72,7 +73,8 @@ pub struct Case<S> {
     /// The case's name: the name of its function in this module.
     pub name: &'static str,
     /// The largest payload the case stores, in bytes. A store whose payload limit
-    /// ([`Capabilities::payload_limit`]) is below it cannot run the case.
+    /// ([`Capabilities::payload_limit`](crate::store::Capabilities::payload_limit)) is below it
+    /// cannot run the case.
     pub largest_payload: usize,
     run: fn(S) -> BoxFuture<'static, ()>,
 }
@@ -155,13 +157,11 @@ pub fn case<S: Store + Admin + Clone>(name: &str) -> Option<Case<S>> {
     cases().into_iter().find(|case| case.name == name)
 }
 
-/// The largest payload `store` keeps, as it offers it from
-/// [`Store::offer_capabilities`] ([`Capabilities::limit_payload`]); `None` when it has no limit
-/// of its own.
+/// The largest payload `store` keeps, as it offers it from [`Store::offer_capabilities`]
+/// ([`Capabilities::limit_payload`](crate::store::Capabilities::limit_payload)); `None` when it
+/// has no limit of its own.
 pub fn payload_limit<S: Store + Clone>(store: &S) -> Option<usize> {
-    let mut capabilities = Capabilities::default();
-    Arc::new(store.clone()).offer_capabilities(&mut capabilities);
-    capabilities.payload_limit()
+    super::capabilities_of(store.clone()).payload_limit()
 }
 
 /// What [`run_all`] did when every case it ran passed.

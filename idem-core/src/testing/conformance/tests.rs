@@ -1,12 +1,16 @@
 //! The suite itself: the reference store passes all of it, a store with a payload limit skips
 //! what it cannot keep, and a store that breaks the contract fails with its cases named.
 
+use std::sync::Arc;
+
 use super::*;
 use crate::clock::Timestamp;
 use crate::error::StoreError;
 use crate::key::RecordKey;
 use crate::store::records::{Forgotten, RecordFilter, RecordInfo, RecordStats};
-use crate::store::{Claim, ClaimRequest, Completion, Fence, Found, LeaseToken, MemoryStore};
+use crate::store::{
+    Capabilities, Claim, ClaimRequest, Completion, Fence, Found, LeaseToken, MemoryStore,
+};
 
 /// The memory store, with a payload limit or a renewal that ignores the fence.
 #[derive(Clone, Default)]
