@@ -32,8 +32,8 @@ pub enum KeyError {
     /// A quoted key with a bad escape or a missing closing quote.
     #[error("the key is not a valid RFC 8941 string")]
     Malformed,
-    /// The header field appears more than once.
-    #[error("the header was sent more than once")]
+    /// The key's header field (or gRPC metadata entry) appears more than once.
+    #[error("the key was sent more than once")]
     Duplicate,
     /// Two sources of one request name different keys (a gRPC request's key field and its
     /// key metadata entry).

@@ -145,13 +145,7 @@ where
             tracing::debug!(method = &**name, %reason, "invalid idempotency key");
             let header = idempotency.header_name().clone();
             let place = method.key_places(Some(place), entry);
-            let message = match reason {
-                // The shared rule's words are a header's.
-                KeyError::Duplicate => {
-                    format!("the idempotency key in {place} is invalid: it was sent more than once")
-                }
-                _ => format!("the idempotency key in {place} is invalid: {reason}"),
-            };
+            let message = format!("the idempotency key in {place} is invalid: {reason}");
             return Err(status_saying(
                 &Rejection::KeyInvalid { header, reason },
                 message,
