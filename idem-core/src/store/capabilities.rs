@@ -131,8 +131,8 @@ impl Capabilities {
     }
 
     /// Offers claims made inside a transaction that the operation then writes in (one-commit
-    /// atomic mode). The store offers its transactions too, for operations whose claim it did
-    /// not make that way.
+    /// atomic mode). The engine uses them only alongside transactions the store offered
+    /// ([`offer_transactions`](Self::offer_transactions)): a store offers both.
     pub fn offer_claim_in_transaction(&mut self, claims: Arc<dyn ClaimInTransaction>) {
         self.claim_in_transaction = Some(claims);
     }
