@@ -1,6 +1,6 @@
 //! What a store's tests share (feature `testing`): a clock near a fixed instant, distinct keys,
 //! and a claim request for a minute's lease; [`conformance`], the suite every store runs to
-//! prove it keeps the [`Store`](crate::store::Store) contract; and [`model`], the model-based
+//! prove it keeps the [`Store`] contract; and [`model`], the model-based
 //! property test every store runs too, random sequences of operations checked answer for answer
 //! against a reference model, which a store of one's own runs from a `#[test]` with
 //! `idem_core::testing::model::check(|| async { MyStore::new() }, 256)`.
