@@ -1,6 +1,6 @@
 //! The `jobs` queue's idempotent submit, on three backends: `InMemory`, a local folder
 //! (`LocalFileSystem`, records swapped by generations) and a real S3 protocol server on loopback
-//! (moto, started by `.ci/run`, its URL in `JOBS_TEST_S3_ENDPOINT`).
+//! (moto, which the test harness installs and starts: `idem_tests::moto`).
 //!
 //! What proves what:
 //! - [`design`]: the record's rules (same key -> same task, conflict, repair after a crash
@@ -9,7 +9,7 @@
 //!   and `If-Match` on PUT, as a real S3 client sends them.
 //! - [`races`]: 50 concurrent submits of one key (threads, and processes through the CLI),
 //!   concurrent repairs, concurrent replacement of an expired record, on every backend. These
-//!   need a store whose conditional PUT is atomic, as S3's is: `.ci/run` starts moto through
+//!   need a store whose conditional PUT is atomic, as S3's is: the harness starts moto through
 //!   `.ci/moto_server.py`, which handles one request at a time, since moto's own server checks a
 //!   precondition and then writes without a lock between the two. The processes race on a
 //!   folder.

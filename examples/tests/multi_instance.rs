@@ -160,9 +160,7 @@ async fn two_instances_on_one_redis_charge_once() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn two_instances_on_one_dynamodb_table_charge_once() {
     // Records in one DynamoDB table (moto), app data in one PostgreSQL database: both shared.
-    let Some(table) = DynamoTable::new() else {
-        return;
-    };
+    let table = DynamoTable::new();
     let database = PgDatabase::create().await;
     let instance = || {
         Server::builder()

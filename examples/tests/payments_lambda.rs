@@ -1,12 +1,12 @@
 //! `payments-lambda` end to end, as Lambda runs it: `cargo lambda watch --only-lambda-apis`
 //! (the PyPI package `cargo-lambda`) emulates Lambda's runtime API and function URLs on
 //! loopback, two processes of the function poll it, and the records are in a DynamoDB table on
-//! the moto server `.ci/run` starts (`JOBS_TEST_S3_ENDPOINT`). The test speaks HTTP to the
+//! the moto server the test harness starts. The test speaks HTTP to the
 //! function URL only: the README's curl flow works through it, and concurrent duplicates, which
 //! the emulator hands to both processes, run once.
 //!
-//! Skipped (and says so) outside CI without moto or `cargo-lambda` (found as `CARGO_LAMBDA`, or
-//! on `PATH`); under CI (`CI=true`) a missing one fails the test.
+//! The harness (`idem_tests::moto`) installs both, pinned, where they are missing; `CARGO_LAMBDA`
+//! names another `cargo-lambda`.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -15,6 +15,7 @@ use std::time::Duration;
 
 use idem_tests::db::unique_name;
 use idem_tests::dynamodb::{aws_env, delete_table, dynamodb_client, dynamodb_endpoint};
+use idem_tests::moto::cargo_lambda;
 use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
@@ -24,24 +25,6 @@ use tokio::process::{Child, Command};
 const STEP: Duration = Duration::from_secs(60);
 /// The function's name, in its runtime API's path and its function URL.
 const FUNCTION: &str = "payments";
-
-/// The `cargo-lambda` executable: `CARGO_LAMBDA`, or the first on `PATH`.
-fn cargo_lambda() -> Option<PathBuf> {
-    if let Some(path) = std::env::var_os("CARGO_LAMBDA").filter(|p| !p.is_empty()) {
-        return Some(PathBuf::from(path));
-    }
-    let path = std::env::var_os("PATH")?;
-    std::env::split_paths(&path)
-        .map(|dir| dir.join("cargo-lambda"))
-        .find(|candidate| candidate.is_file())
-}
-
-fn skip(why: &str) {
-    if std::env::var("CI").is_ok_and(|ci| ci == "true") {
-        panic!("CI=true but {why}");
-    }
-    eprintln!("skipped: {why}");
-}
 
 fn free_port() -> u16 {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
@@ -236,12 +219,8 @@ fn charge(amount: u64, source: &str) -> Option<Value> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_payments_api_on_lambda_runs_each_charge_once_across_instances() {
-    let Some(dynamodb) = dynamodb_endpoint() else {
-        return;
-    };
-    let Some(cargo_lambda) = cargo_lambda() else {
-        return skip("no cargo-lambda (set CARGO_LAMBDA, or put it on PATH)");
-    };
+    let dynamodb = dynamodb_endpoint();
+    let cargo_lambda = cargo_lambda();
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("lambda-{}", unique_name()));
     std::fs::create_dir_all(&dir).unwrap();
     let table = format!("payments-lambda-{}", unique_name());

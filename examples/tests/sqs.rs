@@ -1,7 +1,7 @@
 //! The `sqs-orders` consumer (`idem_examples::sqs`), invoked in process as the Lambda runtime
 //! invokes it (`LambdaEvent<SqsEvent>` in, `SqsBatchResponse` out), with SQS events as AWS
 //! sends them (`tests/sqs/fixtures`). Its records live on a real store: a SQLite file always,
-//! and a DynamoDB table on moto when `JOBS_TEST_S3_ENDPOINT` names one (CI starts it). The
+//! and a DynamoDB table on moto (the test harness starts it: `idem_tests::moto`). The
 //! effect is real too: a row per shipment in a SQLite `orders_fulfilled` table, counted.
 //! [`function`] runs the `sqs-orders` binary itself, against a Lambda Runtime API of its own.
 //!

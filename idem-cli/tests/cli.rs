@@ -6,8 +6,7 @@
 //! ```text
 //! cargo test -p idem-cli
 //! ```
-//! S3 and DynamoDB run on the moto server `.ci/run` starts (`JOBS_TEST_S3_ENDPOINT`); outside CI
-//! without one, those tests say so and pass.
+//! S3 and DynamoDB run on the moto server the test harness starts (`idem_tests::moto`).
 
 #[path = "cli/scenario.rs"]
 mod scenario;
@@ -133,9 +132,7 @@ async fn on_redis_cluster() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_s3() {
-    let Some(endpoint) = s3::s3_endpoint() else {
-        return;
-    };
+    let endpoint = s3::s3_endpoint();
     let bucket = format!("idem-cli-{:08x}", fastrand::u32(..));
     s3::create_bucket(&endpoint, &bucket).await;
     let store = BucketStore::with_prefix(Arc::new(s3::s3(&endpoint, &bucket)), "idem")
@@ -151,9 +148,7 @@ async fn on_s3() {
 /// exist is refused (exit 2, never created), and a region must be known.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_dynamodb() {
-    let Some(endpoint) = dynamodb_endpoint() else {
-        return;
-    };
+    let endpoint = dynamodb_endpoint();
     let store = dynamodb_store_builder(&endpoint)
         .build()
         .await

@@ -1,5 +1,5 @@
-//! DynamoDB for tests: the moto server `.ci/run` starts serves DynamoDB beside S3 on the same
-//! port (`JOBS_TEST_S3_ENDPOINT`). [`dynamodb_client`] reaches it over plain HTTP with test
+//! DynamoDB for tests: the moto server of [`crate::moto`] serves DynamoDB beside S3 on the same
+//! port. [`dynamodb_client`] reaches it over plain HTTP with test
 //! credentials; each [`DynamoDbStore`] of [`TestStore::fresh`] has a table of its own, named like
 //! the PostgreSQL schemas ([`unique_name`]), which [`discard`](TestStore::discard) deletes.
 
@@ -11,10 +11,12 @@ use idem_runtime::store::{DynamoDbStore, DynamoDbStoreBuilder};
 
 use crate::db::{TestStore, unique_name};
 
-/// The moto server's URL, or `None` (the test is skipped, and says so) outside CI when none is
-/// running. Under CI (`CI=true`) a missing server fails the test.
-pub fn dynamodb_endpoint() -> Option<String> {
-    crate::s3::moto_endpoint("DynamoDB")
+/// The moto server's URL, started on first use ([`crate::moto::moto_endpoint`]).
+///
+/// # Panics
+/// When moto cannot be installed or started, with the command that shows why.
+pub fn dynamodb_endpoint() -> String {
+    crate::moto::moto_endpoint()
 }
 
 /// The moto server's `host:port`, for a proxy in front of it.
@@ -27,7 +29,7 @@ pub fn dynamodb_addr(endpoint: &str) -> SocketAddr {
         .trim_end_matches('/')
         .replace("localhost", "127.0.0.1")
         .parse()
-        .expect("JOBS_TEST_S3_ENDPOINT as http://<ip>:<port>")
+        .expect("the moto server's URL as http://<ip>:<port>")
 }
 
 /// A DynamoDB client for `endpoint`: plain HTTP (no TLS crate), region `us-east-1`, static test
@@ -71,11 +73,10 @@ pub async fn delete_table(client: &Client, table: &str) {
     let _ = client.delete_table().table_name(table).send().await;
 }
 
-/// A store on a fresh table of the moto server. Only call it when [`dynamodb_endpoint`] found
-/// one (the conformance suite checks first).
+/// A store on a fresh table of the moto server.
 impl TestStore for DynamoDbStore {
     async fn fresh() -> Self {
-        let endpoint = dynamodb_endpoint().expect("a DynamoDB (moto) server");
+        let endpoint = dynamodb_endpoint();
         dynamodb_store_builder(&endpoint)
             .build()
             .await

@@ -6,9 +6,10 @@
 //! Redis ([`redis_store`]: a key prefix of its own on the server at [`redis_url`]) and starts
 //! private Redis servers; [`proxy`] puts a loopback TCP proxy that can be cut in front of any
 //! store's server. [`metrics`] reads what the process-wide recorder counted; [`logs`] captures
-//! what was logged. [`hooked`] wraps a store to step into its calls. [`s3`] finds the moto S3
-//! server CI starts and makes buckets on it; [`dynamodb`] makes DynamoDB tables on the same
-//! server.
+//! what was logged. [`hooked`] wraps a store to step into its calls. [`moto`] installs and
+//! starts the moto server (S3 and DynamoDB) and finds cargo-lambda; [`s3`] makes buckets on that
+//! server and [`dynamodb`] tables. [`watched`] runs the servers a test starts so that none
+//! outlives it.
 
 pub mod calls;
 pub mod db;
@@ -17,9 +18,11 @@ pub mod gate;
 pub mod hooked;
 pub mod logs;
 pub mod metrics;
+pub mod moto;
 pub mod proxy;
 pub mod redis;
 pub mod s3;
+pub mod watched;
 
 pub use calls::Calls;
 pub use db::{TestStore, postgres_store, postgres_url, sqlite_store};

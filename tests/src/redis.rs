@@ -8,9 +8,7 @@
 //! discards its stores) is deleted by the first [`redis_store`] of a later test process once it
 //! is an hour old, and expires by itself within its TTL anyway.
 
-use std::net::{SocketAddr, TcpListener};
-use std::path::PathBuf;
-use std::process::{Child, ChildStdin, Command, Stdio};
+use std::net::SocketAddr;
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -25,6 +23,7 @@ use idem_runtime::store::{
 };
 
 use crate::db::{TestStore, is_stale, unique_name};
+use crate::watched::{Watched, free_port, server_dir};
 
 /// The Redis server tests use unless `REDIS_URL` names another.
 pub const DEFAULT_REDIS_URL: &str = "redis://127.0.0.1:6379";
@@ -177,10 +176,7 @@ impl TestStore for RedisStore {
 #[derive(Debug)]
 pub struct RedisServer {
     url: String,
-    dir: PathBuf,
-    /// Closing it (drop, or the test process dying) makes the watchdog shell stop the server.
-    watchdog: Option<ChildStdin>,
-    shell: Child,
+    server: Watched,
 }
 
 impl RedisServer {
@@ -189,38 +185,34 @@ impl RedisServer {
     /// # Panics
     /// When `redis-server` is not installed or does not start within 10 seconds.
     pub fn start(args: &[&str]) -> Self {
-        let port = TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .expect("a free port")
-            .port();
-        let dir = std::env::temp_dir().join(format!("{}-redis", unique_name()));
-        std::fs::create_dir_all(&dir).expect("a directory for the server");
-        let mut shell = Command::new("sh")
-            .arg("-c")
-            // The server runs until the shell's stdin closes; then its directory goes too.
-            .arg(r#"dir=$1; shift; redis-server "$@" & pid=$!; read _; kill $pid; wait $pid; rm -rf "$dir""#)
-            .arg("sh")
-            .arg(&dir)
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-            .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
-            .arg("--dir")
-            .arg(&dir)
-            .args(args)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("run redis-server (is it installed?)");
-        let watchdog = shell.stdin.take();
+        let port = free_port();
+        let dir = server_dir("redis");
+        let port = port.to_string();
+        let config = [
+            "--port",
+            &port,
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+        ];
+        let dir_arg = dir.to_str().expect("a UTF-8 temporary directory");
+        let config = config
+            .into_iter()
+            .chain(["--daemonize", "no", "--dir", dir_arg]);
         let server = Self {
             url: format!("redis://127.0.0.1:{port}"),
-            dir,
-            watchdog,
-            shell,
+            server: Watched::spawn("redis-server", config.chain(args.iter().copied()), &dir),
         };
         let deadline = Instant::now() + Duration::from_secs(10);
         while server.query::<String>(&redis::cmd("PING")).is_err() {
-            assert!(Instant::now() < deadline, "redis-server did not start");
+            assert!(
+                Instant::now() < deadline,
+                "redis-server did not start (is it installed?): {}",
+                server.server.log()
+            );
             std::thread::sleep(Duration::from_millis(20));
         }
         server
@@ -253,14 +245,6 @@ impl RedisServer {
         let client = redis::Client::open(self.url.as_str())?;
         let mut conn = client.get_connection_with_timeout(Duration::from_secs(1))?;
         cmd.query(&mut conn)
-    }
-}
-
-impl Drop for RedisServer {
-    fn drop(&mut self) {
-        drop(self.watchdog.take());
-        let _ = self.shell.wait();
-        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
 

@@ -1,33 +1,12 @@
-//! The moto S3 server `.ci/run` starts on loopback (its URL in `JOBS_TEST_S3_ENDPOINT`): finding
-//! it, a client for it, a fresh bucket on it.
-//!
-//! Start it as `.ci/run` does, through `.ci/moto_server.py` (same arguments as `moto_server`):
-//! moto's own server checks a conditional write's precondition and then writes without a lock,
-//! so two racing writers can both win, where S3 and DynamoDB let one. The launcher handles one
-//! request at a time, and the race tests on moto then prove what they claim.
+//! S3 for tests: the moto server of [`crate::moto`] (its URL in `JOBS_TEST_S3_ENDPOINT` when one
+//! of one's own runs), a client for it, a fresh bucket on it.
 
-/// The moto server's URL, or `None` (the test is skipped, and says so) outside CI when none is
-/// running. Under CI (`CI=true`) a missing server fails the test.
-pub fn s3_endpoint() -> Option<String> {
-    moto_endpoint("S3")
-}
-
-/// The URL of the moto server (`JOBS_TEST_S3_ENDPOINT`), which serves `service` (S3, DynamoDB)
-/// for the test; `None`, after saying the test is skipped, outside CI when none runs. Under CI
-/// (`CI=true`) a missing server fails the test.
-pub(crate) fn moto_endpoint(service: &str) -> Option<String> {
-    match std::env::var("JOBS_TEST_S3_ENDPOINT") {
-        Ok(url) if !url.is_empty() => Some(url),
-        _ if std::env::var("CI").is_ok_and(|ci| ci == "true") => {
-            panic!("CI=true but JOBS_TEST_S3_ENDPOINT is not set: .ci/run starts moto and sets it")
-        }
-        _ => {
-            eprintln!(
-                "skipped: no {service} (moto) server (set JOBS_TEST_S3_ENDPOINT, as .ci/run does)"
-            );
-            None
-        }
-    }
+/// The moto server's URL, started on first use ([`crate::moto::moto_endpoint`]).
+///
+/// # Panics
+/// When moto cannot be installed or started, with the command that shows why.
+pub fn s3_endpoint() -> String {
+    crate::moto::moto_endpoint()
 }
 
 /// An S3 client for the moto server: path-style, plain HTTP, any credentials.

@@ -1,8 +1,8 @@
 //! The store conformance suite against every backend: every case of
 //! [`idem_core::testing::conformance`] (one record's life, purges and concurrent claimers,
 //! payloads, operators' records) runs against each, each test on a store of its own (a
-//! PostgreSQL schema, a SQLite file, a Redis key prefix, a DynamoDB table on the moto server CI
-//! starts), so they run in parallel. Redis runs twice: on the shared server, and on a one-node
+//! PostgreSQL schema, a SQLite file, a Redis key prefix, a DynamoDB table on the moto server the
+//! harness starts), so they run in parallel. Redis runs twice: on the shared server, and on a one-node
 //! Redis Cluster this process starts. `MemoryStore` is the reference; the others must behave
 //! exactly like it. Times are explicit `Timestamp`s: no sleeps, no timing assertions.
 //!
@@ -72,20 +72,16 @@ async fn skipped<S: TestStore + Admin>(name: &str) {
     );
 }
 
-/// One `#[tokio::test]` per case for the store type `$store`, each skipped (it says why) when
-/// `$available` is false: a server the test process has none of outside CI. `$module` is
-/// [`conformance`] (the core suite) or [`encoding`].
+/// One `#[tokio::test]` per case for the store type `$store`. `$module` is [`conformance`] (the
+/// core suite) or [`encoding`].
 macro_rules! tests {
-    ($store:ty, $available:expr; $($module:ident::$case:ident),+ $(,)?) => {
+    ($store:ty; $($module:ident::$case:ident),+ $(,)?) => {
         /// Every case this backend runs.
         const RUN: &[&str] = &[$(stringify!($case)),+];
 
         $(
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn $case() {
-                if !$available {
-                    return;
-                }
                 crate::run(stringify!($case), crate::$module::$case::<$store>).await;
             }
         )+
@@ -95,16 +91,13 @@ macro_rules! tests {
 /// One `#[tokio::test]` per case of the core suite that the store type `$store` skips, checking
 /// that its payload limit is why.
 macro_rules! skipped {
-    ($store:ty, $available:expr; $($case:ident),* $(,)?) => {
+    ($store:ty; $($case:ident),* $(,)?) => {
         /// Every case of the core suite this backend skips.
         const SKIPPED: &[&str] = &[$(stringify!($case)),*];
 
         $(
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn $case() {
-                if !$available {
-                    return;
-                }
                 crate::skipped::<$store>(stringify!($case)).await;
             }
         )*
@@ -113,21 +106,19 @@ macro_rules! skipped {
 
 /// Every case, against one backend: `backend!(module: StoreType);`. A store whose payloads
 /// are bounded (DynamoDB's item) runs every case but the multi-megabyte payloads, and checks
-/// that its declared payload limit is why: `backend!(module: StoreType, when available,
-/// bounded);`.
+/// that its declared payload limit is why: `backend!(module: StoreType, bounded);`.
 macro_rules! backend {
     ($backend:ident: $store:ty) => {
-        backend!($backend: $store, when true;
+        backend!($backend: $store;
             conformance::large_payloads_round_trip_exactly; skipping);
     };
-    ($backend:ident: $store:ty, when $available:expr, bounded) => {
-        backend!($backend: $store, when $available; ;
-            skipping large_payloads_round_trip_exactly);
+    ($backend:ident: $store:ty, bounded) => {
+        backend!($backend: $store; ; skipping large_payloads_round_trip_exactly);
     };
-    ($backend:ident: $store:ty, when $available:expr;
+    ($backend:ident: $store:ty;
         $($extra:ident::$extra_case:ident),*; skipping $($skipped:ident),*) => {
         mod $backend {
-            tests! { $store, $available;
+            tests! { $store;
                 conformance::claim_complete_replay,
                 conformance::completed_records_are_never_taken_over,
                 conformance::in_flight_duplicates_are_reported,
@@ -157,7 +148,7 @@ macro_rules! backend {
                 $($extra::$extra_case),*
             }
 
-            skipped! { $store, $available; $($skipped),* }
+            skipped! { $store; $($skipped),* }
 
             /// A case added to the core suite runs here too, or is skipped for a reason.
             #[test]
@@ -177,8 +168,7 @@ backend!(postgres: idem_runtime::store::PostgresStore);
 backend!(object: idem_runtime::store::BucketStore);
 backend!(redis: idem_runtime::store::RedisStore);
 backend!(redis_cluster: idem_tests::redis::RedisClusterStore);
-backend!(dynamodb: idem_runtime::store::DynamoDbStore,
-    when idem_tests::dynamodb::dynamodb_endpoint().is_some(), bounded);
+backend!(dynamodb: idem_runtime::store::DynamoDbStore, bounded);
 
 /// What the stores must keep of the HTTP face's response encoding ([`StoredResponse`]): opaque
 /// header bytes, repeated headers in their order. The core suite stores plain bytes; these

@@ -2,7 +2,7 @@
 //! like every store: the item an operator reads, the table it creates (twice, harmlessly) or one
 //! an operator made under another name, expiry decided on read, a result too large for an item,
 //! and a DynamoDB that is unreachable or throttles: 503, the handler not run. Against the moto
-//! server CI starts (`JOBS_TEST_S3_ENDPOINT`); skipped, saying so, outside CI without one.
+//! server the harness starts ([`idem_tests::moto`]).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -118,7 +118,6 @@ async fn send(app: &Router, path: &str, key: &str) -> (StatusCode, Option<String
 
 #[tokio::test]
 async fn records_are_items_an_operator_reads() {
-    let Some(_) = dynamodb_endpoint() else { return };
     let store = DynamoDbStore::fresh().await;
     let now = t(Duration::ZERO);
     assert_eq!(
@@ -183,9 +182,7 @@ async fn records_are_items_an_operator_reads() {
 
 #[tokio::test]
 async fn creating_the_table_twice_is_harmless_and_both_stores_share_it() {
-    let Some(endpoint) = dynamodb_endpoint() else {
-        return;
-    };
+    let endpoint = dynamodb_endpoint();
     let table = unique_name();
     let build = || {
         DynamoDbStore::builder(dynamodb_client(&endpoint))
@@ -206,9 +203,7 @@ async fn creating_the_table_twice_is_harmless_and_both_stores_share_it() {
 
 #[tokio::test]
 async fn a_table_an_operator_made_works_under_any_name_and_a_wrong_one_is_refused() {
-    let Some(endpoint) = dynamodb_endpoint() else {
-        return;
-    };
+    let endpoint = dynamodb_endpoint();
     let client = dynamodb_client(&endpoint);
     let make = |name: String, key: &'static str| {
         let client = client.clone();
@@ -278,7 +273,6 @@ async fn a_table_an_operator_made_works_under_any_name_and_a_wrong_one_is_refuse
 
 #[tokio::test]
 async fn expiry_is_decided_on_read_while_the_item_is_still_there() {
-    let Some(_) = dynamodb_endpoint() else { return };
     let store = DynamoDbStore::fresh().await;
     let now = t(Duration::ZERO);
     store.claim(claim_at(now, 1, &FP)).await.unwrap();
@@ -310,7 +304,6 @@ async fn expiry_is_decided_on_read_while_the_item_is_still_there() {
 
 #[tokio::test]
 async fn a_completion_too_large_for_an_item_is_refused_and_never_runs_twice() {
-    let Some(_) = dynamodb_endpoint() else { return };
     let store = DynamoDbStore::fresh().await;
     let now = t(Duration::ZERO);
     store.claim(claim_at(now, 1, &FP)).await.unwrap();
@@ -354,7 +347,6 @@ async fn a_completion_too_large_for_an_item_is_refused_and_never_runs_twice() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_response_over_what_an_item_holds_is_sent_once_and_its_retries_get_409() {
-    let Some(_) = dynamodb_endpoint() else { return };
     let store = DynamoDbStore::fresh().await;
     let calls = Arc::new(AtomicUsize::new(0));
     let idem = Idempotency::builder()
@@ -375,9 +367,7 @@ async fn a_response_over_what_an_item_holds_is_sent_once_and_its_retries_get_409
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unreachable_dynamodb_fails_closed_with_503_and_the_handler_does_not_run() {
-    let Some(endpoint) = dynamodb_endpoint() else {
-        return;
-    };
+    let endpoint = dynamodb_endpoint();
     let proxy = TcpProxy::start(dynamodb_addr(&endpoint)).await;
     let store = dynamodb_store_builder(&format!("http://{}", proxy.addr()))
         .timeout(Duration::from_millis(600))
@@ -528,9 +518,7 @@ async fn throttling_is_retried_a_bounded_number_of_times_then_fails_closed() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn writes_whose_replies_are_lost_are_sent_again_by_the_sdk_and_recognised() {
-    let Some(endpoint) = dynamodb_endpoint() else {
-        return;
-    };
+    let endpoint = dynamodb_endpoint();
     let proxy = TcpProxy::start(dynamodb_addr(&endpoint)).await;
     let store = dynamodb_store_builder(&format!("http://{}", proxy.addr()))
         .build()

@@ -1,5 +1,5 @@
-//! DynamoDB for end-to-end tests: a table of the test's own on the moto server `.ci/run` starts
-//! (`JOBS_TEST_S3_ENDPOINT`), reached by the server through the standard AWS environment
+//! DynamoDB for end-to-end tests: a table of the test's own on the moto server the test harness
+//! starts (`idem_tests::moto`), reached by the server through the standard AWS environment
 //! (`AWS_ENDPOINT_URL`, `AWS_REGION`, credentials), and deleted afterwards.
 
 use idem_tests::db::unique_name;
@@ -30,13 +30,12 @@ pub(crate) struct DynamoTable {
 }
 
 impl DynamoTable {
-    /// A table name on the moto server, or `None` outside CI when none runs (the caller then
-    /// keeps the default store, and says so).
-    pub(crate) fn new() -> Option<Self> {
-        Some(Self {
-            endpoint: dynamodb_endpoint()?,
+    /// A table name on the moto server the test harness starts (`idem_tests::moto`).
+    pub(crate) fn new() -> Self {
+        Self {
+            endpoint: dynamodb_endpoint(),
             name: format!("payments-e2e-{}", unique_name()),
-        })
+        }
     }
 }
 

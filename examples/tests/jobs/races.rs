@@ -49,9 +49,7 @@ fn one_task(answers: &[Submitted]) -> String {
 }
 
 async fn fifty_threads_one_task(backend: Backend) {
-    let Some(h) = Harness::new(backend).await else {
-        return;
-    };
+    let h = Harness::new(backend).await;
     let answers = submit_from_threads(&h.producer(), "k", Duration::from_secs(3600));
     one_task(&answers);
     assert_eq!(h.tasks().await, 1);
@@ -59,9 +57,7 @@ async fn fifty_threads_one_task(backend: Backend) {
 }
 
 async fn concurrent_repairs_make_one_task(backend: Backend) {
-    let Some(h) = Harness::new(backend).await else {
-        return;
-    };
+    let h = Harness::new(backend).await;
     h.recorder.crash_before_next_task();
     let crashed = h
         .queue
@@ -81,9 +77,7 @@ async fn concurrent_repairs_make_one_task(backend: Backend) {
 }
 
 async fn concurrent_replacements_of_an_expired_record_make_one_task(backend: Backend) {
-    let Some(h) = Harness::new(backend).await else {
-        return;
-    };
+    let h = Harness::new(backend).await;
     let ttl = Duration::from_secs(60);
     let old = h
         .queue

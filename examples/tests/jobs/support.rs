@@ -24,7 +24,7 @@ pub(crate) enum Backend {
     Memory,
     /// A fresh folder through `LocalFileSystem` (generations).
     Folder,
-    /// A fresh bucket on the moto S3 server `.ci/run` starts (`JOBS_TEST_S3_ENDPOINT`).
+    /// A fresh bucket on the moto S3 server the test harness starts (`idem_tests::moto`).
     S3,
 }
 
@@ -47,8 +47,8 @@ pub(crate) struct Harness {
 }
 
 impl Harness {
-    /// `None` when the backend is S3 and no server runs (outside CI).
-    pub(crate) async fn new(backend: Backend) -> Option<Self> {
+    /// A queue on a fresh store of `backend`.
+    pub(crate) async fn new(backend: Backend) -> Self {
         let (inner, swap, folder): (Arc<dyn ObjectStore>, _, _) = match backend {
             Backend::Memory => (
                 Arc::new(object_store::memory::InMemory::new()),
@@ -65,7 +65,7 @@ impl Harness {
                 (Arc::new(local), Swap::Generations, Some(folder))
             }
             Backend::S3 => {
-                let endpoint = s3_endpoint()?;
+                let endpoint = s3_endpoint();
                 let bucket = unique("jobs");
                 create_bucket(&endpoint, &bucket).await;
                 (Arc::new(s3(&endpoint, &bucket)), Swap::Conditional, None)
@@ -74,12 +74,12 @@ impl Harness {
         let recorder = Arc::new(Recorder::new(inner));
         let clock = ManualClock::new();
         let queue = Queue::with_swap(recorder.clone(), swap).clock(clock.clone());
-        Some(Self {
+        Self {
             queue,
             recorder,
             clock,
             folder,
-        })
+        }
     }
 
     /// Another queue on the same store (another producer), sharing the clock.

@@ -220,9 +220,7 @@ async fn the_function_answers_batches_through_the_runtime_api() {
 /// ships once. Skipped without a moto server.
 #[tokio::test]
 async fn the_function_keeps_its_records_in_dynamodb() {
-    let Some(endpoint) = dynamodb_endpoint() else {
-        return;
-    };
+    let endpoint = dynamodb_endpoint();
     let path = sqlite_path();
     let url = format!("sqlite://{}?mode=rwc", path.display());
     let table = unique_name();

@@ -29,11 +29,9 @@ pub(crate) enum Backend {
 }
 
 impl Backend {
-    /// SQLite always; DynamoDB when a moto server is there (`JOBS_TEST_S3_ENDPOINT`).
+    /// SQLite, and DynamoDB on the moto server the test harness starts (`idem_tests::moto`).
     pub(crate) fn all() -> Vec<Self> {
-        let mut backends = vec![Self::Sqlite];
-        backends.extend(dynamodb_endpoint().map(Self::DynamoDb));
-        backends
+        vec![Self::Sqlite, Self::DynamoDb(dynamodb_endpoint())]
     }
 }
 
