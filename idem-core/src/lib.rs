@@ -6,6 +6,7 @@
 //! - [`clock`]: the time source;
 //! - [`store`]: the [`Store`](store::Store) contract every backend implements, its optional
 //!   capabilities, and the [`MemoryStore`](store::MemoryStore);
+//! - [`settings`]: what every face applies alike: scopes and their resolvers, size limits;
 //! - [`engine`]: the engine that owns one attempt from its claim to its stored result, the
 //!   contract every face (transport) is written against.
 //!
@@ -27,6 +28,7 @@ pub mod fingerprint;
 pub mod format;
 pub mod key;
 pub mod rules;
+pub mod settings;
 pub mod store;
 #[cfg(any(test, feature = "testing"))]
 #[cfg_attr(docsrs, doc(cfg(feature = "testing")))]

@@ -110,12 +110,12 @@ pub use crate::adapters::tx::Tx;
 pub use crate::http::endpoint::KeyMode;
 pub use crate::http::rejection::Rejection;
 pub use crate::http::response::{REPLAYED_HEADER, StoredResponse};
-pub use crate::http::settings::GLOBAL_SCOPE;
 pub use crate::idempotency::{BuildError, Builder, Idempotency, RecordDetail, Records};
 pub use idem_core::clock;
 pub use idem_core::engine::{Commits, InFlightMode, InvocationDeadline};
 pub use idem_core::error::{KeyError, StoreError};
 pub use idem_core::key::{IdempotencyKey, MAX_KEY_LEN, RecordKey};
+pub use idem_core::settings::scope::{Caller, GLOBAL_SCOPE};
 
 #[doc = include_str!("docs/idempotent.md")]
 pub use idem_macros::idempotent;

@@ -156,9 +156,7 @@ impl Harness {
         let idem = Idempotency::builder()
             .store(store)
             .clock(clock.clone())
-            .scope("org", |parts| {
-                parts.headers.get("x-org")?.to_str().ok().map(str::to_owned)
-            })
+            .scope("org", |caller| caller.metadata("x-org").map(str::to_owned))
             .wait_timeout(Duration::from_secs(5))
             .build()
             .unwrap();

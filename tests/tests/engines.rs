@@ -33,8 +33,8 @@ mod ledger {
     }
 }
 
-fn org(parts: &axum::http::request::Parts) -> Option<String> {
-    parts.headers.get("x-org")?.to_str().ok().map(str::to_owned)
+fn org(caller: &idem_runtime::Caller<'_>) -> Option<String> {
+    caller.metadata("x-org").map(str::to_owned)
 }
 
 #[test]

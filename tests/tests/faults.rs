@@ -87,8 +87,8 @@ fn count_for(endpoint: &str, outcome: &str) -> u64 {
     idem_tests::metrics::requests(&metrics().render(), endpoint, outcome)
 }
 
-fn org(parts: &axum::http::request::Parts) -> Option<String> {
-    parts.headers.get("x-org")?.to_str().ok().map(str::to_owned)
+fn org(caller: &idem_runtime::Caller<'_>) -> Option<String> {
+    caller.metadata("x-org").map(str::to_owned)
 }
 
 fn router(idem: Idempotency, calls: Arc<AtomicUsize>, gate: Gate) -> Router {

@@ -66,8 +66,8 @@ async fn annotated(State(calls): State<Calls>) -> (StatusCode, String) {
     (StatusCode::CREATED, format!("\"call {}\"", calls.bump()))
 }
 
-fn org_of(parts: &axum::http::request::Parts) -> Option<String> {
-    let org = parts.headers.get("x-org")?.to_str().ok()?;
+fn org_of(caller: &idem_runtime::Caller<'_>) -> Option<String> {
+    let org = caller.metadata("x-org")?;
     Some(org.to_owned())
 }
 

@@ -248,7 +248,7 @@ fn a_scope_without_a_resolver_is_refused_at_start_up_with_one_message() {
         .to_string();
     let idempotency = idempotency();
     let layer = panic_message(|| drop(idempotency.layer().scope("tenant")));
-    let rule = "scope \"tenant\" has no resolver: call `.scope(\"tenant\", |parts| ..)` on \
+    let rule = "scope \"tenant\" has no resolver: call `.scope(\"tenant\", |caller| ..)` on \
                 `Idempotency::builder()`, or use \"global\"";
     assert!(built.ends_with(rule), "{built}");
     assert!(layer.ends_with(rule), "{layer}");

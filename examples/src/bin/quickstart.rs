@@ -77,8 +77,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     .await?;
     let idempotency = Idempotency::builder()
         .store(SqliteStore::from_pool(db.clone()).await?) // its migrations run in their own table
-        .scope("org", |parts| {
-            parts.extensions.get::<Org>().map(|org| org.0.clone())
+        .scope("org", |caller| {
+            caller.extension::<Org>().map(|org| org.0.clone())
         })
         .build()?; // fails fast if an endpoint names a scope with no resolver
     idempotency.spawn_sweeper(std::time::Duration::from_secs(60), 1_000); // purge expired records

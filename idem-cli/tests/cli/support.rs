@@ -55,13 +55,9 @@ impl Clock for Yesterday {
 impl App {
     /// An application on `store`; `yesterday` runs its engine 25 hours in the past.
     pub(crate) fn new<S: Store + Clone>(store: S, yesterday: bool) -> Self {
-        let builder = Idempotency::builder().store(store).scope("org", |parts| {
-            parts
-                .headers
-                .get("x-org")
-                .and_then(|v| v.to_str().ok())
-                .map(str::to_owned)
-        });
+        let builder = Idempotency::builder()
+            .store(store)
+            .scope("org", |caller| caller.metadata("x-org").map(str::to_owned));
         let builder = if yesterday {
             builder.clock(Yesterday)
         } else {

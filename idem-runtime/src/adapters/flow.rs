@@ -26,13 +26,14 @@ use crate::http::release::{ClientErrors, releases};
 use crate::http::replay::{self, RawDigest};
 use crate::http::request::read_body;
 use crate::http::response::StoredResponse;
-use crate::http::settings::HttpSettings;
 use crate::idempotency::Idempotency;
 use idem_core::engine::{
     Answer, Attempt, Commits, InFlightMode, InvocationDeadline, Lending, OpName, Verdict,
 };
 use idem_core::fingerprint::{Previous, Version};
 use idem_core::key::{IdempotencyKey, RecordKey, tenant_of};
+use idem_core::settings::limits::Limits;
+use idem_core::settings::scope::Caller;
 
 /// Marks a request an outer [`IdempotencyLayer`](crate::IdempotencyLayer) already made
 /// idempotent, so an `#[idempotent]` handler under it does not claim a second record.
@@ -62,7 +63,7 @@ pub(crate) struct HttpOperation {
 impl HttpOperation {
     /// A request to an `#[idempotent]` endpoint, under its identity (see
     /// [`Endpoint::identity`]).
-    fn of_endpoint(endpoint: &Endpoint, settings: &HttpSettings, parts: &Parts) -> Self {
+    fn of_endpoint(endpoint: &Endpoint, limits: &Limits, parts: &Parts) -> Self {
         let route = parts
             .extensions
             .get::<MatchedPath>()
@@ -78,7 +79,7 @@ impl HttpOperation {
             released: ClientErrors::NONE,
             lends: endpoint.atomic().is_some(),
             commits: endpoint.commits(),
-            max_request_bytes: settings.max_request_bytes,
+            max_request_bytes: limits.max_request_bytes,
         }
     }
 }
@@ -100,7 +101,7 @@ pub fn begin(
             operation: None,
         });
     }
-    let operation = HttpOperation::of_endpoint(endpoint, idempotency.http(), parts);
+    let operation = HttpOperation::of_endpoint(endpoint, idempotency.limits(), parts);
     start(idempotency, operation, parts)
 }
 
@@ -189,7 +190,8 @@ impl Started {
         };
         let engine = idempotency.engine();
         let settings = idempotency.http();
-        let scope_value = match settings.resolve_scope(operation.scope, &parts) {
+        let caller = Caller::new(&parts.headers, &parts.extensions);
+        let scope_value = match idempotency.scopes().resolve(operation.scope, &caller) {
             Ok(value) => value,
             Err(error) => {
                 engine.count_invalid(&operation.name);
@@ -199,7 +201,7 @@ impl Started {
                     ?error,
                     "the request's scope was not resolved"
                 );
-                let rejection = HttpSettings::scope_rejection(operation.scope, error);
+                let rejection = Rejection::of_scope(operation.scope, error);
                 return Err(settings.reject(rejection));
             }
         };
@@ -335,8 +337,8 @@ impl Prepared {
             if releases(response.status(), released) {
                 return Verdict::Release(response);
             }
-            let settings = owned.http();
-            let Some(captured) = capture(response, settings).await else {
+            let (limit, settings) = (owned.limits().max_response_bytes, owned.http());
+            let Some(captured) = capture(response, limit, settings).await else {
                 return Verdict::Release(settings.reject(Rejection::ResponseFailed));
             };
             let payload = match raw {

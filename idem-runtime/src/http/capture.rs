@@ -29,9 +29,12 @@ pub(crate) struct Captured {
 /// At most the limit and one frame are held: past the limit the body's frames read so far are
 /// sent first, then the rest as the handler produces it. `None` when the body stream failed
 /// before its end or the limit (the record is then released).
-pub(crate) async fn capture(response: Response, settings: &HttpSettings) -> Option<Captured> {
+pub(crate) async fn capture(
+    response: Response,
+    limit: usize,
+    settings: &HttpSettings,
+) -> Option<Captured> {
     let (parts, mut body) = response.into_parts();
-    let limit = settings.max_response_bytes;
     let mut read = VecDeque::new();
     let mut len = 0usize;
     while len <= limit {

@@ -7,6 +7,7 @@ use bytes::Bytes;
 use http::{HeaderValue, StatusCode, header};
 
 use idem_core::error::KeyError;
+use idem_core::settings::scope::ScopeError;
 
 /// Why the engine answered a request itself instead of running (or replaying) the handler.
 ///
@@ -102,6 +103,14 @@ pub enum Rejection {
 }
 
 impl Rejection {
+    /// The answer to a request whose scope value could not be found.
+    pub(crate) fn of_scope(scope: &'static str, error: ScopeError) -> Self {
+        match error {
+            ScopeError::Unresolved => Self::ScopeUnresolved { scope },
+            ScopeError::Unknown => Self::ScopeUnknown { scope },
+        }
+    }
+
     /// The stable `code` member of the problem document.
     pub fn code(&self) -> &'static str {
         match self {

@@ -6,18 +6,19 @@ use std::time::Duration;
 
 use axum::response::Response;
 use http::HeaderName;
-use http::request::Parts;
 
 use super::checks::Checks;
 use super::error::BuildError;
 use super::{Idempotency, Inner};
 use crate::http::rejection::Rejection;
-use crate::http::settings::{GLOBAL_SCOPE, HttpSettings};
+use crate::http::settings::HttpSettings;
 #[cfg(feature = "tonic")]
 use crate::rpc::settings::GrpcSettings;
 use crate::store::{Capabilities, DynStore, Store};
 use idem_core::clock::{Clock, SystemClock};
 use idem_core::engine::{Engine, Policy};
+use idem_core::settings::limits::Limits;
+use idem_core::settings::scope::{Caller, Scopes};
 
 /// Configures an [`Idempotency`] engine. Every setting but the store has a production default.
 #[must_use]
@@ -26,6 +27,8 @@ pub struct Builder {
     reserved_scope: bool,
     checks: Checks,
     policy: Policy,
+    scopes: Scopes,
+    limits: Limits,
     http: HttpSettings,
     #[cfg(feature = "tonic")]
     grpc: GrpcSettings,
@@ -39,6 +42,8 @@ impl Default for Builder {
             reserved_scope: false,
             checks: Checks::All,
             policy: Policy::DEFAULT,
+            scopes: Scopes::default(),
+            limits: Limits::DEFAULT,
             http: HttpSettings::default(),
             #[cfg(feature = "tonic")]
             grpc: GrpcSettings::default(),
@@ -57,21 +62,39 @@ impl Builder {
         self
     }
 
-    /// Registers how to find the principal of scope `name` (the tenant whose keys these are) in
-    /// a request, typically from an extension your auth layer or extractor inserted. A request for
-    /// which `resolve` returns `None` is answered `401 idempotency_scope_unresolved`.
+    /// Registers how to find the value of scope `name` (the tenant or user whose keys these
+    /// are) in a request, typically from an extension your auth layer or extractor inserted, or
+    /// from a header (gRPC: a metadata entry). A request for which `resolve` returns `None` is
+    /// answered `401 idempotency_scope_unresolved` (gRPC: `UNAUTHENTICATED`).
     ///
-    /// Resolvers run after the handler's `FromRequestParts` extractors, so an extractor that
-    /// authenticates the request may insert the extension the resolver reads.
+    /// The resolver sees the request as a [`Caller`]: the same closure serves HTTP handlers, the
+    /// layer and tonic methods. Resolvers run after the handler's `FromRequestParts` extractors,
+    /// so an extractor that authenticates the request may insert the extension the resolver
+    /// reads.
+    ///
+    /// ```
+    /// use idem_runtime::{Idempotency, store::MemoryStore};
+    ///
+    /// #[derive(Clone)]
+    /// struct OrgId(String);
+    ///
+    /// let idempotency = Idempotency::builder()
+    ///     .store(MemoryStore::new())
+    ///     // Put there by the application's authentication middleware.
+    ///     .scope("org", |caller| caller.extension::<OrgId>().map(|org| org.0.clone()))
+    ///     // Or read from what the client sent.
+    ///     .scope("tenant", |caller| caller.metadata("x-tenant").map(str::to_owned))
+    ///     .build()
+    ///     .unwrap();
+    /// # let _ = idempotency;
+    /// ```
     pub fn scope<F>(mut self, name: impl Into<String>, resolve: F) -> Self
     where
-        F: Fn(&Parts) -> Option<String> + Send + Sync + 'static,
+        F: Fn(&Caller<'_>) -> Option<String> + Send + Sync + 'static,
     {
-        let name = name.into();
-        if name == GLOBAL_SCOPE {
+        if self.scopes.insert(name, Arc::new(resolve)).is_err() {
             self.reserved_scope = true;
         }
-        self.http.scopes.insert(name, Arc::new(resolve));
         self
     }
 
@@ -107,7 +130,7 @@ impl Builder {
     /// A store that keeps smaller payloads (`DynamoDbStore`: 392 KiB) lowers the limit to fit,
     /// less 16 KiB for the status and headers.
     pub fn max_response_bytes(mut self, limit: usize) -> Self {
-        self.http.max_response_bytes = limit;
+        self.limits.max_response_bytes = limit;
         self
     }
 
@@ -115,7 +138,7 @@ impl Builder {
     /// `DefaultBodyLimit`; both limits apply). A request whose `Content-Length` says more is
     /// answered `413 payload_too_large` before any of its body is read.
     pub fn max_request_bytes(mut self, limit: usize) -> Self {
-        self.http.max_request_bytes = limit;
+        self.limits.max_request_bytes = limit;
         self
     }
 
@@ -267,22 +290,24 @@ impl Builder {
             return Err(BuildError::ReservedScope);
         }
         let (store, store_name, capabilities) = self.store.ok_or(BuildError::MissingStore)?;
-        let mut http = self.http;
+        let mut limits = self.limits;
         if let Some(limit) = capabilities.payload_limit() {
-            fit_responses(&mut http, limit);
+            limits = limits.fitted_to(limit);
         }
         #[cfg(feature = "tonic")]
         if let Some(error) = &self.grpc.error {
             return Err(BuildError::ProtobufDescriptors(error.clone()));
         }
         #[cfg(feature = "tonic")]
-        self.checks.run_grpc(&http, &self.grpc)?;
-        self.checks.run(&http, &capabilities, store_name)?;
+        self.checks.run_grpc(&self.scopes, &self.grpc)?;
+        self.checks.run(&self.scopes, &capabilities, store_name)?;
         let engine = Engine::new(store, store_name, capabilities, self.clock, self.policy);
         Ok(Idempotency {
             inner: Arc::new(Inner {
                 engine,
-                http,
+                scopes: self.scopes,
+                limits,
+                http: self.http,
                 #[cfg(feature = "tonic")]
                 grpc: self.grpc,
             }),
@@ -290,30 +315,12 @@ impl Builder {
     }
 }
 
-/// Room kept, in a store's payload limit, for what a stored response holds beside its body:
-/// status, headers, framing.
-const HEAD_ROOM: usize = 16 * 1024;
-
-/// Lowers `max_response_bytes` so a stored response fits in a store that keeps at most `limit`
-/// bytes per payload (DynamoDB's item): a larger response is then stored as the too-large
-/// marker, which its retries are answered with, rather than refused by the store.
-fn fit_responses(http: &mut HttpSettings, limit: usize) {
-    let fits = limit.saturating_sub(HEAD_ROOM);
-    if http.max_response_bytes > fits {
-        tracing::info!(
-            configured = http.max_response_bytes,
-            store_limit = limit,
-            max_response_bytes = fits,
-            "lowering max_response_bytes to what the idempotency store keeps"
-        );
-        http.max_response_bytes = fits;
-    }
-}
-
 impl fmt::Debug for Builder {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Builder")
             .field("policy", &self.policy)
+            .field("scopes", &self.scopes)
+            .field("limits", &self.limits)
             .field("http", &self.http)
             .finish_non_exhaustive()
     }

@@ -5,10 +5,10 @@
 
 use super::error::BuildError;
 use crate::http::endpoint::{self, Endpoint};
-use crate::http::settings::HttpSettings;
 #[cfg(feature = "tonic")]
 use crate::rpc::{method, settings::GrpcSettings};
 use crate::store::Capabilities;
+use idem_core::settings::scope::Scopes;
 
 /// Which `#[idempotent]` endpoints are checked.
 pub(super) enum Checks {
@@ -40,13 +40,9 @@ impl Checks {
 
     /// The first tonic method covered that the engine could not serve.
     #[cfg(feature = "tonic")]
-    pub(super) fn run_grpc(
-        &self,
-        http: &HttpSettings,
-        grpc: &GrpcSettings,
-    ) -> Result<(), BuildError> {
+    pub(super) fn run_grpc(&self, scopes: &Scopes, grpc: &GrpcSettings) -> Result<(), BuildError> {
         for m in method::registered().filter(|m| self.covers_path(m.handler())) {
-            if http.check_scope(m.scope()).is_err() {
+            if scopes.check(m.scope()).is_err() {
                 return Err(BuildError::UnresolvedScope {
                     endpoint: m.handler(),
                     scope: m.scope(),
@@ -66,12 +62,12 @@ impl Checks {
     /// The first endpoint covered that the engine could not serve.
     pub(super) fn run(
         &self,
-        http: &HttpSettings,
+        scopes: &Scopes,
         capabilities: &Capabilities,
         store: &'static str,
     ) -> Result<(), BuildError> {
         for ep in endpoint::registered().filter(|ep| self.covers(ep)) {
-            if http.check_scope(ep.scope()).is_err() {
+            if scopes.check(ep.scope()).is_err() {
                 return Err(BuildError::UnresolvedScope {
                     endpoint: ep.handler(),
                     scope: ep.scope(),

@@ -1,6 +1,6 @@
 //! Why an engine could not be built.
 
-use crate::http::settings::UnknownScope;
+use idem_core::settings::scope::UnknownScope;
 
 /// A misconfigured [`Idempotency`](crate::Idempotency) engine, reported by
 /// [`Builder::build`](crate::Builder::build) at start-up rather

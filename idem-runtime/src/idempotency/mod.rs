@@ -12,6 +12,8 @@ use crate::http::settings::HttpSettings;
 use crate::rpc::settings::GrpcSettings;
 use idem_core::engine::Engine;
 use idem_core::error::StoreError;
+use idem_core::settings::limits::Limits;
+use idem_core::settings::scope::Scopes;
 
 mod builder;
 mod checks;
@@ -47,7 +49,7 @@ pub use records::{RecordDetail, Records};
 /// let idempotency = Idempotency::builder()
 ///     .store(MemoryStore::new())
 ///     // Whose keys these are: here, the user id an auth layer put in the request extensions.
-///     .scope("user", |parts| parts.extensions.get::<UserId>().map(|u| u.0.clone()))
+///     .scope("user", |caller| caller.extension::<UserId>().map(|u| u.0.clone()))
 ///     .build()?;
 ///
 /// let app: Router = Router::new()
@@ -63,6 +65,8 @@ pub struct Idempotency {
 
 struct Inner {
     engine: Arc<Engine>,
+    scopes: Scopes,
+    limits: Limits,
     http: HttpSettings,
     #[cfg(feature = "tonic")]
     grpc: GrpcSettings,
@@ -94,6 +98,16 @@ impl Idempotency {
         &self.inner.engine
     }
 
+    /// The resolvers of the engine's scopes.
+    pub(crate) fn scopes(&self) -> &Scopes {
+        &self.inner.scopes
+    }
+
+    /// The size limits every face applies.
+    pub(crate) fn limits(&self) -> &Limits {
+        &self.inner.limits
+    }
+
     /// The HTTP adapters' settings.
     pub(crate) fn http(&self) -> &HttpSettings {
         &self.inner.http
@@ -113,6 +127,8 @@ impl fmt::Debug for Idempotency {
             .field("store", &engine.store_name())
             .field("capabilities", engine.capabilities())
             .field("policy", engine.policy())
+            .field("scopes", &self.inner.scopes)
+            .field("limits", &self.inner.limits)
             .field("http", &self.inner.http)
             .finish_non_exhaustive()
     }

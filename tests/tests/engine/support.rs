@@ -4,11 +4,11 @@
 use axum::Router;
 use axum::body::{Body, Bytes};
 use axum::extract::FromRef;
-use axum::http::{HeaderMap, Request, StatusCode, request::Parts};
+use axum::http::{HeaderMap, Request, StatusCode};
 use http_body_util::BodyExt;
 use idem_runtime::clock::ManualClock;
 use idem_runtime::store::MemoryStore;
-use idem_runtime::{Builder, Idempotency};
+use idem_runtime::{Builder, Caller, Idempotency};
 pub(crate) use idem_tests::Calls;
 use idem_tests::Gate;
 use serde_json::Value;
@@ -49,12 +49,8 @@ pub(crate) struct App {
 }
 
 /// The org resolver every test engine registers: the `x-org` header.
-pub(crate) fn org_of(parts: &Parts) -> Option<String> {
-    parts
-        .headers
-        .get("x-org")
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_owned)
+pub(crate) fn org_of(caller: &Caller<'_>) -> Option<String> {
+    caller.metadata("x-org").map(str::to_owned)
 }
 
 pub(crate) async fn builder(store: Store) -> Builder {

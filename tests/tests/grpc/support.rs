@@ -1,9 +1,8 @@
 //! An engine per test on the case's store, the service over it, and call helpers.
 
-use http::request::Parts;
 use idem_runtime::clock::ManualClock;
 use idem_runtime::store::MemoryStore;
-use idem_runtime::{Builder, Idempotency};
+use idem_runtime::{Builder, Caller, Idempotency};
 pub(crate) use idem_tests::Calls;
 use idem_tests::Gate;
 use tonic::metadata::MetadataValue;
@@ -22,8 +21,8 @@ pub(crate) enum Store {
 }
 
 /// The tenant resolver: `authorization: Bearer tenant_<name>` in the metadata.
-pub(crate) fn tenant_of(parts: &Parts) -> Option<String> {
-    let value = parts.headers.get("authorization")?.to_str().ok()?;
+pub(crate) fn tenant_of(caller: &Caller<'_>) -> Option<String> {
+    let value = caller.metadata("authorization")?;
     value.strip_prefix("Bearer tenant_").map(str::to_owned)
 }
 

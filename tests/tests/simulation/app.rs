@@ -223,13 +223,7 @@ async fn atomic_answer(request: Request, next: Next) -> Response {
 pub(crate) async fn serve(host: Arc<str>, trace: Trace, skew_ms: i64) -> turmoil::Result {
     let idempotency = Idempotency::builder()
         .store(SimStore)
-        .scope("org", |parts| {
-            parts
-                .headers
-                .get("x-org")
-                .and_then(|v| v.to_str().ok())
-                .map(str::to_owned)
-        })
+        .scope("org", |caller| caller.metadata("x-org").map(str::to_owned))
         .lease(LEASE)
         .store_timeout(STORE_TIMEOUT)
         .clock(SimClock { skew_ms })

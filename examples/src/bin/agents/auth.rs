@@ -5,12 +5,12 @@
 //! layer, resolvers run before the handler's extractors.
 
 use axum::extract::Request;
-use axum::http::request::Parts;
 use axum::http::{HeaderMap, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
 use crate::error::ApiError;
+use idem_runtime::Caller;
 
 const TOKEN_PREFIX: &str = "agent_";
 const MAX_NAME_LEN: usize = 64;
@@ -52,8 +52,8 @@ pub(crate) async fn require_user(mut request: Request, next: Next) -> Response {
 }
 
 /// The engine's resolver for scope `"user"`.
-pub(crate) fn user_scope(parts: &Parts) -> Option<String> {
-    parts.extensions.get::<User>().map(|user| user.0.clone())
+pub(crate) fn user_scope(caller: &Caller<'_>) -> Option<String> {
+    caller.extension::<User>().map(|user| user.0.clone())
 }
 
 #[cfg(test)]

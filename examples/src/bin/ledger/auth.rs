@@ -5,7 +5,7 @@
 //! [`Tenant`] in the request's extensions. There the methods find it, and so does the
 //! idempotency engine's `"tenant"` scope resolver ([`tenant_scope`]): keys are per tenant.
 
-use http::request::Parts;
+use idem_runtime::Caller;
 use tonic::{Request, Status};
 
 /// The longest tenant name accepted.
@@ -64,8 +64,8 @@ pub(crate) fn authenticate(mut request: Request<()>) -> Result<Request<()>, Stat
 }
 
 /// The engine's resolver for scope `"tenant"`.
-pub(crate) fn tenant_scope(parts: &Parts) -> Option<String> {
-    parts.extensions.get::<Tenant>().map(|t| t.0.clone())
+pub(crate) fn tenant_scope(caller: &Caller<'_>) -> Option<String> {
+    caller.extension::<Tenant>().map(|t| t.0.clone())
 }
 
 #[cfg(test)]
@@ -111,10 +111,9 @@ mod tests {
             .insert("authorization", "Bearer tenant_acme".parse().unwrap());
         let request = authenticate(request).unwrap();
         assert_eq!(Tenant::of(&request).unwrap().as_str(), "acme");
-        let (_, extensions, ()) = request.into_parts();
-        let (mut parts, ()) = http::Request::new(()).into_parts();
-        parts.extensions = extensions;
-        assert_eq!(tenant_scope(&parts).as_deref(), Some("acme"));
+        let (metadata, extensions, ()) = request.into_parts();
+        let caller = Caller::new(metadata.as_ref(), &extensions);
+        assert_eq!(tenant_scope(&caller).as_deref(), Some("acme"));
 
         let status = authenticate(Request::new(())).unwrap_err();
         assert_eq!(status.code(), tonic::Code::Unauthenticated);

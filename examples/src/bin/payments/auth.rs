@@ -9,6 +9,7 @@ use axum::http::header;
 use axum::http::request::Parts;
 
 use crate::error::ApiError;
+use idem_runtime::Caller;
 
 /// The longest org name accepted in a key.
 const MAX_ORG_LEN: usize = 64;
@@ -66,8 +67,8 @@ impl<S: Send + Sync> FromRequestParts<S> for Org {
 }
 
 /// The engine's resolver for scope `"org"`: idempotency keys are per organisation.
-pub(crate) fn org_scope(parts: &Parts) -> Option<String> {
-    parts.extensions.get::<Org>().map(|org| org.0.clone())
+pub(crate) fn org_scope(caller: &Caller<'_>) -> Option<String> {
+    caller.extension::<Org>().map(|org| org.0.clone())
 }
 
 #[cfg(test)]

@@ -8,7 +8,6 @@
 
 use std::future::Future;
 
-use http::request::Parts;
 use prost::{Message, Name};
 use tonic::metadata::MetadataMap;
 use tonic::{Code, Extensions, Request, Response, Status};
@@ -16,7 +15,6 @@ use tonic::{Code, Extensions, Request, Response, Status};
 use crate::adapters::answer::{Settled, settle};
 use crate::http::endpoint::KeyMode;
 use crate::http::rejection::Rejection;
-use crate::http::settings::HttpSettings;
 use crate::idempotency::Idempotency;
 use crate::rpc::status::{status, status_saying, too_large};
 use crate::rpc::stored::{ReplyFormatError, StoredReply, replayed};
@@ -24,6 +22,7 @@ use idem_core::engine::{Answer, Attempt, InvocationDeadline, Lending, Verdict};
 use idem_core::error::KeyError;
 use idem_core::fingerprint::{Fingerprint, Hasher, Previous, Version};
 use idem_core::key::{IdempotencyKey, RecordKey, tenant_of};
+use idem_core::settings::scope::Caller;
 
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 mod tx;
@@ -152,14 +151,14 @@ where
             ));
         }
     };
-    let (scope_value, metadata, extensions) =
-        match resolve_scope(idempotency.http(), method.scope(), metadata, extensions) {
-            Ok(resolved) => resolved,
-            Err(rejection) => {
-                engine.count_invalid(name);
-                return Err(status(&rejection));
-            }
-        };
+    let caller = Caller::new(metadata.as_ref(), &extensions);
+    let scope_value = match idempotency.scopes().resolve(method.scope(), &caller) {
+        Ok(value) => value,
+        Err(error) => {
+            engine.count_invalid(name);
+            return Err(status(&Rejection::of_scope(method.scope(), error)));
+        }
+    };
     let fingerprint = match fingerprint(idempotency, field, &mut message) {
         Ok(fingerprint) => fingerprint,
         Err(reason) => {
@@ -186,7 +185,7 @@ where
         deadline: extensions.get::<InvocationDeadline>().copied(),
     };
     let request = Request::from_parts(metadata, extensions, message);
-    let limit = idempotency.http().max_response_bytes;
+    let limit = idempotency.limits().max_response_bytes;
     let work = keep(body(service.clone(), request), limit);
     let answer = engine.run(attempt, work, decode::<R>).await;
     respond(idempotency, answer)
@@ -203,32 +202,6 @@ fn key_of<M>(
     debug_assert_eq!(field.is_some(), method.key_field().is_some());
     let field = field.map(|field| field(message).as_str());
     method::key_of(field, metadata, entry)
-}
-
-/// The scope's value, found by the engine's resolver in the metadata (as headers) and the
-/// request's extensions, which are handed back.
-fn resolve_scope(
-    settings: &HttpSettings,
-    scope: &'static str,
-    metadata: MetadataMap,
-    extensions: Extensions,
-) -> Result<(String, MetadataMap, Extensions), Rejection> {
-    let (mut parts, ()) = http::Request::post("/")
-        .body(())
-        .unwrap_or_default()
-        .into_parts();
-    parts.headers = metadata.into_headers();
-    parts.extensions = extensions;
-    let resolved = settings.resolve_scope(scope, &parts);
-    let Parts {
-        headers,
-        extensions,
-        ..
-    } = parts;
-    match resolved {
-        Ok(value) => Ok((value, MetadataMap::from_headers(headers), extensions)),
-        Err(error) => Err(HttpSettings::scope_rejection(scope, error)),
-    }
 }
 
 /// The fingerprint of the request message: its deterministic encoding without the key field

@@ -9,10 +9,10 @@ use tower::Layer;
 
 use crate::http::endpoint::KeyMode;
 use crate::http::release::ClientErrors;
-use crate::http::settings::GLOBAL_SCOPE;
 use crate::idempotency::Idempotency;
 use idem_core::engine::InFlightMode;
 use idem_core::rules::checked_ttl;
+use idem_core::settings::scope::GLOBAL_SCOPE;
 
 mod route;
 mod service;
@@ -52,7 +52,7 @@ pub use service::IdempotencyService;
 /// # fn main() -> Result<(), idem_runtime::BuildError> {
 /// let idempotency = Idempotency::builder()
 ///     .store(MemoryStore::new())
-///     .scope("user", |parts| parts.extensions.get::<User>().map(|u| u.0.clone()))
+///     .scope("user", |caller| caller.extension::<User>().map(|u| u.0.clone()))
 ///     .build()?;
 ///
 /// let api = Router::new()
@@ -295,7 +295,7 @@ impl IdempotencyLayer {
     /// fails for an `#[idempotent]` handler's scope, with the same message.
     #[track_caller]
     fn check_scope(&self, setter: &str, scope: &'static str) {
-        if let Err(error) = self.idempotency.http().check_scope(scope) {
+        if let Err(error) = self.idempotency.scopes().check(scope) {
             panic!("{setter}: {error}");
         }
     }

@@ -52,7 +52,7 @@ where
     }
 
     fn call(&mut self, request: Request) -> Self::Future {
-        let limit = self.idempotency.http().max_request_bytes;
+        let limit = self.idempotency.limits().max_request_bytes;
         let Some(operation) = self.config.operation(&request, limit) else {
             let response = self.inner.call(request);
             return Box::pin(async move {

@@ -41,12 +41,8 @@ async fn with_status(State(calls): State<Calls>, Path(code): Path<u16>) -> Statu
 fn idempotency(clock: &ManualClock) -> Idempotency {
     Idempotency::builder()
         .store(MemoryStore::new())
-        .scope("user", |parts| {
-            parts
-                .headers
-                .get("x-user")
-                .and_then(|v| v.to_str().ok())
-                .map(str::to_owned)
+        .scope("user", |caller| {
+            caller.metadata("x-user").map(str::to_owned)
         })
         .clock(clock.clone())
         .build()

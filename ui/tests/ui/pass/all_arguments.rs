@@ -15,7 +15,7 @@ async fn shortest_ttl() {}
 fn main() {
     let idempotency = Idempotency::builder()
         .store(MemoryStore::new())
-        .scope("org", |parts| parts.headers.get("x-org")?.to_str().ok().map(str::to_owned))
+        .scope("org", |caller| caller.metadata("x-org").map(str::to_owned))
         .scope("api_key.v2", |_| Some("key".to_owned()))
         .build()
         .unwrap();

@@ -79,7 +79,7 @@ async fn parts_only(org: OrgId, Path(id): Path<u64>) -> String {
 fn main() {
     let idempotency = Idempotency::builder()
         .store(MemoryStore::new())
-        .scope("org", |parts| parts.headers.get("x-org")?.to_str().ok().map(str::to_owned))
+        .scope("org", |caller| caller.metadata("x-org").map(str::to_owned))
         .build()
         .unwrap();
     let _app: Router = Router::new()
