@@ -48,6 +48,15 @@ pub enum StoreError {
     /// kept the [`Store`](crate::store::Store) trait's defaults).
     #[error("the idempotency store does not support {0}")]
     Unsupported(&'static str),
+    /// In atomic mode, the operation's own transaction could not take its result: one of the
+    /// operation's statements had failed, and the database aborted the transaction there
+    /// (PostgreSQL does at the first failed statement: a value it cannot store, such as a NUL
+    /// in text or a number out of its column's range). Nothing of the operation commits. This is
+    /// the operation's failure, not the store's: the engine releases the key, stores nothing and
+    /// sends the operation's answer as it is, so a bad value answered as one (a `400`,
+    /// `INVALID_ARGUMENT`) is not turned into "store unavailable, retry".
+    #[error("the operation's transaction was aborted by one of its own statements")]
+    Aborted(#[source] Box<dyn std::error::Error + Send + Sync>),
     /// Applying the store's schema migrations failed.
     #[error("idempotency store migration {version} failed")]
     Migration {

@@ -211,10 +211,12 @@ impl<DB: AtomicDatabase> OpenTransaction for Handed<DB> {
             let (mut tx, store) = match *self {
                 Handed::Begun { tx, store } => (tx, store),
                 Handed::Claimed(claimed) => {
-                    return claimed.complete_and_commit(key, token, completion).await;
+                    let completed = claimed.complete_and_commit(key, token, completion).await;
+                    return completed.map_err(aborted_by_the_work);
                 }
             };
-            match store.complete_in(&mut tx, key, token, completion).await? {
+            let completed = store.complete_in(&mut tx, key, token, completion).await;
+            match completed.map_err(aborted_by_the_work)? {
                 // Another request took the record over: our writes must not commit beside its
                 // own. Dropping the transaction rolls it back.
                 Fence::Lost => Ok(Fence::Lost),
@@ -240,6 +242,25 @@ impl<DB: AtomicDatabase> OpenTransaction for Handed<DB> {
 
     fn into_any(self: Box<Self>) -> Box<dyn Any + Send> {
         self
+    }
+}
+
+/// A completion that failed because the work's own statement had already aborted the
+/// transaction (PostgreSQL's SQLSTATE `25P02`, "current transaction is aborted"): the work's
+/// failure, [`StoreError::Aborted`], not the store's. Any other error is left as it is.
+fn aborted_by_the_work(error: StoreError) -> StoreError {
+    /// PostgreSQL's `in_failed_sql_transaction`.
+    const IN_FAILED_TRANSACTION: &str = "25P02";
+    match error {
+        StoreError::Unavailable(source)
+            if source
+                .downcast_ref::<sqlx::Error>()
+                .and_then(|e| e.as_database_error()?.code())
+                .is_some_and(|code| code == IN_FAILED_TRANSACTION) =>
+        {
+            StoreError::Aborted(source)
+        }
+        other => other,
     }
 }
 

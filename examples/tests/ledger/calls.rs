@@ -291,3 +291,24 @@ async fn without_a_key_every_call_makes_a_transfer(db: &Database) {
         "AIP-155: without request_id, no deduplication"
     );
 }
+
+/// A NUL in an account name, which PostgreSQL cannot store: `INVALID_ARGUMENT`, on every try
+/// (a gRPC retry policy does not retry it), and nothing stored: no transfer, and the
+/// `request_id` still free for the corrected request. (SQLite stores the name as sent.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_value_postgres_refuses_is_invalid_argument_and_nothing_is_stored() {
+    let db = Database::postgres().await;
+    let server = db.server().start();
+    let mut ledger = client(&server).await;
+    let id = request_id();
+    let nul = transfer(&id, "acct_\0b", 100);
+    for _ in 0..2 {
+        let refused = create(&mut ledger, "acme", &nul).await.unwrap_err();
+        assert_eq!(refused.code(), Code::InvalidArgument, "{refused:?}");
+        assert!(!replayed(refused.metadata()), "not stored, so not replayed");
+    }
+    assert_eq!(db.transfers().await, 0);
+    let corrected = create(&mut ledger, "acme", &transfer(&id, "acct_b", 100)).await;
+    assert_eq!(corrected.unwrap().into_inner().to_account, "acct_b");
+    assert_eq!(db.transfers().await, 1);
+}

@@ -424,6 +424,18 @@ impl Engine {
                     );
                     Finished::RolledBack(RolledBack::LeaseLost)
                 }
+                Err(StoreError::Aborted(error)) => {
+                    // The work's own statement failed and aborted its transaction: nothing of it
+                    // committed, and its answer (a bad value's, typically) is the caller's to
+                    // have. Free the key: a retry runs the work again.
+                    tracing::warn!(
+                        error = &*error as &dyn std::error::Error,
+                        "a statement of the operation failed and aborted its transaction: its \
+                         answer is sent as it is, and nothing of it is stored"
+                    );
+                    Box::pin(self.release(owner, &operation)).await;
+                    Finished::Ran(reply, Kept::Released)
+                }
                 Err(error) => {
                     // Nothing of the attempt committed: free the key so a retry runs it.
                     tracing::error!(

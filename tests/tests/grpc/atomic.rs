@@ -1,5 +1,6 @@
 //! Atomic mode through the gRPC face: a method's writes through the transaction the engine
-//! lends it commit together with its stored reply, or roll back with a released key.
+//! lends it commit together with its stored reply, or roll back with a released key; a value
+//! the database refuses is the method's `INVALID_ARGUMENT`, never the engine's `UNAVAILABLE`.
 
 use idem_runtime::store::{PostgresStore, SqliteStore};
 use idem_runtime::{AnyTx, Idempotency, idempotent};
@@ -40,26 +41,28 @@ impl Bank {
         let message = request.into_inner();
         let written = match &mut tx {
             AnyTx::Sqlite(tx) => {
-                let insert = format!("INSERT INTO {} (id) VALUES (?)", self.table);
+                let insert = format!("INSERT INTO {} (id, note) VALUES (?, ?)", self.table);
                 let conn = tx.conn().await.map_err(internal)?;
                 sqlx::query(AssertSqlSafe(insert))
                     .bind(run as i64)
+                    .bind(&message.outcome)
                     .execute(conn)
                     .await
                     .map(drop)
             }
             AnyTx::Postgres(tx) => {
-                let insert = format!("INSERT INTO {} (id) VALUES ($1)", self.table);
+                let insert = format!("INSERT INTO {} (id, note) VALUES ($1, $2)", self.table);
                 let conn = tx.conn().await.map_err(internal)?;
                 sqlx::query(AssertSqlSafe(insert))
                     .bind(run as i64)
+                    .bind(&message.outcome)
                     .execute(conn)
                     .await
                     .map(drop)
             }
             _ => panic!("the SQL stores lend transactions"),
         };
-        written.map_err(internal)?;
+        written.map_err(refused)?;
         match message.outcome.as_str() {
             "failed_precondition" => Err(Status::failed_precondition("insufficient funds")),
             "unavailable" => Err(Status::unavailable("the bank is down")),
@@ -73,6 +76,16 @@ impl Bank {
 
 fn internal(error: sqlx::Error) -> Status {
     Status::internal(error.to_string())
+}
+
+/// `INVALID_ARGUMENT` for a value the database refuses (SQLSTATE class 22, data exception: a
+/// NUL in text on PostgreSQL), else [`internal`].
+fn refused(error: sqlx::Error) -> Status {
+    let code = error.as_database_error().and_then(|e| e.code());
+    match code {
+        Some(code) if code.starts_with("22") => Status::invalid_argument(error.to_string()),
+        _ => internal(error),
+    }
 }
 
 #[idem_runtime::grpc::service]
@@ -95,7 +108,7 @@ impl Ledger for Bank {
 async fn sqlite() -> (Bank, sqlx::SqlitePool) {
     let store: SqliteStore = idem_tests::sqlite_store().await;
     let pool = store.pool().clone();
-    sqlx::query("CREATE TABLE transfers (id INTEGER NOT NULL)")
+    sqlx::query("CREATE TABLE transfers (id INTEGER NOT NULL, note TEXT NOT NULL)")
         .execute(&pool)
         .await
         .unwrap();
@@ -106,7 +119,7 @@ async fn postgres() -> (Bank, sqlx::PgPool) {
     let store: PostgresStore = idem_tests::postgres_store().await;
     let pool = store.pool().clone();
     let table = format!("{}.transfers", store.schema());
-    let ddl = format!("CREATE TABLE {table} (id bigint NOT NULL)");
+    let ddl = format!("CREATE TABLE {table} (id bigint NOT NULL, note text NOT NULL)");
     sqlx::raw_sql(AssertSqlSafe(ddl))
         .execute(&pool)
         .await
@@ -198,4 +211,53 @@ async fn postgres_writes_commit_with_the_stored_reply() {
             .unwrap()
     };
     stored_replies_commit_writes_and_released_ones_roll_back(bank.clone(), count).await;
+}
+
+/// A NUL in text, which PostgreSQL refuses, aborts the lent transaction: the method's
+/// `INVALID_ARGUMENT` reaches the client, with one commit and with two, rather than the engine's
+/// `UNAVAILABLE` (which a retry policy would retry to exhaustion). Nothing is stored: the retry
+/// runs again, and a good request under the same key then makes its transfer.
+#[tokio::test]
+async fn postgres_a_value_the_database_refuses_is_invalid_argument_and_stores_nothing() {
+    let (bank, pool) = postgres().await;
+    let select = format!("SELECT count(*) FROM {}", bank.table);
+    let rows = || async {
+        sqlx::query_scalar::<_, i64>(AssertSqlSafe(select.clone()))
+            .fetch_one(&pool)
+            .await
+            .unwrap()
+    };
+    for method in ["two", "one"] {
+        let send = |message: ChargeRequest| {
+            let bank = bank.clone();
+            async move {
+                let request = Request::new(message);
+                match method {
+                    "one" => Ledger::transfer_one_commit(&bank, request).await,
+                    _ => Ledger::transfer(&bank, request).await,
+                }
+            }
+        };
+        let key = format!("{method}-nul");
+        let mut nul = charge(&key, 100);
+        nul.outcome = "a\0b".into();
+        for attempt in 1..=2 {
+            let before = bank.calls.get();
+            let status = failed(send(nul.clone()).await);
+            assert_eq!(status.code(), Code::InvalidArgument, "{method}: {status:?}");
+            assert_eq!(
+                bank.calls.get(),
+                before + 1,
+                "{method}: attempt {attempt} ran"
+            );
+        }
+        assert_eq!(rows().await, 0, "{method}");
+        let (_, replayed) = ok(send(charge(&key, 100)).await);
+        assert!(!replayed, "{method}: the key was free");
+        assert_eq!(rows().await, 1, "{method}");
+        sqlx::raw_sql(AssertSqlSafe(format!("DELETE FROM {}", bank.table)))
+            .execute(&pool)
+            .await
+            .unwrap();
+    }
 }

@@ -11,6 +11,7 @@
 //! | valid | `OK`, the `Transfer` | yes |
 //! | `amount <= 0`, or an empty account or currency | `INVALID_ARGUMENT`, `google.rpc.BadRequest` naming the field | yes |
 //! | `from_account = "acct_empty"` | `FAILED_PRECONDITION`, `google.rpc.ErrorInfo` reason `INSUFFICIENT_FUNDS` | yes |
+//! | a value the database refuses (a NUL in a name, on PostgreSQL) | `INVALID_ARGUMENT` | no: the refused write aborted the transaction, so nothing of the call commits; a retry gets the same answer |
 //! | the database fails | `UNAVAILABLE` | no: the key is released, a retry runs again |
 
 use std::collections::HashMap;
@@ -164,8 +165,17 @@ fn insufficient_funds(account: &str) -> Status {
     )
 }
 
-/// A database failure: logged, and answered `UNAVAILABLE`, which the engine does not store.
+/// A database error: a value the database refuses is the request's fault, `INVALID_ARGUMENT`
+/// (retrying cannot help); any other failure is logged and answered `UNAVAILABLE`, which the
+/// engine does not store.
 fn database_error(error: sqlx::Error) -> Status {
+    if idem_examples::sql_errors::is_bad_value(&error) {
+        tracing::warn!(%error, "the database refused a value of the request");
+        return Status::invalid_argument(
+            "the ledger cannot store a value of this transfer (a NUL or an invalid character in \
+             a name, a number out of range)",
+        );
+    }
     tracing::error!(%error, "database error");
     Status::unavailable("the ledger's database failed; retry with the same request_id")
 }

@@ -208,7 +208,7 @@ impl ApiError {
 /// record). Any other database error is a bug or bad data: `500 internal_error`.
 impl From<sqlx::Error> for ApiError {
     fn from(error: sqlx::Error) -> Self {
-        if !is_transient(&error) {
+        if !idem_examples::sql_errors::is_transient(&error) {
             return Self::internal(&error);
         }
         tracing::warn!(
@@ -219,42 +219,6 @@ impl From<sqlx::Error> for ApiError {
             "database_unavailable",
             "the database is unavailable; retry later",
         )
-    }
-}
-
-/// Whether `error` says the database is out of reach or overloaded, not that the request or
-/// the code is wrong.
-fn is_transient(error: &sqlx::Error) -> bool {
-    use sqlx::postgres::PgDatabaseError;
-    use sqlx::sqlite::SqliteError;
-    match error {
-        sqlx::Error::Io(_)
-        | sqlx::Error::Tls(_)
-        | sqlx::Error::PoolTimedOut
-        | sqlx::Error::PoolClosed
-        | sqlx::Error::WorkerCrashed => true,
-        sqlx::Error::Database(db) => {
-            if let Some(pg) = db.try_downcast_ref::<PgDatabaseError>() {
-                // SQLSTATE: connection exception, insufficient resources, shutting down or not
-                // yet accepting connections, serialization failure, deadlock, lock timeout,
-                // statement timeout.
-                let code = pg.code();
-                code.starts_with("08")
-                    || code.starts_with("53")
-                    || matches!(
-                        code,
-                        "57P01" | "57P02" | "57P03" | "40001" | "40P01" | "55P03" | "57014"
-                    )
-            } else if db.try_downcast_ref::<SqliteError>().is_some() {
-                // SQLITE_BUSY (5) and SQLITE_LOCKED (6), with their extended codes.
-                db.code()
-                    .and_then(|code| code.parse::<u32>().ok())
-                    .is_some_and(|code| matches!(code & 0xff, 5 | 6))
-            } else {
-                false
-            }
-        }
-        _ => false,
     }
 }
 
