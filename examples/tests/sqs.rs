@@ -16,6 +16,7 @@ mod support;
 
 use idem_examples::sqs::{Failure, KeyFrom, NoKey, OrdersTable, RecordOutcome};
 use idem_tests::db::TestDatabase;
+use idem_tests::logs::Logs;
 use serde_json::json;
 use support::{Backend, Bench, answer, fixture, ids, invoke, only};
 
@@ -47,22 +48,35 @@ async fn a_redelivered_batch_performs_each_effect_once() {
     }
 }
 
-/// One record's effect fails (the table refuses a quantity of 0): exactly that record is in
-/// `batchItemFailures`, as AWS's JSON, and the others ship once; the batch redelivered ships
-/// nothing more.
+/// A record no delivery can get past (the table refuses a quantity of 0) is reported done,
+/// with a log line saying why, rather than failed and delivered again until the dead-letter
+/// queue: `batchItemFailures` is empty, as AWS's JSON, and the others ship once. Nothing of it
+/// is stored, so the batch redelivered rejects it again and ships nothing more.
 #[tokio::test]
-async fn a_batch_with_one_failing_record_reports_exactly_that_one() {
+async fn a_record_the_table_refuses_is_rejected_and_reported_done() {
     for backend in Backend::all() {
         let bench = Bench::new(&backend).await;
         let consumer = bench.consumer(KeyFrom::MessageId);
         let event = fixture("bad_quantity");
         let bad = ids(&event)[1].clone();
+        let logs = Logs::default();
+        let capturing = logs.capture();
         let response = answer(&consumer, &event).await;
-        let expected = json!({ "batchItemFailures": [{ "itemIdentifier": bad }] });
+        drop(capturing);
+        let none = json!({ "batchItemFailures": [] });
         assert_eq!(
             serde_json::to_value(&response).unwrap(),
-            expected,
+            none,
             "{backend:?}"
+        );
+        let rejected = format!(
+            "record rejected: no delivery can succeed, so it is reported done \
+             message_id=\"{bad}\" reason=the shipment could not be written"
+        );
+        assert!(
+            logs.text().contains(&rejected),
+            "{backend:?}: {}",
+            logs.text()
         );
         let orders = ["o-3001", "o-3002", "o-3003"];
         assert_eq!(
@@ -73,15 +87,15 @@ async fn a_batch_with_one_failing_record_reports_exactly_that_one() {
 
         let report = consumer.process(event).await;
         assert_eq!(
-            (report.processed(), report.skipped()),
-            (0, 2),
+            (report.processed(), report.skipped(), report.rejected()),
+            (0, 2, 1),
             "{backend:?}"
         );
-        let failed: Vec<_> = report.failures().collect();
         assert!(
-            matches!(failed[..], [(Some(id), Failure::Effect(_))] if id == bad),
-            "{backend:?}: {failed:?}"
+            matches!(&report.records[1].outcome, RecordOutcome::Rejected(_)),
+            "{backend:?}: {report:?}"
         );
+        assert_eq!(report.failures().count(), 0, "{backend:?}");
         assert_eq!(
             bench.orders.shipments(&orders).await,
             [1, 0, 1],
@@ -101,8 +115,13 @@ async fn a_failed_record_redelivered_alone_runs_once() {
         let event = fixture("batch");
         let second = ids(&event)[1].clone();
         bench.orders.fail_next("o-1002");
-        let failed = invoke(&consumer, &event).await;
-        assert_eq!(failed, [second.as_str()], "{backend:?}");
+        let failed = answer(&consumer, &event).await;
+        let expected = json!({ "batchItemFailures": [{ "itemIdentifier": second }] });
+        assert_eq!(
+            serde_json::to_value(&failed).unwrap(),
+            expected,
+            "{backend:?}"
+        );
         assert_eq!(
             bench.orders.shipments(&BATCH).await,
             [1, 0, 1],
@@ -366,7 +385,9 @@ async fn a_failed_record_without_a_message_id_fails_the_invocation() {
 }
 
 /// The orders table on PostgreSQL (`DATABASE_URL=postgres://...` for `sqs-orders`): the same
-/// shipments, once each, and the same refusal of a quantity of 0.
+/// shipments, once each; and every record no delivery can get past is rejected, reported done
+/// rather than failed: a quantity of 0, a NUL in text (which PostgreSQL cannot store), a
+/// quantity beyond 64 bits, a body that is no JSON.
 #[tokio::test]
 async fn the_orders_table_ships_once_on_postgres_too() {
     let database = TestDatabase::create().await;
@@ -377,8 +398,25 @@ async fn the_orders_table_ships_once_on_postgres_too() {
     let again = consumer.process(fixture("batch_redelivered")).await;
     assert_eq!((first.processed(), again.skipped()), (3, 3));
     let report = consumer.process(fixture("bad_quantity")).await;
-    let failed: Vec<_> = report.failures().map(|(_, failure)| failure).collect();
-    assert!(matches!(failed[..], [Failure::Effect(_)]), "{failed:?}");
+    assert_eq!(
+        (report.processed(), report.rejected()),
+        (2, 1),
+        "{report:?}"
+    );
+    let bad = [
+        r#"{"order_id":"o-4001","sku":"m\u0000g","quantity":1}"#,
+        r#"{"order_id":"o-4002","sku":"mug","quantity":18446744073709551616}"#,
+        "not json",
+    ];
+    let records: Vec<_> = bad
+        .iter()
+        .enumerate()
+        .map(|(n, body)| json!({ "messageId": format!("bad-{n}"), "body": body }))
+        .collect();
+    let event = serde_json::from_value(json!({ "Records": records })).unwrap();
+    let report = consumer.process(event).await;
+    assert_eq!(report.rejected(), bad.len(), "{report:?}");
+    assert_eq!(report.response().unwrap().batch_item_failures.len(), 0);
     for order in BATCH.into_iter().chain(["o-3001", "o-3003"]) {
         assert_eq!(orders.shipments(order).await.unwrap(), 1, "{order}");
     }

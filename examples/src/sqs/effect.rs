@@ -19,7 +19,8 @@ pub struct Message {
 /// [`Consumer`](super::Consumer) runs it at most once per key while the key's record lives:
 /// its output is stored, and a duplicate of the record is skipped with that output instead of
 /// running it again. An error releases the key, so the record is reported failed and SQS's
-/// redelivery runs it again.
+/// redelivery runs it again; unless the effect [`rejects`](Effect::rejects) it, as an error
+/// no delivery can get past.
 ///
 /// It runs to its end on a task of its own even if the invocation stops waiting, so the effect
 /// and its future are `Send + 'static` (the consumer keeps it in an `Arc`).
@@ -35,4 +36,14 @@ pub trait Effect: Send + Sync + 'static {
         &self,
         message: Message,
     ) -> impl Future<Output = Result<Self::Output, Self::Error>> + Send;
+
+    /// Whether `error` says the record can never succeed, however often SQS delivers it: its
+    /// body is not what the effect takes, or holds a value the database refuses for good. Such
+    /// a record is reported done, with a log line saying why, instead of failed and delivered
+    /// again until the queue's redrive policy moves it to the dead-letter queue. No error is,
+    /// unless the effect says so.
+    fn rejects(&self, error: &Self::Error) -> bool {
+        let _ = error;
+        false
+    }
 }

@@ -43,6 +43,7 @@
 //! | in flight (another invocation runs it) | left alone | failed: redelivered later |
 //! | no key (field missing, body not JSON) | left alone, with a log line saying why | failed |
 //! | the effect fails | the key is released | failed: the redelivery runs it again |
+//! | the effect [rejects](Effect::rejects) the record (its body is not an order, a value the database refuses) | the key is released, with a log line saying why | done: SQS does not deliver it again |
 //! | the store fails | nothing claimed, the effect does not run (fail closed) | failed, and so are the batch's later records, not tried |
 //!
 //! A failure never stops the other records. The answer names the failed records'
@@ -207,6 +208,11 @@ impl<E: Effect> Consumer<E> {
             match &outcome {
                 RecordOutcome::Processed => tracing::info!(message_id = id, "record processed"),
                 RecordOutcome::Skipped => {} // logged with the first run's output
+                RecordOutcome::Rejected(why) => tracing::warn!(
+                    message_id = id,
+                    reason = %why,
+                    "record rejected: no delivery can succeed, so it is reported done"
+                ),
                 RecordOutcome::Failed(failure) => {
                     if let (Failure::StoreUnavailable(why), None) = (failure, &store_down) {
                         store_down = Some(why.clone());
@@ -222,6 +228,7 @@ impl<E: Effect> Consumer<E> {
         tracing::info!(
             processed = report.processed(),
             skipped = report.skipped(),
+            rejected = report.rejected(),
             failed = report.failures().count(),
             "batch done"
         );
@@ -263,6 +270,9 @@ impl<E: Effect> Consumer<E> {
                 let message_id = record.message_id.as_deref().unwrap_or("");
                 tracing::info!(message_id, %first_run, "record skipped: already processed");
                 RecordOutcome::Skipped
+            }
+            Err(OperationError::Failed(error)) if self.effect.rejects(&error) => {
+                RecordOutcome::Rejected(chain(&error))
             }
             Err(error) => RecordOutcome::Failed(failure(error)),
         }

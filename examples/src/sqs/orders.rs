@@ -28,11 +28,13 @@ pub struct Fulfilment {
 /// Why an order was not fulfilled.
 #[derive(Debug, thiserror::Error)]
 pub enum OrderError {
-    /// The body is not an order: this message will fail on every delivery (SQS's redrive
-    /// policy moves it to the dead-letter queue).
+    /// The body is not an order (not JSON, a field missing, a quantity that is no 64-bit
+    /// integer): it will be on every delivery, so the effect [rejects](Effect::rejects) it.
     #[error("the body is not an order")]
     Body(#[source] serde_json::Error),
-    /// The database refused or failed the write (a quantity of 0, an outage).
+    /// The database refused or failed the write: a value it refuses for good (a quantity of 0,
+    /// a NUL in text on PostgreSQL), which the effect rejects, or an outage, which a redelivery
+    /// may get past.
     #[error("the shipment could not be written")]
     Database(#[source] sqlx::Error),
 }
@@ -151,5 +153,14 @@ impl Effect for OrdersTable {
             .map_err(OrderError::Database)?;
         tracing::info!(order = %order.order_id, shipment, "order fulfilled");
         Ok(Fulfilment { shipment })
+    }
+
+    /// A body that is not an order, and a value the database refuses
+    /// ([`is_bad_value`](crate::sql_errors::is_bad_value)): no delivery can succeed.
+    fn rejects(&self, error: &OrderError) -> bool {
+        match error {
+            OrderError::Body(_) => true,
+            OrderError::Database(error) => crate::sql_errors::is_bad_value(error),
+        }
     }
 }

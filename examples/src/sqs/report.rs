@@ -19,7 +19,7 @@ pub struct BatchReport {
 pub struct RecordReport {
     /// The record's `messageId` (SQS always sends one).
     pub message_id: Option<String>,
-    /// Processed, skipped or failed.
+    /// Processed, skipped, rejected or failed.
     pub outcome: RecordOutcome,
 }
 
@@ -31,6 +31,11 @@ pub enum RecordOutcome {
     /// The key's effect had already run (a redelivery, or a retried send): it did not run
     /// again. Not a failure: SQS deletes the record.
     Skipped,
+    /// The effect [rejects](super::Effect::rejects) the record: no delivery can succeed (its
+    /// body is not what the effect takes, or holds a value the database refuses). Reported
+    /// done, so SQS deletes it rather than delivering it again until the dead-letter queue;
+    /// the log says why, and nothing is stored, so a duplicate is rejected the same way.
+    Rejected(String),
     /// Not done: reported in `batchItemFailures`, so SQS delivers the record again after its
     /// visibility timeout (and, past the queue's `maxReceiveCount`, to its dead-letter queue).
     Failed(Failure),
@@ -84,6 +89,11 @@ impl BatchReport {
     /// The records that were skipped, already done.
     pub fn skipped(&self) -> usize {
         self.count(|outcome| matches!(outcome, RecordOutcome::Skipped))
+    }
+
+    /// The records that were rejected, as no delivery can succeed.
+    pub fn rejected(&self) -> usize {
+        self.count(|outcome| matches!(outcome, RecordOutcome::Rejected(_)))
     }
 
     /// The records that failed, with why.

@@ -227,6 +227,11 @@ impl Effect for Orders {
         }
         Ok(self.table.apply(message).await?)
     }
+
+    /// What the table rejects; never an injected fault.
+    fn rejects(&self, error: &TestError) -> bool {
+        matches!(error, TestError::Orders(error) if self.table.rejects(error))
+    }
 }
 
 /// The event in `tests/sqs/fixtures/<name>.json`.
