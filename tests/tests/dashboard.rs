@@ -73,11 +73,13 @@ fn dashboard_queries(dashboard: &Value) -> Vec<String> {
 
 /// A store that lets each claim through its `gate` and acquires it, and fails every release
 /// (announcing it): an operation that fails is `release_failed`, a caller that leaves while its
-/// claim waits is `cancelled`. With `refuse`, it fails every claim: `store_error`.
+/// claim waits is `cancelled`. With `refuse`, it fails every claim: `store_error`. With `lose`,
+/// every completion finds its record gone: a lost result.
 #[derive(Clone)]
 struct Stubborn {
     gate: Gate,
     refuse: bool,
+    lose: bool,
     releases: Arc<Semaphore>,
 }
 
@@ -95,7 +97,7 @@ impl Store for Stubborn {
         _: LeaseToken,
         _: Completion<'_>,
     ) -> Result<Fence, StoreError> {
-        Ok(Fence::Held)
+        Ok(if self.lose { Fence::Lost } else { Fence::Held })
     }
     async fn release(&self, _: &RecordKey, _: LeaseToken) -> Result<Fence, StoreError> {
         self.releases.add_permits(1);
@@ -114,6 +116,7 @@ impl Stubborn {
         Self {
             gate: Gate::default(),
             refuse,
+            lose: false,
             releases: Arc::new(Semaphore::new(0)),
         }
     }
@@ -218,6 +221,17 @@ async fn every_outcome() {
     let failed = idem.operation(NAME).run("e", 1, |_| ending(false)).await;
     assert!(matches!(failed, Err(OperationError::Failed(_))));
 
+    // A lost result: the record is gone when the result is stored.
+    let mut losing = Stubborn::new(false);
+    losing.lose = true;
+    losing.gate.open();
+    let lost = losing
+        .engine()
+        .operation(NAME)
+        .run("g", 1, |_| ending(true))
+        .await;
+    assert!(matches!(lost, Err(OperationError::LeaseLost)), "{lost:?}");
+
     // cancelled: the caller leaves while its claim waits; the claim, once acquired, is counted,
     // then released (on a store of its own, which nothing else releases on).
     let stubborn = Stubborn::new(false);
@@ -261,7 +275,7 @@ async fn the_docs_and_the_dashboard_query_what_the_engine_exports() {
         }
         used.insert(source, uses.metrics());
     }
-    // Each face uses all three metrics.
+    // Each face uses every metric.
     let families: BTreeSet<String> = exported.families().into_keys().collect();
     for (source, metrics) in used {
         let families_used: BTreeSet<String> =

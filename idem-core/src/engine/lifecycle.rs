@@ -36,7 +36,7 @@ use tracing::Instrument;
 use super::attempt::{Answer, Attempt, Kept, RolledBack, Verdict};
 use super::claim::{Claimed, Settled};
 use super::deadline::LeaseTerms;
-use super::outcome::{OpName, OutcomeLabel, count, span};
+use super::outcome::{OpName, OutcomeLabel, count, result_lost, span};
 use super::owner::{CatchUnwind, Owner, Written};
 use super::policy::{Commits, InFlightMode};
 use super::{Engine, Lending};
@@ -457,12 +457,11 @@ impl Engine {
             )));
         }
         count(&operation, OutcomeLabel::Executed);
+        let key = *owner.key();
         let kept = match owner.complete(payload, status, ttl).await {
             Written::Done(Fence::Held) => Kept::Stored,
             Written::Done(Fence::Lost) => {
-                tracing::warn!(
-                    "lease lost while the operation ran: another attempt took over; this result was not stored"
-                );
+                result_lost(&operation, &key);
                 Kept::LeaseLost
             }
             Written::Deferred(error) => {

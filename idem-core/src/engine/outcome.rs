@@ -14,6 +14,8 @@ const REQUESTS: &str = "idempotency_requests_total";
 const IN_FLIGHT: &str = "idempotency_in_flight";
 /// Histogram: the age of each replayed result, in seconds, by `endpoint`.
 const REPLAY_AGE: &str = "idempotency_replay_age_seconds";
+/// Counter: results not stored because their record was lost, by `endpoint`.
+const RESULTS_LOST: &str = "idempotency_results_lost_total";
 /// The label of every metric: the operation's name.
 const ENDPOINT: &str = "endpoint";
 /// The label of [`REQUESTS`]: an [`OutcomeLabel`].
@@ -94,6 +96,21 @@ pub(crate) fn replayed(operation: &OpName, completed_at: Option<Timestamp>, now:
         let age = completed_at.until(now);
         metrics::histogram!(REPLAY_AGE, ENDPOINT => operation.clone()).record(age.as_secs_f64());
     }
+}
+
+/// The words every path logs a lost result with: [`result_lost`].
+pub(crate) const RESULT_LOST: &str = "the result was not stored: its idempotency record was lost \
+    (another attempt took it over, or it is gone from the store); a retry runs the operation again";
+
+/// A result the operation ran to that could not be stored because its record was lost: another
+/// attempt took the record over (this one was cut off from the store longer than its lease), or
+/// the record is gone from the store (a table deleted or restored, Redis restarted without
+/// persistence, a bucket's lifecycle rule). A retry runs the operation again, so its effects may
+/// happen twice. The one place this is logged (WARN, [`RESULT_LOST`], whether the completion
+/// failed inline or in the background) and counted (`idempotency_results_lost_total`).
+pub(crate) fn result_lost(operation: &OpName, key: &RecordKey) {
+    metrics::counter!(RESULTS_LOST, ENDPOINT => operation.clone()).increment(1);
+    tracing::warn!(endpoint = &**operation, key = %key.prefix(), "{RESULT_LOST}");
 }
 
 /// One operation running in this process: counted in `idempotency_in_flight` from

@@ -246,6 +246,7 @@ impl Owner {
                 State::Completing(pending) => Some(pending),
                 _ => None,
             },
+            operation: self.operation.clone(),
         }
     }
 

@@ -8,6 +8,7 @@ use std::time::Duration;
 use bytes::Bytes;
 
 use super::deadline::LeaseTerms;
+use super::outcome::{OpName, result_lost};
 use super::timed::Timed;
 use crate::clock::{Clock, Timestamp};
 use crate::error::StoreError;
@@ -45,15 +46,21 @@ pub(super) struct Retry {
     /// When the record expires: retries stop there.
     pub(super) until: Timestamp,
     pub(super) pending: Option<Completing>,
+    /// The operation's name, for a lost result's count.
+    pub(super) operation: OpName,
 }
 
 impl Retry {
     const FIRST: Duration = Duration::from_millis(50);
     const MAX: Duration = Duration::from_secs(2);
 
-    /// In the background: until the store answers or the record expires.
+    /// In the background: until the store answers or the record expires. A result whose
+    /// record was lost meanwhile is said so ([`result_lost`]), as the inline path says it.
     pub(super) async fn run(self) {
-        let _ = self.retry(Duration::ZERO).await;
+        let settled = self.retry(Duration::ZERO).await;
+        if let (Ok(Fence::Lost), Some(_)) = (settled, &self.pending) {
+            result_lost(&self.operation, &self.key);
+        }
     }
 
     /// Inline, after a first try failed: for at most `within`. The store's answer, or its last
@@ -78,6 +85,8 @@ impl Retry {
                 None => self.store.release(&self.key, self.token).await,
             };
             let error = match result {
+                // A result whose record was lost: the caller says so, in the words of every path.
+                Ok(Fence::Lost) if self.pending.is_some() => return Ok(Fence::Lost),
                 Ok(fence) => {
                     tracing::info!(key = %self.key.prefix(), ?fence, "settled an idempotency record after a store failure");
                     return Ok(fence);
@@ -268,6 +277,7 @@ mod tests {
             token: TOKEN,
             until: SystemClock.now().after(Duration::from_secs(3600)),
             pending: None,
+            operation: "retry.tests".into(),
         };
         let retrying = tokio::spawn(retry.run());
         // Tries at 0, 0.05, 0.15, 0.35, 0.75, 1.55, 3.15, 5.15, 7.15 and 9.15 s.
@@ -337,6 +347,7 @@ mod tests {
                 completed_at: now,
                 expires_at: now.after(Duration::from_secs(3600)),
             }),
+            operation: "retry.tests".into(),
         };
         tokio::time::timeout(Duration::from_secs(60), retry.run())
             .await
