@@ -165,7 +165,10 @@ async fn redis(cli: &Cli, url: &str) -> Result<RedisStore, Failure> {
 
 /// `s3://BUCKET[/PREFIX]`: the records a `BucketStore` keeps under `PREFIX` of the bucket
 /// (`idem` when absent, as `BucketStore::new`), with the S3 client the `AWS_*` variables
-/// configure.
+/// configure. The bucket must exist: one that does not is refused, naming it, before anything
+/// is written to it. A prefix holding nothing is only said to hold nothing (on standard error):
+/// object storage has no folders, so a misspelt prefix and a store that holds no record yet
+/// look the same.
 async fn bucket(url: &str) -> Result<BucketStore, Failure> {
     let rest = url.strip_prefix("s3://").unwrap_or_default();
     let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
@@ -177,10 +180,27 @@ async fn bucket(url: &str) -> Result<BucketStore, Failure> {
         .build()
         .map_err(|e| Failure::Usage(format!("S3: {e}")))?;
     let store: Arc<dyn ObjectStore> = Arc::new(s3);
-    Ok(match prefix.trim_matches('/') {
-        "" => BucketStore::new(store).await?,
-        prefix => BucketStore::with_prefix(store, prefix).await?,
-    })
+    let prefix = match prefix.trim_matches('/') {
+        "" => "idem",
+        prefix => prefix,
+    };
+    let under = object_store::path::Path::from(prefix);
+    match store.list_with_delimiter(Some(&under)).await {
+        // `object_store` passes S3's answer on as text: its error code, `NoSuchBucket`, is
+        // S3's documented word for exactly this.
+        Err(error) if error.to_string().contains("NoSuchBucket") => {
+            return Err(Failure::Usage(format!(
+                "the bucket `{bucket}` does not exist (or these credentials cannot see it): \
+                 the command never creates one"
+            )));
+        }
+        Err(error) => return Err(Failure::Store(StoreError::unavailable(error))),
+        Ok(listed) if listed.objects.is_empty() => {
+            eprintln!("nothing under `{prefix}` in the bucket `{bucket}`: is the prefix right?");
+        }
+        Ok(_) => {}
+    }
+    Ok(BucketStore::with_prefix(store, prefix).await?)
 }
 
 /// `dynamodb://TABLE`: the records a `DynamoDbStore` keeps in `TABLE`, which must exist (the

@@ -141,6 +141,20 @@ async fn on_s3() {
     let mut target = Target::new(&format!("s3://{bucket}/idem"));
     target.env = s3::s3_env(&endpoint);
     operators_see_explain_and_fix(store, target).await;
+
+    // A bucket that does not exist is refused, named, and not created.
+    let mut missing = Target::new("s3://no-such-bucket/idem");
+    missing.env = s3::s3_env(&endpoint);
+    let ran = missing.expect(2, &["ls"]).await;
+    let named = "the bucket `no-such-bucket` does not exist";
+    assert!(ran.stderr.contains(named), "{ran:?}");
+    assert!(!s3::bucket_exists(&endpoint, "no-such-bucket").await);
+    // A prefix holding nothing cannot be told from an empty store: said, not refused.
+    let mut typo = Target::new(&format!("s3://{bucket}/idme"));
+    typo.env = s3::s3_env(&endpoint);
+    let ran = typo.expect(0, &["ls"]).await;
+    let said = format!("nothing under `idme` in the bucket `{bucket}`");
+    assert!(ran.stderr.contains(&said), "{ran:?}");
 }
 
 /// DynamoDB, its client configured by the standard AWS environment alone (`AWS_ENDPOINT_URL`,

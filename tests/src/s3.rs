@@ -35,6 +35,16 @@ pub fn s3_env(endpoint: &str) -> Vec<(String, String)> {
     .to_vec()
 }
 
+/// Whether `bucket` exists on the server at `endpoint`.
+pub async fn bucket_exists(endpoint: &str, bucket: &str) -> bool {
+    let response = reqwest::Client::new()
+        .head(format!("{endpoint}/{bucket}"))
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("the S3 server at {endpoint} is not answering: {e}"));
+    response.status().is_success()
+}
+
 /// Creates `bucket` on the server at `endpoint`.
 pub async fn create_bucket(endpoint: &str, bucket: &str) {
     let response = reqwest::Client::new()
