@@ -312,3 +312,39 @@ async fn a_value_postgres_refuses_is_invalid_argument_and_nothing_is_stored() {
     assert_eq!(corrected.unwrap().into_inner().to_account, "acct_b");
     assert_eq!(db.transfers().await, 1);
 }
+
+/// A long key in `idempotency-key` metadata is the engine's `INVALID_ARGUMENT` naming the entry,
+/// even at 20 KB (over hyper's default 16 KiB of metadata: the ledger takes 64 KiB). Metadata
+/// over the server's limit is refused by HTTP/2 before any service sees the call: the server
+/// answers HTTP 431, which tonic's client reports as `UNKNOWN` (what docs/grpc.md says).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_key_in_metadata_is_invalid_argument_naming_the_entry() {
+    let db = Database::sqlite();
+    let server = db.server().start();
+    let mut ledger = client(&server).await;
+    let with_key = |length: usize| {
+        let mut request = as_tenant("acme", transfer("", "acct_b", 500));
+        let key = "k".repeat(length).parse().unwrap();
+        request.metadata_mut().insert("idempotency-key", key);
+        request
+    };
+    for length in [256, 20_000] {
+        let status = ledger.create_transfer(with_key(length)).await.unwrap_err();
+        assert_error_info(
+            &status,
+            Code::InvalidArgument,
+            ENGINE_DOMAIN,
+            "IDEMPOTENCY_KEY_INVALID",
+        );
+        assert!(
+            status
+                .message()
+                .contains("`idempotency-key` metadata entry"),
+            "{length}: {status:?}"
+        );
+    }
+    let status = ledger.create_transfer(with_key(100_000)).await.unwrap_err();
+    assert_eq!(status.code(), Code::Unknown, "{status:?}");
+    assert!(status.message().contains("431"), "{status:?}");
+    assert_eq!(db.transfers().await, 0);
+}

@@ -66,6 +66,14 @@
 //! | no or another `authorization` | `UNAUTHENTICATED` | |
 //! | the database unreachable before the call runs | `UNAVAILABLE` | `ErrorInfo` `IDEMPOTENCY_STORE_UNAVAILABLE`, `RetryInfo` |
 //! | the database failing while the call runs | `UNAVAILABLE` (not stored: the retry runs again) | |
+//! | a value the database refuses (a NUL in an account name, on PostgreSQL) | `INVALID_ARGUMENT` (not stored: nothing of the call commits) | |
+//! | an `idempotency-key` over 255 characters | `INVALID_ARGUMENT` | `ErrorInfo` `IDEMPOTENCY_KEY_INVALID`, naming the metadata entry |
+//! | metadata over 64 KiB in all | refused by HTTP/2 before the service sees it: HTTP 431, which tonic's client reports as `UNKNOWN` | |
+//!
+//! The server takes up to 64 KiB of metadata per call (hyper's default is 16 KiB), so a long key
+//! in metadata reaches the engine and is answered `INVALID_ARGUMENT`; past that limit HTTP/2
+//! refuses the call itself. A body that is not a `CreateTransferRequest` is tonic's to refuse:
+//! its protobuf codec answers `INTERNAL`.
 //!
 //! The engine's `ErrorInfo` has the domain `idem.rs`, the ledger's own `ledger.idem.rs`. A
 //! retry after the server was killed mid-call runs the transfer once: its row died uncommitted
@@ -103,6 +111,11 @@ const SWEEP_PERIOD: Duration = Duration::from_secs(60 * 60);
 const SWEEP_BATCH: u32 = 1000;
 /// How long calls in flight may take to finish after SIGINT/SIGTERM.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(30);
+/// The most metadata a call may carry, in bytes (HTTP/2's header list): above hyper's 16 KiB,
+/// so that a key far over the engine's 255 characters reaches the engine, which names the
+/// metadata entry in its `INVALID_ARGUMENT`, instead of HTTP/2 refusing the call with a bare
+/// 431 that clients report as `UNKNOWN`.
+const METADATA_LIMIT: u32 = 64 * 1024;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -157,6 +170,7 @@ async fn run(config: Config) -> Result<(), BoxError> {
     let sweeper = idempotency.spawn_sweeper(SWEEP_PERIOD, SWEEP_BATCH);
     let stopping = Arc::new(Notify::new());
     let server = Server::builder()
+        .http2_max_header_list_size(METADATA_LIMIT)
         .add_service(health_service)
         .add_service(reflection)
         .add_service(ledger)
