@@ -13,7 +13,7 @@ use axum::extract::{FromRef, State};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use idem_runtime::{Idempotency, idempotent};
+use idem_runtime::{Idempotency, IdempotencyLayer, idempotent};
 use serde_json::{Value, json};
 use tokio::sync::Notify;
 
@@ -96,7 +96,7 @@ pub fn router(idempotency: Idempotency, gate: Arc<Gate>) -> Router {
     Router::new()
         .route(BARE, post(bare))
         .route(IDEM, post(idem))
-        .route(LAYER, post(bare).layer(idempotency.layer()))
+        .route(LAYER, post(bare).layer(IdempotencyLayer::new(&idempotency)))
         .route(HELD, post(held))
         .route("/healthz", get(|| async { "ok" }))
         .with_state(AppState { idempotency, gate })

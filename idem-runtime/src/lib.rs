@@ -57,15 +57,16 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 // The layers, bottom up; each imports only from those before it:
-// `idem-core` (its own crate: keys, fingerprints, time, store errors, the `Store` contract and
-// the memory store, and the engine that owns an operation from its claim to its stored result;
-// no HTTP), `store` (the backends and their capabilities), `http` (key header, request fingerprint, response capture,
-// problems, the `#[idempotent]` registry, the HTTP settings), `rpc` (the gRPC face's statuses,
-// stored replies and deterministic request encoding), `idempotency` (the handle users
-// configure), then the adapters, which turn a transport into engine calls and back (`adapters`:
-// the attribute, the layer, the programmatic API, `Tx`) and `openapi`.
+// `idem-core` (its own crate: keys, fingerprints, time, the `Store` contract and the memory
+// store, the engine that owns an operation from its claim to its stored result, the handle
+// users configure with its transport-neutral settings and answers, the `#[idempotent]`
+// registry, and the programmatic API; no HTTP), `store` (the backends and their
+// capabilities), `http` (key header, request fingerprint, response capture, problem+json, the
+// HTTP faces' part of the handle), `rpc` (the gRPC face's statuses, stored replies,
+// deterministic request encoding and its part of the handle), then the adapters, which turn a
+// transport into engine calls and back (`adapters`: the attribute, the layer, the gRPC face,
+// `Tx`) and `openapi`.
 mod http;
-mod idempotency;
 #[cfg(feature = "tonic")]
 mod rpc;
 
@@ -98,23 +99,22 @@ pub mod grpc {
 }
 
 pub use crate::adapters::layer::{IdempotencyLayer, IdempotencyService, RouteSettings};
-pub use crate::adapters::operation::{
-    Operation, OperationError, OperationKey, Outcome, PayloadError,
-};
 #[cfg(all(feature = "sqlite", feature = "postgres"))]
 #[cfg_attr(docsrs, doc(cfg(all(feature = "sqlite", feature = "postgres"))))]
 pub use crate::adapters::tx::AnyTx;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 #[cfg_attr(docsrs, doc(cfg(any(feature = "sqlite", feature = "postgres"))))]
 pub use crate::adapters::tx::Tx;
-pub use crate::http::endpoint::KeyMode;
-pub use crate::http::rejection::Rejection;
+pub use crate::http::problem::Problem;
 pub use crate::http::response::{REPLAYED_HEADER, StoredResponse};
-pub use crate::idempotency::{BuildError, Builder, Idempotency, RecordDetail, Records};
 pub use idem_core::clock;
+pub use idem_core::endpoint::KeyMode;
 pub use idem_core::engine::{Commits, InFlightMode, InvocationDeadline};
 pub use idem_core::error::{KeyError, StoreError};
+pub use idem_core::idempotency::{BuildError, Builder, Idempotency, RecordDetail, Records};
 pub use idem_core::key::{IdempotencyKey, MAX_KEY_LEN, RecordKey};
+pub use idem_core::operation::{Operation, OperationError, OperationKey, Outcome, PayloadError};
+pub use idem_core::rejection::Rejection;
 pub use idem_core::settings::scope::{Caller, GLOBAL_SCOPE};
 
 #[doc = include_str!("docs/idempotent.md")]

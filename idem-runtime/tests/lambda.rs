@@ -16,6 +16,7 @@ use http::StatusCode;
 use lambda_http::RequestExt;
 use tower::ServiceExt;
 
+use idem_runtime::IdempotencyLayer;
 use idem_runtime::clock::{Clock, ManualClock};
 use idem_runtime::lambda::{DeadlineLayer, deadline_of, invocation_deadline};
 use idem_runtime::store::MemoryStore;
@@ -115,7 +116,7 @@ fn function() -> Function {
         .unwrap();
     let router = Router::new()
         .route("/v1/charges", post(charge))
-        .layer(idempotency.layer())
+        .layer(IdempotencyLayer::new(&idempotency))
         .layer(DeadlineLayer::new())
         .with_state(Calls::default());
     Function { router, clock }

@@ -16,6 +16,7 @@ use axum::body::{Body, Bytes};
 use axum::http::{HeaderValue, Request, StatusCode};
 use axum::routing::post;
 use http_body_util::BodyExt;
+use idem_runtime::IdempotencyLayer;
 use idem_runtime::clock::{Clock, SystemClock};
 use idem_runtime::store::Fingerprint;
 use idem_runtime::store::{Claim, ClaimRequest, Completion, Fence, LeaseToken, Store};
@@ -54,7 +55,7 @@ fn router(idempotency: &Idempotency) -> Router {
         .merge(
             Router::new()
                 .route("/layer", post(plain))
-                .layer(idempotency.layer().scope("global")),
+                .layer(IdempotencyLayer::new(idempotency).scope("global")),
         )
 }
 

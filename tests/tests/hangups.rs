@@ -33,6 +33,7 @@ use tower::ServiceExt;
 #[path = "hangups/stall.rs"]
 mod stall;
 
+use idem_runtime::IdempotencyLayer;
 use stall::Stall;
 
 /// Which store keeps the records.
@@ -99,7 +100,7 @@ fn router(app: App, face: Face) -> Router {
             .with_state(app),
         Face::Layer => Router::new()
             .route("/charges", post(charge))
-            .layer(app.idempotency.layer())
+            .layer(IdempotencyLayer::new(&app.idempotency))
             .with_state(app),
     }
 }

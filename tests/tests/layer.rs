@@ -14,7 +14,7 @@ use axum::routing::post;
 use http_body_util::BodyExt;
 use idem_runtime::clock::ManualClock;
 use idem_runtime::store::MemoryStore;
-use idem_runtime::{Idempotency, idempotent};
+use idem_runtime::{Idempotency, IdempotencyLayer, idempotent};
 use serde_json::Value;
 use tower::ServiceExt;
 
@@ -92,7 +92,7 @@ fn covered_app(clock: &ManualClock) -> (Router, Covered) {
         .route("/covered", post(annotated).delete(annotated))
         .route("/skipped", post(annotated))
         .layer(
-            idem.layer()
+            IdempotencyLayer::new(&idem)
                 .scope("org")
                 .ttl(Duration::from_secs(60))
                 .skip("/skipped"),
@@ -221,7 +221,7 @@ macro_rules! atomic_cases {
                 };
                 let router = Router::new()
                     .route("/items", post(create_item))
-                    .layer(idem.layer())
+                    .layer(IdempotencyLayer::new(&idem))
                     .with_state(app);
                 Harness {
                     router,
@@ -315,7 +315,9 @@ atomic_cases!(postgres, sqlx::Postgres);
 async fn misconfigured(route: axum::routing::MethodRouter, why: &str) {
     let (store, _) = stores::sqlite::create().await;
     let idem = Idempotency::builder().store(store.clone()).build().unwrap();
-    let router = Router::new().route("/items", route).layer(idem.layer());
+    let router = Router::new()
+        .route("/items", route)
+        .layer(IdempotencyLayer::new(&idem));
     for _ in 0..2 {
         let reply = send(&router, Method::POST, "/items", Some("k"), "{}").await;
         assert_eq!(reply.status, StatusCode::INTERNAL_SERVER_ERROR);
@@ -364,7 +366,7 @@ async fn a_tx_shows_its_database_and_whether_it_began() {
     let idem = Idempotency::builder().store(store.clone()).build().unwrap();
     let router = Router::new()
         .route("/items", post(show))
-        .layer(idem.layer());
+        .layer(IdempotencyLayer::new(&idem));
     let reply = send(&router, Method::POST, "/items", Some("k"), "{}").await;
     assert_eq!(reply.status, StatusCode::OK);
     assert_eq!(

@@ -31,6 +31,7 @@ use tower::ServiceExt;
 #[path = "hangups/stall.rs"]
 mod stall;
 
+use idem_runtime::IdempotencyLayer;
 use stall::Stall;
 
 async fn plain_create(Json(body): Json<Value>) -> (StatusCode, Json<Value>) {
@@ -47,7 +48,7 @@ async fn create(body: Json<Value>) -> (StatusCode, Json<Value>) {
 fn router(idem: Idempotency) -> Router {
     let layered = Router::new()
         .route("/layered", post(plain_create))
-        .layer(idem.layer().key(KeyMode::Required));
+        .layer(IdempotencyLayer::new(&idem).key(KeyMode::Required));
     Router::new()
         .route("/create", post(create))
         .with_state(idem)

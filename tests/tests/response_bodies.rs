@@ -19,6 +19,7 @@ use axum::routing::post;
 use http_body::Frame;
 use http_body_util::{BodyExt, Empty};
 use hyper_util::rt::TokioIo;
+use idem_runtime::IdempotencyLayer;
 use idem_runtime::store::MemoryStore;
 use idem_runtime::{Idempotency, idempotent};
 use serde_json::Value;
@@ -85,7 +86,7 @@ async fn serve() -> std::net::SocketAddr {
         .merge(
             Router::new()
                 .route("/layer", post(plain_report))
-                .layer(idempotency.layer().scope("global")),
+                .layer(IdempotencyLayer::new(&idempotency).scope("global")),
         );
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let address = listener.local_addr().unwrap();

@@ -13,6 +13,7 @@ use axum::http::{Request, StatusCode};
 use axum::response::IntoResponse;
 use axum::routing::post;
 use http_body_util::BodyExt;
+use idem_runtime::IdempotencyLayer;
 use idem_runtime::store::MemoryStore;
 use idem_runtime::{Idempotency, IdempotencyKey, OperationError, Rejection, idempotent};
 use tower::ServiceExt;
@@ -47,7 +48,7 @@ fn routers(idempotency: &Idempotency) -> [(&'static str, Router); 2] {
         .with_state(idempotency.clone());
     let layer = Router::new()
         .route("/echo", post(plain_echo))
-        .layer(idempotency.layer());
+        .layer(IdempotencyLayer::new(idempotency));
     [("attribute", attribute), ("layer", layer)]
 }
 
@@ -198,8 +199,9 @@ fn the_layer_and_the_programmatic_api_refuse_the_attributes_ttl_bounds_alike() {
         ("long", Duration::from_secs(31 * 86_400)),
     ] {
         let rule = idem_rules::ttl::check(ttl).unwrap_err().to_string();
-        let layer = panic_message(|| drop(idempotency.layer().ttl(ttl)));
-        let route = panic_message(|| drop(idempotency.layer().route("/a", |r| r.ttl(ttl))));
+        let layer = panic_message(|| drop(IdempotencyLayer::new(&idempotency).ttl(ttl)));
+        let route =
+            panic_message(|| drop(IdempotencyLayer::new(&idempotency).route("/a", |r| r.ttl(ttl))));
         let operation = panic_message(|| drop(idempotency.operation("rules::op").ttl(ttl)));
         for (face, message) in [("layer", layer), ("route", route), ("operation", operation)] {
             assert!(message.ends_with(&rule), "{setter} {face}: {message}");
@@ -208,7 +210,11 @@ fn the_layer_and_the_programmatic_api_refuse_the_attributes_ttl_bounds_alike() {
     assert!(rule.contains("1 s ..= 30 days"), "{rule}");
     // The bounds themselves are accepted everywhere.
     for ttl in [idem_rules::ttl::MIN_TTL, idem_rules::ttl::MAX_TTL] {
-        drop(idempotency.layer().ttl(ttl).route("/a", |r| r.ttl(ttl)));
+        drop(
+            IdempotencyLayer::new(&idempotency)
+                .ttl(ttl)
+                .route("/a", |r| r.ttl(ttl)),
+        );
         drop(idempotency.operation("rules::op").ttl(ttl));
     }
 }
@@ -219,7 +225,9 @@ fn the_layer_and_the_programmatic_api_follow_the_attributes_name_rule() {
     let idempotency = idempotency();
     for bad in ["", " charges", "a\nb"] {
         let rule = idem_rules::name::validate(bad).unwrap_err().to_string();
-        let route = panic_message(|| drop(idempotency.layer().route("/a", |r| r.name(bad))));
+        let route = panic_message(|| {
+            drop(IdempotencyLayer::new(&idempotency).route("/a", |r| r.name(bad)))
+        });
         let operation = panic_message(|| drop(idempotency.operation(bad)));
         assert_eq!(route, format!("RouteSettings::name: {rule}"), "{bad:?}");
         assert_eq!(
@@ -228,11 +236,7 @@ fn the_layer_and_the_programmatic_api_follow_the_attributes_name_rule() {
             "{bad:?}"
         );
     }
-    drop(
-        idempotency
-            .layer()
-            .route("/a", |r| r.name("charges.create")),
-    );
+    drop(IdempotencyLayer::new(&idempotency).route("/a", |r| r.name("charges.create")));
     drop(idempotency.operation("jobs::submit"));
 }
 
@@ -247,7 +251,7 @@ fn a_scope_without_a_resolver_is_refused_at_start_up_with_one_message() {
         .unwrap_err()
         .to_string();
     let idempotency = idempotency();
-    let layer = panic_message(|| drop(idempotency.layer().scope("tenant")));
+    let layer = panic_message(|| drop(IdempotencyLayer::new(&idempotency).scope("tenant")));
     let rule = "scope \"tenant\" has no resolver: call `.scope(\"tenant\", |caller| ..)` on \
                 `Idempotency::builder()`, or use \"global\"";
     assert!(built.ends_with(rule), "{built}");

@@ -19,6 +19,7 @@ use axum::response::Response;
 use axum::routing::post;
 use http_body::Frame;
 use http_body_util::BodyExt;
+use idem_runtime::IdempotencyLayer;
 use idem_runtime::store::MemoryStore;
 use idem_runtime::{Idempotency, idempotent};
 use serde_json::Value;
@@ -125,7 +126,7 @@ async fn a_response_over_the_replay_limit_streams_with_bounded_memory_on_every_f
         .merge(
             Router::new()
                 .route("/layer", post(plain_export))
-                .layer(idempotency.layer().scope("global")),
+                .layer(IdempotencyLayer::new(&idempotency).scope("global")),
         );
     // Warm up (lazy statics, the runtime's buffers) with a small request.
     let _ = router

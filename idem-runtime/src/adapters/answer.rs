@@ -4,9 +4,9 @@
 use std::panic::resume_unwind;
 use std::time::Duration;
 
-use crate::http::rejection::Rejection;
 use idem_core::engine::{Answer, RolledBack};
 use idem_core::error::StoreError;
+use idem_core::rejection::Rejection;
 
 /// What a face sends back for an attempt, before it is put in the face's own terms.
 pub(crate) enum Settled<R, P> {

@@ -20,18 +20,19 @@ use http::{Method, header};
 
 use crate::adapters::answer::{Settled, settle};
 use crate::http::capture::capture;
-use crate::http::endpoint::{Endpoint, KeyMode};
-use crate::http::rejection::Rejection;
 use crate::http::release::{ClientErrors, releases};
 use crate::http::replay::{self, RawDigest};
 use crate::http::request::read_body;
 use crate::http::response::StoredResponse;
-use crate::idempotency::Idempotency;
+use crate::http::settings::reject;
+use idem_core::endpoint::{Endpoint, KeyMode};
 use idem_core::engine::{
     Answer, Attempt, Commits, InFlightMode, InvocationDeadline, Lending, OpName, Verdict,
 };
 use idem_core::fingerprint::{Previous, Version};
+use idem_core::idempotency::Idempotency;
 use idem_core::key::{IdempotencyKey, RecordKey, tenant_of};
+use idem_core::rejection::Rejection;
 use idem_core::settings::limits::Limits;
 use idem_core::settings::scope::Caller;
 
@@ -150,10 +151,6 @@ pub(crate) fn start(
     })
 }
 
-fn reject(idempotency: &Idempotency, rejection: Rejection) -> Response {
-    idempotency.http().reject(rejection)
-}
-
 /// A request whose key is valid (or that is not idempotent), before its body is read.
 #[doc(hidden)]
 pub struct Started {
@@ -189,7 +186,6 @@ impl Started {
             return Ok((prepared, Request::from_parts(parts, body)));
         };
         let engine = idempotency.engine();
-        let settings = idempotency.http();
         let caller = Caller::new(&parts.headers, &parts.extensions);
         let scope_value = match idempotency.scopes().resolve(operation.scope, &caller) {
             Ok(value) => value,
@@ -202,14 +198,14 @@ impl Started {
                     "the request's scope was not resolved"
                 );
                 let rejection = Rejection::of_scope(operation.scope, error);
-                return Err(settings.reject(rejection));
+                return Err(reject(idempotency, rejection));
             }
         };
         let (parts, bytes) = match read_body(parts, body, operation.max_request_bytes).await {
             Ok(read) => read,
             Err(rejection) => {
                 engine.count_invalid(&operation.name);
-                return Err(settings.reject(rejection));
+                return Err(reject(idempotency, rejection));
             }
         };
         let content_type = parts.headers.get(header::CONTENT_TYPE);
@@ -337,9 +333,8 @@ impl Prepared {
             if releases(response.status(), released) {
                 return Verdict::Release(response);
             }
-            let (limit, settings) = (owned.limits().max_response_bytes, owned.http());
-            let Some(captured) = capture(response, limit, settings).await else {
-                return Verdict::Release(settings.reject(Rejection::ResponseFailed));
+            let Some(captured) = capture(response, &owned).await else {
+                return Verdict::Release(reject(&owned, Rejection::ResponseFailed));
             };
             let payload = match raw {
                 Some(raw) => captured.stored.encode_after(&replay::envelope(&raw)),

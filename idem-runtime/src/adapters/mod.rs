@@ -10,6 +10,5 @@ pub(crate) mod flow;
 #[cfg(feature = "tonic")]
 pub(crate) mod grpc;
 pub(crate) mod layer;
-pub(crate) mod operation;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 pub(crate) mod tx;

@@ -12,10 +12,12 @@ use axum::extract::FromRequestParts;
 use http::Extensions;
 use http::request::Parts;
 
-use crate::http::endpoint::AtomicNeed;
-use crate::http::rejection::Rejection;
+use crate::http::problem::Problem;
 use crate::store::atomic::{self, AtomicDatabase, LentTransaction};
+use idem_core::endpoint::AtomicNeed;
 use idem_core::engine::{LendError, Lending};
+use idem_core::operation::Lent;
+use idem_core::rejection::Rejection;
 
 /// A database transaction that commits together with the idempotency record.
 ///
@@ -74,6 +76,28 @@ use idem_core::engine::{LendError, Lending};
 /// `#[idempotent]` handler is offered transactions only when one of its arguments is a `Tx` or
 /// an `AnyTx` (not one wrapped in another extractor). A `Tx` must not outlive its
 /// handler: writes made through it after the handler returned are rolled back.
+///
+/// The programmatic API takes one too, in
+/// [`Operation::run_atomic`](crate::Operation::run_atomic):
+///
+/// ```no_run
+/// use idem_runtime::{Idempotency, Tx};
+/// use sqlx::Postgres;
+///
+/// # async fn f(idempotency: Idempotency, order: u64) -> Result<(), Box<dyn std::error::Error>> {
+/// let shipment = idempotency
+///     .operation("shipping::ship")
+///     .run_atomic("ship-order-1001", order, |mut tx: Tx<Postgres>, order| async move {
+///         let id: i64 = sqlx::query_scalar("INSERT INTO shipments (order_id) VALUES ($1) RETURNING id")
+///             .bind(order as i64)
+///             .fetch_one(tx.conn().await?)
+///             .await?;
+///         Ok::<_, sqlx::Error>(id)
+///     })
+///     .await?
+///     .into_inner();
+/// # let _ = shipment; Ok(()) }
+/// ```
 pub struct Tx<DB: AtomicDatabase>(LentTransaction<DB>);
 
 impl<DB: AtomicDatabase> Tx<DB> {
@@ -100,9 +124,13 @@ impl<DB: AtomicDatabase> Tx<DB> {
     pub fn downstream_key(&self, purpose: &str) -> String {
         self.0.downstream_key(purpose)
     }
+}
 
-    /// The transaction lent by `lending`, for the programmatic API.
-    pub(crate) fn lent(lending: &Lending) -> Result<Self, LendError> {
+/// The programmatic API's atomic mode hands out the same `Tx`.
+impl<DB: AtomicDatabase> Lent for Tx<DB> {
+    const DATABASE: &'static str = <DB as AtomicDatabase>::NAME;
+
+    fn lent(lending: &Lending) -> Result<Self, LendError> {
         LentTransaction::lent(lending).map(Self)
     }
 }
@@ -133,10 +161,10 @@ impl<DB: AtomicDatabase> Tx<DB> {
 }
 
 impl<S: Send + Sync, DB: AtomicDatabase> FromRequestParts<S> for Tx<DB> {
-    type Rejection = Rejection;
+    type Rejection = Problem;
 
-    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Rejection> {
-        Self::from_extensions(&parts.extensions)
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Problem> {
+        Self::from_extensions(&parts.extensions).map_err(Problem)
     }
 }
 
@@ -211,10 +239,10 @@ impl AnyTx {
 
 #[cfg(all(feature = "sqlite", feature = "postgres"))]
 impl<S: Send + Sync> FromRequestParts<S> for AnyTx {
-    type Rejection = Rejection;
+    type Rejection = Problem;
 
-    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Rejection> {
-        Self::from_extensions(&parts.extensions)
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Problem> {
+        Self::from_extensions(&parts.extensions).map_err(Problem)
     }
 }
 

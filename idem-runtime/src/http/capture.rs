@@ -12,9 +12,10 @@ use bytes::{Bytes, BytesMut};
 use http_body::{Frame, SizeHint};
 use http_body_util::BodyExt;
 
-use super::rejection::Rejection;
 use super::response::StoredResponse;
-use super::settings::HttpSettings;
+use super::settings::reject;
+use idem_core::idempotency::Idempotency;
+use idem_core::rejection::Rejection;
 
 /// A handler's response: what to send now and what to store for retries.
 pub(crate) struct Captured {
@@ -29,11 +30,8 @@ pub(crate) struct Captured {
 /// At most the limit and one frame are held: past the limit the body's frames read so far are
 /// sent first, then the rest as the handler produces it. `None` when the body stream failed
 /// before its end or the limit (the record is then released).
-pub(crate) async fn capture(
-    response: Response,
-    limit: usize,
-    settings: &HttpSettings,
-) -> Option<Captured> {
+pub(crate) async fn capture(response: Response, idempotency: &Idempotency) -> Option<Captured> {
+    let limit = idempotency.limits().max_response_bytes;
     let (parts, mut body) = response.into_parts();
     let mut read = VecDeque::new();
     let mut len = 0usize;
@@ -65,9 +63,12 @@ pub(crate) async fn capture(
         limit,
         "response over the replay limit: retries get 409 idempotency_response_too_large"
     );
-    let marker = settings.reject(Rejection::ResponseTooLarge {
-        original_status: parts.status.as_u16(),
-    });
+    let marker = reject(
+        idempotency,
+        Rejection::ResponseTooLarge {
+            original_status: parts.status.as_u16(),
+        },
+    );
     let (marker, marker_body) = marker.into_parts();
     let marker_body = marker_body
         .collect()

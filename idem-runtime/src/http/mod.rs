@@ -4,8 +4,7 @@
 //! Below the adapters, above the transport-neutral engine.
 
 pub(crate) mod capture;
-pub(crate) mod endpoint;
-pub(crate) mod rejection;
+pub(crate) mod problem;
 pub(crate) mod release;
 pub(crate) mod replay;
 pub(crate) mod request;

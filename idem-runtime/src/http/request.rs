@@ -9,10 +9,10 @@ use http::request::Parts;
 use http::{HeaderMap, HeaderName, HeaderValue, Method, Uri, header};
 use http_body_util::BodyExt;
 
-use super::rejection::Rejection;
 use idem_core::error::KeyError;
 use idem_core::fingerprint::{Encoding, Fingerprint, Hasher, Version};
 use idem_core::key::IdempotencyKey;
+use idem_core::rejection::Rejection;
 
 /// Reads a request's body whole, up to `limit` bytes and axum's `DefaultBodyLimit`, whichever
 /// is smaller. A body that `Content-Length` declares larger is refused before any of it is read

@@ -1,59 +1,74 @@
-//! What the HTTP adapters add to the engine's transport-neutral settings: the key header and
-//! how the engine's own answers are rendered.
+//! What the HTTP faces add to the engine's handle: the engine's own answers rendered in the
+//! application's format, and the check, when the engine is built, that the application's
+//! renderer gives them a response.
 
-use std::fmt;
-use std::sync::Arc;
+use std::any::TypeId;
 
 use axum::response::{IntoResponse, Response};
-use http::HeaderName;
 
-use super::rejection::Rejection;
+use super::problem::Problem;
+use idem_core::idempotency::{BuildError, FaceSetup, Idempotency, RenderedAs, Renderer, Setup};
+use idem_core::rejection::Rejection;
 
-/// How the engine's answers are rendered in the application's format.
-pub(crate) type Renderer = Arc<dyn Fn(&Rejection) -> Response + Send + Sync>;
-
-/// The HTTP settings of an engine, set on its [`Builder`](crate::Builder).
-#[derive(Clone)]
-pub(crate) struct HttpSettings {
-    /// The request header carrying the key.
-    pub(crate) header: HeaderName,
-    /// The application's format for the engine's answers, if it has one.
-    pub(crate) render: Option<Renderer>,
-}
-
-impl Default for HttpSettings {
-    fn default() -> Self {
-        Self {
-            header: HeaderName::from_static("idempotency-key"),
-            render: None,
-        }
-    }
-}
-
-impl HttpSettings {
-    /// The engine's own answer: problem+json, or the application's format
-    /// ([`Builder::render_rejections`](crate::Builder::render_rejections)) with the
-    /// rejection's status and `Retry-After` kept.
-    pub(crate) fn reject(&self, rejection: Rejection) -> Response {
-        let Some(render) = &self.render else {
-            return rejection.into_response();
-        };
-        let mut response = render(&rejection);
-        *response.status_mut() = rejection.status();
-        if let Some(value) = rejection.retry_after_header() {
-            response
-                .headers_mut()
-                .insert(http::header::RETRY_AFTER, value);
-        }
+/// The engine's own answer: problem+json, or the application's format
+/// ([`Builder::render_rejections`](crate::Builder::render_rejections)) with the rejection's
+/// status and `Retry-After` kept.
+pub(crate) fn reject(idempotency: &Idempotency, rejection: Rejection) -> Response {
+    let Some(render) = idempotency.face::<Renderer<Response>>() else {
+        return Problem(rejection).into_response();
+    };
+    let mut response = render.render(&rejection);
+    *response.status_mut() = rejection.status();
+    if let Some(value) = rejection.retry_after_header() {
         response
+            .headers_mut()
+            .insert(http::header::RETRY_AFTER, value);
+    }
+    response
+}
+
+/// A renderer whose output is not a response would be ignored by every HTTP answer: refused at
+/// build instead.
+fn check_renderer(setup: &mut Setup<'_>) -> Result<(), BuildError> {
+    match setup.get::<RenderedAs>() {
+        Some(rendered) if rendered.type_id != TypeId::of::<Response>() => {
+            Err(BuildError::RendererOutput {
+                found: rendered.type_name,
+            })
+        }
+        _ => Ok(()),
     }
 }
 
-impl fmt::Debug for HttpSettings {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("HttpSettings")
-            .field("header", &self.header)
-            .field("render", &self.render.is_some())
-            .finish()
+inventory::submit! { FaceSetup(check_renderer) }
+
+#[cfg(test)]
+mod tests {
+    use axum::response::IntoResponse;
+    use idem_core::idempotency::{BuildError, Idempotency};
+    use idem_core::rejection::Rejection;
+    use idem_core::store::MemoryStore;
+
+    #[test]
+    fn a_renderer_that_returns_no_response_is_refused_at_build() {
+        let built = Idempotency::builder()
+            .store(MemoryStore::new())
+            .render_rejections(|rejection: &Rejection| rejection.code().to_owned())
+            .build();
+        let Err(BuildError::RendererOutput { found }) = built else {
+            panic!("built with a renderer the HTTP faces would ignore");
+        };
+        assert_eq!(found, "alloc::string::String");
+    }
+
+    #[test]
+    fn a_renderer_that_returns_a_response_is_used_with_the_rejections_status() {
+        let idempotency = Idempotency::builder()
+            .store(MemoryStore::new())
+            .render_rejections(|rejection: &Rejection| rejection.code().into_response())
+            .build()
+            .unwrap();
+        let response = super::reject(&idempotency, Rejection::KeyReused);
+        assert_eq!(response.status(), 422);
     }
 }

@@ -5,7 +5,7 @@ use http::Method;
 
 use super::{IdempotencyDoc, title_case};
 use crate::adapters::layer::IdempotencyLayer;
-use crate::http::endpoint::KeyMode;
+use idem_core::endpoint::KeyMode;
 
 /// A layer and the path under which its routes are served.
 #[derive(Debug)]
@@ -57,12 +57,11 @@ impl IdempotencyDoc {
     ///
     /// ```
     /// use axum::{Router, routing::post};
-    /// use idem_runtime::{Idempotency, KeyMode, openapi::IdempotencyDoc, store::MemoryStore};
+    /// use idem_runtime::{Idempotency, IdempotencyLayer, KeyMode, openapi::IdempotencyDoc, store::MemoryStore};
     ///
     /// # fn main() -> Result<(), idem_runtime::BuildError> {
     /// let idempotency = Idempotency::builder().store(MemoryStore::new()).build()?;
-    /// let layer = idempotency
-    ///     .layer()
+    /// let layer = IdempotencyLayer::new(&idempotency)
     ///     .route("/api/payouts", |route| route.key(KeyMode::Required));
     /// let api = Router::new()
     ///     .route("/payouts", post(|| async { "paid" }))

@@ -61,7 +61,7 @@
 //!
 //! ```
 //! use axum::routing::{get, post};
-//! use idem_runtime::{Idempotency, openapi::IdempotencyDoc, store::MemoryStore};
+//! use idem_runtime::{Idempotency, IdempotencyLayer, openapi::IdempotencyDoc, store::MemoryStore};
 //! use utoipa::Modify;
 //! use utoipa_axum::{router::OpenApiRouter, routes};
 //!
@@ -73,7 +73,7 @@
 //!
 //! # fn main() -> Result<(), idem_runtime::BuildError> {
 //! let idempotency = Idempotency::builder().store(MemoryStore::new()).build()?;
-//! let layer = idempotency.layer();
+//! let layer = IdempotencyLayer::new(&idempotency);
 //! let api = OpenApiRouter::new()
 //!     .routes(routes!(create_story, list_stories))
 //!     .layer(layer.clone());
@@ -121,8 +121,8 @@ use utoipa::openapi::path::{Operation, ParameterIn, PathItem};
 use utoipa::openapi::schema::{Components, Schema};
 use utoipa::openapi::{Content, OpenApi, Ref, RefOr, Response};
 
-use crate::http::endpoint::KeyMode;
-use crate::idempotency::Idempotency;
+use idem_core::endpoint::KeyMode;
+use idem_core::idempotency::Idempotency;
 
 mod layer;
 #[cfg(test)]

@@ -3,6 +3,7 @@ use serde_json::{Value, json};
 use utoipa::Modify;
 
 use super::*;
+use crate::IdempotencyLayer;
 use crate::store::MemoryStore;
 
 #[test]
@@ -94,7 +95,7 @@ const API: [(&str, &str); 9] = [
 #[test]
 fn a_nested_layer_documents_the_operations_it_covers_and_leaves_the_others() {
     let idempotency = idempotency("x-idempotency-key");
-    let layer = idempotency.layer().scope("user");
+    let layer = IdempotencyLayer::new(&idempotency).scope("user");
     let mut doc = document(&API);
     let documented = IdempotencyDoc::for_header(idempotency.header_name())
         .nested_layer("/api", &layer)
@@ -128,7 +129,7 @@ fn a_layer_over_every_route_covers_every_path() {
     let idempotency = idempotency("idempotency-key");
     let mut doc = document(&API);
     let documented = IdempotencyDoc::for_header(idempotency.header_name())
-        .layer(&idempotency.layer())
+        .layer(&IdempotencyLayer::new(&idempotency))
         .apply(&mut doc);
     assert_eq!(
         documented, 6,
@@ -146,8 +147,7 @@ fn a_layer_over_every_route_covers_every_path() {
 #[test]
 fn key_modes_methods_overrides_and_skips_are_the_layers() {
     let idempotency = idempotency("x-idempotency-key");
-    let layer = idempotency
-        .layer()
+    let layer = IdempotencyLayer::new(&idempotency)
         .key(KeyMode::Required)
         .methods([Method::POST, Method::DELETE])
         .route("/api/stories", |route| route.key(KeyMode::Optional))
@@ -191,8 +191,7 @@ fn key_modes_methods_overrides_and_skips_are_the_layers() {
 #[test]
 fn routes_with_a_wildcard_match_their_template() {
     let idempotency = idempotency("idempotency-key");
-    let layer = idempotency
-        .layer()
+    let layer = IdempotencyLayer::new(&idempotency)
         .skip("/files/{*path}")
         .route("/blobs/{*path}", |route| route.key(KeyMode::Required));
     let mut doc = document(&[("post", "/files/{path}"), ("post", "/blobs/{path}")]);
@@ -210,7 +209,7 @@ fn routes_with_a_wildcard_match_their_template() {
 #[test]
 fn components_are_described_once_and_referenced() {
     let idempotency = idempotency("idempotency-key");
-    let layer = idempotency.layer();
+    let layer = IdempotencyLayer::new(&idempotency);
     let doc = IdempotencyDoc::for_header(idempotency.header_name()).nested_layer("/api", &layer);
     let mut once = document(&API);
     doc.apply(&mut once);
@@ -305,7 +304,7 @@ fn only_the_key_header_is_replaced_among_an_operations_parameters() {
 #[test]
 fn selectors_come_first_then_layers_then_handlers() {
     let idempotency = idempotency("idempotency-key");
-    let layer = idempotency.layer().skip("/plain");
+    let layer = IdempotencyLayer::new(&idempotency).skip("/plain");
     let mut doc = document(&[
         ("post", "/selected"),
         ("post", "/layered"),
@@ -350,7 +349,7 @@ fn selectors_come_first_then_layers_then_handlers() {
                            from `Idempotency-Key`"
 )]
 fn a_layer_on_another_header_is_refused() {
-    let layer = idempotency("x-idempotency-key").layer();
+    let layer = IdempotencyLayer::new(idempotency("x-idempotency-key"));
     let other = idempotency("idempotency-key");
     let _ = IdempotencyDoc::new(&other).layer(&layer);
 }
@@ -359,13 +358,15 @@ fn a_layer_on_another_header_is_refused() {
 #[should_panic(expected = "the prefix `api` must be a path starting with `/`")]
 fn a_prefix_must_be_a_path() {
     let idempotency = idempotency("idempotency-key");
-    let _ = IdempotencyDoc::new(&idempotency).nested_layer("api", &idempotency.layer());
+    let _ =
+        IdempotencyDoc::new(&idempotency).nested_layer("api", &IdempotencyLayer::new(&idempotency));
 }
 
 #[test]
 fn utoipas_merge_drops_the_parameters_so_the_served_document_is_the_one_to_complete() {
     let idempotency = idempotency("idempotency-key");
-    let doc = IdempotencyDoc::for_header(idempotency.header_name()).layer(&idempotency.layer());
+    let doc = IdempotencyDoc::for_header(idempotency.header_name())
+        .layer(&IdempotencyLayer::new(&idempotency));
     let mut nested = document(&[("post", "/stories")]);
     doc.apply(&mut nested);
     let served = document(&[]).nest("/api", nested);

@@ -6,7 +6,7 @@ use std::time::Duration;
 use http::HeaderName;
 use tonic::metadata::MetadataMap;
 
-use crate::http::endpoint::KeyMode;
+use idem_core::endpoint::KeyMode;
 use idem_core::engine::{Commits, InFlightMode, OpName};
 use idem_core::error::KeyError;
 use idem_core::key::IdempotencyKey;

@@ -1,23 +1,18 @@
-//! The gRPC settings of an engine: the protobuf descriptors its request fingerprints follow.
+//! The gRPC face's part of the engine's handle: the protobuf descriptors its request
+//! fingerprints follow, decoded when the engine is built, and the start-up checks of the
+//! `#[idempotent]` tonic methods.
 
 use super::canonical::{CanonicalError, Schemas};
+use super::method;
+use idem_core::idempotency::{BuildError, FaceSetup, ProtobufDescriptors, Setup};
 
-/// Set on the [`Builder`](crate::Builder) with `protobuf_descriptors`.
+/// The decoded descriptors, kept on the handle by [`setup`].
 #[derive(Debug, Default)]
 pub(crate) struct GrpcSettings {
     schemas: Schemas,
-    /// The first descriptor set that did not decode, reported by `build`.
-    pub(crate) error: Option<String>,
 }
 
 impl GrpcSettings {
-    /// Adds the messages of an encoded `FileDescriptorSet`.
-    pub(crate) fn add_descriptors(&mut self, encoded: &[u8]) {
-        if let Err(error) = self.schemas.add_file_descriptor_set(encoded) {
-            self.error.get_or_insert(error.to_string());
-        }
-    }
-
     /// Whether the descriptors hold message `full_name`.
     pub(crate) fn knows(&self, full_name: &str) -> bool {
         self.schemas.contains(full_name)
@@ -32,3 +27,37 @@ impl GrpcSettings {
         self.schemas.canonical(full_name, encoded, None)
     }
 }
+
+/// Decodes the descriptors given to the builder, then checks each `#[idempotent]` tonic method
+/// the checks cover: its scope has a resolver and its request message is in the descriptors.
+fn setup(setup: &mut Setup<'_>) -> Result<(), BuildError> {
+    let mut settings = GrpcSettings::default();
+    for set in setup
+        .get::<ProtobufDescriptors>()
+        .into_iter()
+        .flat_map(ProtobufDescriptors::sets)
+    {
+        if let Err(error) = settings.schemas.add_file_descriptor_set(set) {
+            return Err(BuildError::ProtobufDescriptors(error.to_string()));
+        }
+    }
+    for m in method::registered().filter(|m| setup.checks(m.handler())) {
+        if setup.scopes().check(m.scope()).is_err() {
+            return Err(BuildError::UnresolvedScope {
+                endpoint: m.handler(),
+                scope: m.scope(),
+            });
+        }
+        let message = m.message();
+        if !settings.knows(&message) {
+            return Err(BuildError::MissingDescriptors {
+                method: m.handler(),
+                message,
+            });
+        }
+    }
+    setup.insert(settings);
+    Ok(())
+}
+
+inventory::submit! { FaceSetup(setup) }

@@ -12,7 +12,7 @@ use axum::http::{StatusCode, request::Parts};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Form, Json, Router};
-use idem_runtime::{InFlightMode, KeyMode};
+use idem_runtime::{IdempotencyLayer, InFlightMode, KeyMode};
 use idem_tests::Gate;
 use serde_json::{Value, json};
 
@@ -191,9 +191,7 @@ pub(crate) fn attribute_routes(app: App) -> Router {
 /// attributes'.
 pub(crate) fn layer_routes(app: App) -> Router {
     use plain::*;
-    let layer = app
-        .idem
-        .layer()
+    let layer = IdempotencyLayer::new(&app.idem)
         .scope("org")
         .route("/gated-wait", |r| r.in_flight(InFlightMode::Wait))
         .route("/payouts", |r| {

@@ -24,6 +24,7 @@ use crate::auth::{self, User};
 use crate::db::{self, Action, Db, Story};
 use crate::error::{ApiError, ApiJson, PROBLEM};
 use crate::openapi::ApiDoc;
+use idem_runtime::IdempotencyLayer;
 
 /// How long a completed request is replayed to retries with its key.
 const KEYS_LIVE: Duration = Duration::from_secs(24 * 60 * 60);
@@ -44,7 +45,9 @@ pub(crate) struct AppState {
 
 /// The service's routes, and `GET /openapi.json` documenting them.
 pub(crate) fn router(idempotency: &Idempotency, state: AppState) -> Router {
-    let layer = idempotency.layer().scope("user").ttl(KEYS_LIVE);
+    let layer = IdempotencyLayer::new(idempotency)
+        .scope("user")
+        .ttl(KEYS_LIVE);
     let api = OpenApiRouter::new()
         .routes(routes!(act))
         .routes(routes!(heartbeat))

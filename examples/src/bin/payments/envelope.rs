@@ -368,7 +368,7 @@ mod tests {
             errors_in(ErrorFormat::Stripe, reused()).status(),
             StatusCode::BAD_REQUEST
         );
-        let problem = Rejection::KeyReused.into_response();
+        let problem = idem_runtime::Problem(Rejection::KeyReused).into_response();
         assert_eq!(
             errors_in(ErrorFormat::Problem, problem).status(),
             StatusCode::UNPROCESSABLE_ENTITY

@@ -23,18 +23,19 @@ use std::marker::PhantomData;
 pub use crate::adapters::flow::{Prepared, Started, begin};
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 pub use crate::adapters::tx::AtomicParam;
-pub use crate::http::endpoint::{AtomicNeed, Endpoint, KeyMode, Registration};
 pub use crate::http::request::fingerprint_of_request;
 pub use axum::body::Body;
 pub use axum::extract::{FromRef, FromRequest, FromRequestParts, Request};
 pub use axum::handler::Handler;
 pub use axum::response::{IntoResponse, Response};
+pub use idem_core::endpoint::{AtomicNeed, Endpoint, KeyMode, Registration};
 pub use idem_core::engine::{Commits, InFlightMode};
 pub use idem_macros::__idempotent_items as items;
 pub use inventory;
 
-use crate::http::rejection::Rejection;
-use crate::idempotency::Idempotency;
+use crate::http::problem::Problem;
+use idem_core::idempotency::Idempotency;
+use idem_core::rejection::Rejection;
 
 mod state;
 
@@ -281,9 +282,9 @@ where
     T: FromRequest<()>,
 {
     async fn extract_parts(_: &mut http::request::Parts, _: &S) -> Result<T, Response> {
-        Err(Rejection::Misconfigured {
+        Err(Problem(Rejection::Misconfigured {
             reason: "a body extractor before the last argument",
-        }
+        })
         .into_response())
     }
 }

@@ -15,8 +15,9 @@ use axum::extract::{FromRef, FromRequest, FromRequestParts, Request};
 use axum::response::{IntoResponse, Response};
 
 use super::{ExtractLast, ExtractParts, IdempotencyState};
-use crate::http::rejection::Rejection;
-use crate::idempotency::Idempotency;
+use crate::http::problem::Problem;
+use idem_core::idempotency::Idempotency;
+use idem_core::rejection::Rejection;
 
 /// The checks of argument `T` (written `State<X>`, or `X` is `()`) for the router state `S`
 /// given with `state = S`.
@@ -335,8 +336,8 @@ pub trait KnownFallback<T, S> {
 impl<T, S> KnownFallback<T, S> for Known<T, S> {}
 
 fn misconfigured() -> Response {
-    Rejection::Misconfigured {
+    Problem(Rejection::Misconfigured {
         reason: "an argument the declared state does not extract",
-    }
+    })
     .into_response()
 }

@@ -13,22 +13,24 @@ use tonic::metadata::MetadataMap;
 use tonic::{Code, Extensions, Request, Response, Status};
 
 use crate::adapters::answer::{Settled, settle};
-use crate::http::endpoint::KeyMode;
-use crate::http::rejection::Rejection;
-use crate::idempotency::Idempotency;
 use crate::rpc::status::{status, status_saying, too_large};
 use crate::rpc::stored::{ReplyFormatError, StoredReply, replayed};
+use idem_core::endpoint::KeyMode;
 use idem_core::engine::{Answer, Attempt, InvocationDeadline, Lending, Verdict};
 use idem_core::error::KeyError;
 use idem_core::fingerprint::{Fingerprint, Hasher, Previous, Version};
+use idem_core::idempotency::Idempotency;
 use idem_core::key::{IdempotencyKey, RecordKey, tenant_of};
+use idem_core::rejection::Rejection;
 use idem_core::settings::scope::Caller;
 
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 mod tx;
 
+use crate::rpc::canonical::CanonicalError;
 use crate::rpc::method::{self, KeyPlace};
 pub use crate::rpc::method::{GrpcMethod, GrpcRegistration};
+use crate::rpc::settings::GrpcSettings;
 #[cfg(all(feature = "sqlite", feature = "postgres"))]
 pub use tx::any_tx;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
@@ -210,14 +212,17 @@ fn fingerprint<M: RequestMessage>(
     idempotency: &Idempotency,
     field: Option<fn(&mut M) -> &mut String>,
     message: &mut M,
-) -> Result<Fingerprint, crate::rpc::canonical::CanonicalError> {
+) -> Result<Fingerprint, CanonicalError> {
     let key = field.map(|field| std::mem::take(field(message)));
     let encoded = message.encode_to_vec();
     if let (Some(field), Some(key)) = (field, key) {
         *field(message) = key;
     }
     let full_name = M::full_name();
-    let canonical = idempotency.grpc().canonical(&full_name, &encoded)?;
+    let canonical = idempotency
+        .face::<GrpcSettings>()
+        .ok_or_else(|| CanonicalError::UnknownMessage(full_name.clone()))?
+        .canonical(&full_name, &encoded)?;
     let mut hasher = Hasher::new(b"idem.grpc", Version::CURRENT);
     hasher.update(&(full_name.len() as u64).to_be_bytes());
     hasher.update(full_name.as_bytes());

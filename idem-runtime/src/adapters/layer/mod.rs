@@ -7,10 +7,10 @@ use std::time::Duration;
 use http::{Method, StatusCode};
 use tower::Layer;
 
-use crate::http::endpoint::KeyMode;
 use crate::http::release::ClientErrors;
-use crate::idempotency::Idempotency;
+use idem_core::endpoint::KeyMode;
 use idem_core::engine::InFlightMode;
+use idem_core::idempotency::Idempotency;
 use idem_core::rules::checked_ttl;
 use idem_core::settings::scope::GLOBAL_SCOPE;
 
@@ -33,7 +33,7 @@ pub use service::IdempotencyService;
 /// use axum::response::Response;
 /// use axum::routing::post;
 /// use axum::{Json, Router, http::StatusCode};
-/// use idem_runtime::{Idempotency, store::MemoryStore};
+/// use idem_runtime::{Idempotency, IdempotencyLayer, store::MemoryStore};
 /// use serde_json::Value;
 ///
 /// #[derive(Clone)]
@@ -59,8 +59,7 @@ pub use service::IdempotencyService;
 ///     .route("/stories", post(create_story))
 ///     .route("/dwellers/{id}/heartbeat", post(|| async { "beat" }))
 ///     .layer(
-///         idempotency
-///             .layer()
+///         IdempotencyLayer::new(&idempotency)
 ///             .scope("user") // keys per user, replayed for 24 hours (the default TTL)
 ///             .route("/api/dwellers/{id}/heartbeat", |route| route.ttl(Duration::from_secs(60))),
 ///     )
@@ -116,20 +115,13 @@ pub struct IdempotencyLayer {
     config: Arc<Config>,
 }
 
-impl Idempotency {
-    /// A tower layer that makes every mutating route of a router idempotent on this engine;
-    /// the same as [`IdempotencyLayer::new`].
-    pub fn layer(&self) -> IdempotencyLayer {
-        IdempotencyLayer::new(self.clone())
-    }
-}
-
 impl IdempotencyLayer {
     /// A layer on `idempotency` with the defaults: methods `POST`, `PUT` and `PATCH`, scope
     /// `"global"`, TTL 24 h, key optional, in-flight duplicates rejected with 409, bodies up to
     /// the engine's [`max_request_bytes`](crate::Builder::max_request_bytes), rejections 400,
-    /// 401, 403, 405, 413, 415 and 422.
-    pub fn new(idempotency: Idempotency) -> Self {
+    /// 401, 403, 405, 413, 415 and 422. Takes the engine or a reference to it.
+    pub fn new(idempotency: impl AsRef<Idempotency>) -> Self {
+        let idempotency = idempotency.as_ref().clone();
         let mut rejections = ClientErrors::NONE;
         for status in [
             StatusCode::BAD_REQUEST,
@@ -243,10 +235,9 @@ impl IdempotencyLayer {
     ///
     /// ```
     /// # use std::time::Duration;
-    /// # use idem_runtime::{Idempotency, KeyMode, store::MemoryStore};
+    /// # use idem_runtime::{Idempotency, IdempotencyLayer, KeyMode, store::MemoryStore};
     /// # let idempotency = Idempotency::builder().store(MemoryStore::new()).build().unwrap();
-    /// let layer = idempotency
-    ///     .layer()
+    /// let layer = IdempotencyLayer::new(&idempotency)
     ///     .route("/v1/payouts", |route| route.key(KeyMode::Required).ttl(Duration::from_secs(7 * 86_400)));
     /// ```
     ///

@@ -8,8 +8,8 @@ use axum::extract::{MatchedPath, Request};
 use http::{Method, StatusCode};
 
 use crate::adapters::flow::{Covered, HttpOperation};
-use crate::http::endpoint::{KeyMode, route_identity};
 use crate::http::release::ClientErrors;
+use idem_core::endpoint::{KeyMode, route_identity};
 use idem_core::engine::{Commits, InFlightMode};
 use idem_core::rules::{checked_name, checked_ttl};
 

@@ -13,7 +13,7 @@ use tower::Service;
 
 use super::route::Config;
 use crate::adapters::flow::{self, Covered, HttpOperation};
-use crate::idempotency::Idempotency;
+use idem_core::idempotency::Idempotency;
 
 /// The service [`IdempotencyLayer`](super::IdempotencyLayer) wraps around each route.
 #[derive(Debug, Clone)]

@@ -59,7 +59,7 @@ struct App {
 fn app(configure: impl FnOnce(IdempotencyLayer) -> IdempotencyLayer) -> App {
     let clock = ManualClock::new();
     let calls = Calls::default();
-    let layer = configure(idempotency(&clock).layer());
+    let layer = configure(IdempotencyLayer::new(idempotency(&clock)));
     let every = post(handler)
         .put(handler)
         .patch(handler)
@@ -371,22 +371,20 @@ async fn requests_no_route_matched_are_left_alone() {
 #[test]
 #[should_panic(expected = "scope \"tenant\" has no resolver")]
 fn a_scope_without_a_resolver_panics() {
-    let _ = idempotency(&ManualClock::new()).layer().scope("tenant");
+    let _ = IdempotencyLayer::new(idempotency(&ManualClock::new())).scope("tenant");
 }
 
 #[test]
 #[should_panic(expected = "scope \"tenant\" has no resolver")]
 fn a_route_scope_without_a_resolver_panics() {
-    let _ = idempotency(&ManualClock::new())
-        .layer()
+    let _ = IdempotencyLayer::new(idempotency(&ManualClock::new()))
         .route("/x", |route| route.scope("tenant"));
 }
 
 #[test]
 #[should_panic(expected = "GET is a safe method")]
 fn safe_methods_cannot_be_covered() {
-    let _ = idempotency(&ManualClock::new())
-        .layer()
+    let _ = IdempotencyLayer::new(idempotency(&ManualClock::new()))
         .methods([Method::POST, Method::GET]);
 }
 
@@ -394,12 +392,11 @@ fn safe_methods_cannot_be_covered() {
 fn ttls_out_of_range_panic() {
     for ttl in [Duration::ZERO, Duration::from_secs(31 * 86_400)] {
         let result = std::panic::catch_unwind(|| {
-            let _ = idempotency(&ManualClock::new()).layer().ttl(ttl);
+            let _ = IdempotencyLayer::new(idempotency(&ManualClock::new())).ttl(ttl);
         });
         assert!(result.is_err(), "{ttl:?}");
     }
-    let _ = idempotency(&ManualClock::new())
-        .layer()
+    let _ = IdempotencyLayer::new(idempotency(&ManualClock::new()))
         .ttl(Duration::from_secs(30 * 86_400))
         .route("/x", |route| route.ttl(Duration::from_secs(1)));
 }
@@ -407,15 +404,14 @@ fn ttls_out_of_range_panic() {
 #[test]
 #[should_panic(expected = "500 Internal Server Error is not a client error")]
 fn rejections_must_be_client_errors() {
-    let _ = idempotency(&ManualClock::new())
-        .layer()
+    let _ = IdempotencyLayer::new(idempotency(&ManualClock::new()))
         .rejections([StatusCode::INTERNAL_SERVER_ERROR]);
 }
 
 #[test]
 #[should_panic(expected = "must be a route pattern starting with `/`")]
 fn paths_must_be_route_patterns() {
-    let _ = idempotency(&ManualClock::new()).layer().skip("api/stories");
+    let _ = IdempotencyLayer::new(idempotency(&ManualClock::new())).skip("api/stories");
 }
 
 /// A request body that sends one frame, then fails (a client that vanished mid-upload).
@@ -461,8 +457,8 @@ async fn a_layer_inside_another_leaves_the_request_to_the_outer_one() {
     let calls = Calls::default();
     let router = Router::new()
         .route("/twice", post(handler))
-        .route_layer(idempotency.layer())
-        .layer(idempotency.layer())
+        .route_layer(IdempotencyLayer::new(&idempotency))
+        .layer(IdempotencyLayer::new(&idempotency))
         .with_state(calls.clone());
     let app = App {
         router,
@@ -485,10 +481,10 @@ async fn a_named_route_keeps_its_records_when_its_pattern_changes() {
     // same name; a third release drops the name.
     let release = |pattern: &str, name: Option<&'static str>| {
         let layer = match name {
-            Some(name) => idempotency
-                .layer()
-                .route(pattern, move |route| route.name(name)),
-            None => idempotency.layer(),
+            Some(name) => {
+                IdempotencyLayer::new(&idempotency).route(pattern, move |route| route.name(name))
+            }
+            None => IdempotencyLayer::new(&idempotency),
         };
         let router = Router::new()
             .route(pattern, post(handler))
@@ -536,7 +532,7 @@ impl tower::Service<http::Request<Body>> for NeverReady {
 fn the_layer_is_ready_when_the_service_it_wraps_is() {
     use tower::{Layer, Service};
     let idempotency = idempotency(&ManualClock::new());
-    let mut service = idempotency.layer().layer(NeverReady);
+    let mut service = IdempotencyLayer::new(&idempotency).layer(NeverReady);
     let mut cx = Context::from_waker(std::task::Waker::noop());
     // Backpressure passes through: a caller waits instead of queueing work past the limit.
     assert!(service.poll_ready(&mut cx).is_pending());

@@ -11,8 +11,12 @@ use std::time::Duration;
 use tokio::sync::Notify;
 
 use crate::clock::{Clock, ManualClock, Timestamp};
+use crate::engine::InvocationDeadline;
+use crate::error::StoreError;
+use crate::idempotency::Idempotency;
+use crate::key::RecordKey;
+use crate::operation::{OperationError, Outcome};
 use crate::store::{Claim, ClaimRequest, Completion, Fence, LeaseToken, MemoryStore, Store};
-use crate::{Idempotency, InvocationDeadline, OperationError, Outcome, RecordKey, StoreError};
 
 const LEASE: Duration = Duration::from_secs(30);
 const STORE_TIMEOUT: Duration = Duration::from_secs(5);

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use idem_core::error::{KeyError, StoreError};
+use crate::error::{KeyError, StoreError};
 
 /// Why an idempotent operation did not produce an output.
 #[derive(Debug, thiserror::Error)]
@@ -21,7 +21,7 @@ pub enum OperationError<E> {
     #[error("an operation with this idempotency key is in progress; retry after {retry_after:?}")]
     InFlight {
         /// How long to wait before retrying (the engine's
-        /// [`retry_after`](crate::Builder::retry_after)).
+        /// [`retry_after`](crate::idempotency::Builder::retry_after)).
         retry_after: Duration,
     },
     /// The store failed before the operation could be claimed: the closure did not run (fail
@@ -41,7 +41,7 @@ pub enum OperationError<E> {
     Corrupt(#[source] PayloadError),
     /// The closure ran but its lease was taken over by another run (it outlived its lease
     /// without renewing it), or an operator forgot its record
-    /// ([`Records::force_forget`](crate::Records::force_forget)), before its output was stored:
+    /// ([`Records::force_forget`](crate::idempotency::Records::force_forget)), before its output was stored:
     /// this output was not stored. In atomic
     /// mode its writes were rolled back; otherwise its effects happened, and the other run
     /// repeats them.
@@ -52,7 +52,7 @@ pub enum OperationError<E> {
     #[error("the operation's output could not be stored")]
     NotStored(#[source] StoreError),
     /// Atomic mode: the closure's transaction stayed open past the engine's
-    /// [`transaction_timeout`](crate::Builder::transaction_timeout): the closure was stopped,
+    /// [`transaction_timeout`](crate::idempotency::Builder::transaction_timeout): the closure was stopped,
     /// its writes rolled back and the record released, so a retry runs it again. The release
     /// is written just after this error is returned (the store may be what held the
     /// transaction up): a retry at that very moment may still find the key in flight.

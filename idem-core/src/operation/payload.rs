@@ -5,7 +5,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use super::error::PayloadError;
-use idem_core::format::OPERATION_OUTPUT as FORMAT_TAG;
+use crate::format::OPERATION_OUTPUT as FORMAT_TAG;
 
 /// Second byte: the version of the encoding after the tag.
 const FORMAT_VERSION: u8 = 1;
@@ -34,11 +34,7 @@ mod tests {
     fn outputs_round_trip_under_their_own_tag_and_version() {
         let payload = encode(&vec!["job", "7"]).unwrap();
         assert_eq!(&payload[..2], &[FORMAT_TAG, FORMAT_VERSION]);
-        assert_ne!(
-            FORMAT_TAG,
-            idem_core::format::HTTP_RESPONSE,
-            "not the HTTP tag"
-        );
+        assert_ne!(FORMAT_TAG, crate::format::HTTP_RESPONSE, "not the HTTP tag");
         assert_eq!(decode::<Vec<String>>(&payload).unwrap(), ["job", "7"]);
     }
 

@@ -1,24 +1,23 @@
-//! Configuring an [`Idempotency`]: the store, the policy, the HTTP settings, the start-up checks.
+//! Configuring an [`Idempotency`]: the store, the policy, the settings every face applies, what
+//! the faces add, and the start-up checks.
 
+use std::any::{Any, TypeId};
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::response::Response;
 use http::HeaderName;
 
 use super::checks::Checks;
 use super::error::BuildError;
+use super::faces::{FaceSetup, Faces, ProtobufDescriptors, RenderedAs, Renderer, Setup};
 use super::{Idempotency, Inner};
-use crate::http::rejection::Rejection;
-use crate::http::settings::HttpSettings;
-#[cfg(feature = "tonic")]
-use crate::rpc::settings::GrpcSettings;
+use crate::clock::{Clock, SystemClock};
+use crate::engine::{Engine, Policy};
+use crate::rejection::Rejection;
+use crate::settings::limits::Limits;
+use crate::settings::scope::{Caller, Scopes};
 use crate::store::{Capabilities, DynStore, Store};
-use idem_core::clock::{Clock, SystemClock};
-use idem_core::engine::{Engine, Policy};
-use idem_core::settings::limits::Limits;
-use idem_core::settings::scope::{Caller, Scopes};
 
 /// Configures an [`Idempotency`] engine. Every setting but the store has a production default.
 #[must_use]
@@ -29,9 +28,8 @@ pub struct Builder {
     policy: Policy,
     scopes: Scopes,
     limits: Limits,
-    http: HttpSettings,
-    #[cfg(feature = "tonic")]
-    grpc: GrpcSettings,
+    header: HeaderName,
+    faces: Faces,
     clock: Arc<dyn Clock>,
 }
 
@@ -44,9 +42,8 @@ impl Default for Builder {
             policy: Policy::DEFAULT,
             scopes: Scopes::default(),
             limits: Limits::DEFAULT,
-            http: HttpSettings::default(),
-            #[cfg(feature = "tonic")]
-            grpc: GrpcSettings::default(),
+            header: HeaderName::from_static("idempotency-key"),
+            faces: Faces::default(),
             clock: Arc::new(SystemClock),
         }
     }
@@ -73,7 +70,8 @@ impl Builder {
     /// reads.
     ///
     /// ```
-    /// use idem_runtime::{Idempotency, store::MemoryStore};
+    /// use idem_core::idempotency::Idempotency;
+    /// use idem_core::store::MemoryStore;
     ///
     /// #[derive(Clone)]
     /// struct OrgId(String);
@@ -101,7 +99,7 @@ impl Builder {
     /// The request header carrying the key. Default `Idempotency-Key`; some clients send
     /// `X-Idempotency-Key`.
     pub fn header_name(mut self, name: HeaderName) -> Self {
-        self.http.header = name;
+        self.header = name;
         self
     }
 
@@ -157,31 +155,34 @@ impl Builder {
     /// keeps each answer's status and `Retry-After`, whatever `render` sets; match on the
     /// [`Rejection`] (its [`code`](Rejection::code) is stable) to choose the body.
     ///
+    /// Each face takes the renderer whose output is its own response type: the HTTP faces one
+    /// that returns `axum::response::Response` (`Json(..).into_response()`; idem-runtime's
+    /// `Problem` shows one), and [`build`](Builder::build) refuses one that returns anything
+    /// else with [`BuildError::RendererOutput`]. The gRPC face answers with statuses and takes
+    /// none.
+    ///
     /// ```
-    /// use axum::{Json, response::IntoResponse};
-    /// use idem_runtime::{Idempotency, Rejection, store::MemoryStore};
+    /// use idem_core::idempotency::Idempotency;
+    /// use idem_core::rejection::Rejection;
+    /// use idem_core::store::MemoryStore;
     ///
     /// let idempotency = Idempotency::builder()
     ///     .store(MemoryStore::new())
-    ///     .render_rejections(|rejection: &Rejection| {
-    ///         let kind = match rejection {
-    ///             Rejection::KeyReused | Rejection::InProgress { .. } => "idempotency_error",
-    ///             _ => "api_error",
-    ///         };
-    ///         Json(serde_json::json!({
-    ///             "error": { "type": kind, "code": rejection.code(), "message": rejection.to_string() }
-    ///         }))
-    ///         .into_response()
-    ///     })
+    ///     .render_rejections(|rejection: &Rejection| format!("{}: {rejection}", rejection.code()))
     ///     .build()
     ///     .unwrap();
     /// # let _ = idempotency;
     /// ```
-    pub fn render_rejections<F>(mut self, render: F) -> Self
+    pub fn render_rejections<F, R>(mut self, render: F) -> Self
     where
-        F: Fn(&Rejection) -> Response + Send + Sync + 'static,
+        F: Fn(&Rejection) -> R + Send + Sync + 'static,
+        R: Any,
     {
-        self.http.render = Some(Arc::new(render));
+        self.faces.insert(Renderer::new(render));
+        self.faces.insert(RenderedAs {
+            type_id: TypeId::of::<R>(),
+            type_name: std::any::type_name::<R>(),
+        });
         self
     }
 
@@ -206,10 +207,10 @@ impl Builder {
     /// With `false`:
     /// - a completion or release the store fails is retried before the answer returns, for at
     ///   most [`store_timeout`](Self::store_timeout), and never past the request's
-    ///   [`InvocationDeadline`](crate::InvocationDeadline), instead of in the background until
+    ///   [`InvocationDeadline`](crate::engine::InvocationDeadline), instead of in the background until
     ///   it lands;
     /// - if the result still is not stored, the caller gets the operation's own answer all the
-    ///   same (it ran; for HTTP its response, for [`Operation::run`](crate::Operation::run) its
+    ///   same (it ran; for HTTP its response, for [`Operation::run`](crate::operation::Operation::run) its
     ///   output) and the record stays in flight, held by the lease it has: duplicates get 409
     ///   until the lease ends (never past the invocation's deadline plus its margin), then a
     ///   retry runs the operation again, as after a crash. A release that still fails leaves
@@ -220,7 +221,7 @@ impl Builder {
     ///   release of a claim whose caller stopped waiting, or of a transaction stopped at its
     ///   deadline), for at most twice the store timeout.
     ///
-    /// The sweeper ([`Idempotency::spawn_sweeper`](crate::Idempotency::spawn_sweeper)) is a
+    /// The sweeper ([`Idempotency::spawn_sweeper`]) is a
     /// background task of the application's choosing: where processes freeze, purge expired
     /// records from a scheduled job (or the `idem purge` command) instead, or use a store that
     /// expires them itself.
@@ -272,19 +273,20 @@ impl Builder {
     /// [`build`](Builder::build) fails when a set does not decode, or when an `#[idempotent]`
     /// method it checks has a request message the descriptors do not hold (with the checks
     /// skipped, that method answers `INTERNAL`, reason `IDEMPOTENCY_MISCONFIGURED`).
-    #[cfg(feature = "tonic")]
-    #[cfg_attr(docsrs, doc(cfg(feature = "tonic")))]
     pub fn protobuf_descriptors(mut self, encoded: &[u8]) -> Self {
-        self.grpc.add_descriptors(encoded);
+        self.faces
+            .get_or_default::<ProtobufDescriptors>()
+            .push(encoded);
         self
     }
 
     /// Builds the engine, checking that every `#[idempotent]` endpoint in the binary (or under
     /// the modules of [`Builder::endpoints_under`]) names a scope that has a resolver, and that
-    /// every endpoint in atomic mode can get a transaction from the store; and, with the
-    /// `tonic` feature, that every `#[idempotent]` tonic method names a scope that has a
-    /// resolver and has its request message in the [protobuf
-    /// descriptors](Builder::protobuf_descriptors).
+    /// every endpoint in atomic mode can get a transaction from the store; then each face linked
+    /// in runs its [`FaceSetup`]: the gRPC face checks that every `#[idempotent]` tonic method
+    /// names a scope that has a resolver and has its request message in the [protobuf
+    /// descriptors](Builder::protobuf_descriptors), the HTTP faces that a
+    /// [renderer](Builder::render_rejections) returns their response type.
     pub fn build(self) -> Result<Idempotency, BuildError> {
         if self.reserved_scope {
             return Err(BuildError::ReservedScope);
@@ -294,22 +296,26 @@ impl Builder {
         if let Some(limit) = capabilities.payload_limit() {
             limits = limits.fitted_to(limit);
         }
-        #[cfg(feature = "tonic")]
-        if let Some(error) = &self.grpc.error {
-            return Err(BuildError::ProtobufDescriptors(error.clone()));
-        }
-        #[cfg(feature = "tonic")]
-        self.checks.run_grpc(&self.scopes, &self.grpc)?;
         self.checks.run(&self.scopes, &capabilities, store_name)?;
+        let mut faces = self.faces;
+        let mut setup = Setup {
+            scopes: &self.scopes,
+            capabilities: &capabilities,
+            store: store_name,
+            checks: &self.checks,
+            faces: &mut faces,
+        };
+        for face in inventory::iter::<FaceSetup> {
+            (face.0)(&mut setup)?;
+        }
         let engine = Engine::new(store, store_name, capabilities, self.clock, self.policy);
         Ok(Idempotency {
             inner: Arc::new(Inner {
                 engine,
                 scopes: self.scopes,
                 limits,
-                http: self.http,
-                #[cfg(feature = "tonic")]
-                grpc: self.grpc,
+                header: self.header,
+                faces,
             }),
         })
     }
@@ -321,7 +327,7 @@ impl fmt::Debug for Builder {
             .field("policy", &self.policy)
             .field("scopes", &self.scopes)
             .field("limits", &self.limits)
-            .field("http", &self.http)
+            .field("header", &self.header)
             .finish_non_exhaustive()
     }
 }

@@ -1,18 +1,20 @@
-//! What clients see when the engine answers itself: `application/problem+json` (RFC 9457).
+//! The answers the engine gives itself, instead of running (or replaying) an operation: what
+//! each means, whether a retry can succeed, and the HTTP status and stable code every face
+//! reports it with (an HTTP face as the status of a problem document, the gRPC face as the
+//! reason of its status). A face renders them at its edge.
 
 use std::time::Duration;
 
-use axum::response::{IntoResponse, Response};
-use bytes::Bytes;
-use http::{HeaderValue, StatusCode, header};
+use http::{HeaderValue, StatusCode};
 
-use idem_core::error::KeyError;
-use idem_core::settings::scope::ScopeError;
+use crate::error::KeyError;
+use crate::settings::scope::ScopeError;
 
 /// Why the engine answered a request itself instead of running (or replaying) the handler.
 ///
-/// Every variant becomes an `application/problem+json` response (RFC 9457) whose `code` member is
-/// stable and documented on the variant.
+/// On HTTP every variant becomes an `application/problem+json` response (RFC 9457) whose `code`
+/// member is stable and documented on the variant; the gRPC face sends the code, in upper case,
+/// as the reason of its status.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Rejection {
@@ -104,7 +106,7 @@ pub enum Rejection {
 
 impl Rejection {
     /// The answer to a request whose scope value could not be found.
-    pub(crate) fn of_scope(scope: &'static str, error: ScopeError) -> Self {
+    pub fn of_scope(scope: &'static str, error: ScopeError) -> Self {
         match error {
             ScopeError::Unresolved => Self::ScopeUnresolved { scope },
             ScopeError::Unknown => Self::ScopeUnknown { scope },
@@ -150,7 +152,7 @@ impl Rejection {
     }
 
     /// When to retry, for the answers where retrying the same request can succeed.
-    pub(crate) fn retry_after(&self) -> Option<Duration> {
+    pub fn retry_after(&self) -> Option<Duration> {
         match self {
             Self::InProgress { retry_after }
             | Self::StoreUnavailable { retry_after }
@@ -161,154 +163,10 @@ impl Rejection {
 }
 
 impl Rejection {
-    /// The problem document's parts: status, content type, body.
-    pub(crate) fn to_parts(&self) -> (StatusCode, [(header::HeaderName, HeaderValue); 1], Bytes) {
-        let extra: &[(&str, serde_json::Value)] = match self {
-            Self::ResponseTooLarge { original_status } => {
-                &[("original_status", serde_json::Value::from(*original_status))]
-            }
-            _ => &[],
-        };
-        problem(self.status(), self.code(), &self.to_string(), extra)
-    }
-}
-
-impl Rejection {
     /// `Retry-After` in whole seconds, rounded up, at least 1, for the answers that carry one.
-    pub(crate) fn retry_after_header(&self) -> Option<HeaderValue> {
+    pub fn retry_after_header(&self) -> Option<HeaderValue> {
         let after = self.retry_after()?;
         let secs = after.as_secs() + u64::from(after.subsec_nanos() > 0);
         Some(HeaderValue::from(secs.max(1)))
-    }
-}
-
-impl IntoResponse for Rejection {
-    fn into_response(self) -> Response {
-        let mut response = self.to_parts().into_response();
-        if let Some(value) = self.retry_after_header() {
-            response.headers_mut().insert(header::RETRY_AFTER, value);
-        }
-        response
-    }
-}
-
-/// Builds an RFC 9457 problem document. `extra` members are written as JSON values.
-fn problem(
-    status: StatusCode,
-    code: &str,
-    detail: &str,
-    extra: &[(&str, serde_json::Value)],
-) -> (StatusCode, [(header::HeaderName, HeaderValue); 1], Bytes) {
-    let mut doc = serde_json::Map::new();
-    doc.insert("type".into(), "about:blank".into());
-    doc.insert(
-        "title".into(),
-        status.canonical_reason().unwrap_or("Error").into(),
-    );
-    doc.insert("status".into(), status.as_u16().into());
-    doc.insert("detail".into(), detail.into());
-    doc.insert("code".into(), code.into());
-    for (name, value) in extra {
-        doc.insert((*name).into(), value.clone());
-    }
-    let body = serde_json::to_vec(&serde_json::Value::Object(doc)).unwrap_or_default();
-    (
-        status,
-        [(
-            header::CONTENT_TYPE,
-            HeaderValue::from_static("application/problem+json"),
-        )],
-        Bytes::from(body),
-    )
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use http_body_util::BodyExt;
-
-    async fn body_json(response: Response) -> serde_json::Value {
-        let bytes = response.into_body().collect().await.unwrap().to_bytes();
-        serde_json::from_slice(&bytes).unwrap()
-    }
-
-    #[tokio::test]
-    async fn rejections_are_problem_json_with_stable_codes() {
-        let cases = [
-            (Rejection::KeyReused, 422, "idempotency_key_reused"),
-            (Rejection::PayloadTooLarge, 413, "payload_too_large"),
-            (Rejection::BodyUnreadable, 400, "request_body_unreadable"),
-            (Rejection::ResponseFailed, 500, "response_body_failed"),
-            (
-                Rejection::ResponseTooLarge {
-                    original_status: 201,
-                },
-                409,
-                "idempotency_response_too_large",
-            ),
-            (
-                Rejection::ScopeUnknown { scope: "org" },
-                500,
-                "idempotency_scope_unknown",
-            ),
-            (
-                Rejection::Misconfigured {
-                    reason: "no transactions",
-                },
-                500,
-                "idempotency_misconfigured",
-            ),
-            (
-                Rejection::ScopeUnresolved { scope: "org" },
-                401,
-                "idempotency_scope_unresolved",
-            ),
-            (
-                Rejection::KeyMissing {
-                    header: http::HeaderName::from_static("idempotency-key"),
-                },
-                400,
-                "idempotency_key_missing",
-            ),
-        ];
-        for (rejection, status, code) in cases {
-            let response = rejection.into_response();
-            assert_eq!(response.status().as_u16(), status);
-            assert_eq!(
-                response.headers()[header::CONTENT_TYPE],
-                "application/problem+json"
-            );
-            let doc = body_json(response).await;
-            assert_eq!(doc["code"], code);
-            assert_eq!(doc["status"], status);
-            assert!(doc["detail"].as_str().is_some_and(|d| !d.is_empty()));
-        }
-    }
-
-    #[tokio::test]
-    async fn an_in_flight_duplicate_is_told_the_request_is_being_processed() {
-        let response = Rejection::InProgress {
-            retry_after: Duration::from_secs(1),
-        }
-        .into_response();
-        assert_eq!(response.status(), StatusCode::CONFLICT);
-        let doc = body_json(response).await;
-        assert_eq!(doc["code"], "idempotency_key_in_progress");
-        let detail = doc["detail"].as_str().unwrap();
-        assert!(detail.starts_with("Request is being processed"), "{detail}");
-    }
-
-    #[tokio::test]
-    async fn retry_after_is_rounded_up_to_whole_seconds() {
-        let response = Rejection::InProgress {
-            retry_after: Duration::from_millis(1500),
-        }
-        .into_response();
-        assert_eq!(response.headers()[header::RETRY_AFTER], "2");
-        let response = Rejection::StoreUnavailable {
-            retry_after: Duration::ZERO,
-        }
-        .into_response();
-        assert_eq!(response.headers()[header::RETRY_AFTER], "1");
     }
 }

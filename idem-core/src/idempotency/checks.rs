@@ -1,14 +1,12 @@
 //! The start-up checks of [`Builder::build`](super::Builder::build): every `#[idempotent]`
 //! endpoint it covers names a scope with a resolver and, in atomic mode, gets transactions
-//! from the store; every `#[idempotent]` tonic method names a scope with a resolver and has
-//! the descriptors of its request message.
+//! from the store. Faces check what else they serve in their [`FaceSetup`](super::FaceSetup),
+//! asking [`Checks::covers_path`] which handlers the checks cover.
 
 use super::error::BuildError;
-use crate::http::endpoint::{self, Endpoint};
-#[cfg(feature = "tonic")]
-use crate::rpc::{method, settings::GrpcSettings};
+use crate::endpoint::{self, Endpoint};
+use crate::settings::scope::Scopes;
 use crate::store::Capabilities;
-use idem_core::settings::scope::Scopes;
 
 /// Which `#[idempotent]` endpoints are checked.
 pub(super) enum Checks {
@@ -30,33 +28,12 @@ impl Checks {
         self.covers_path(endpoint.handler())
     }
 
-    fn covers_path(&self, handler: &str) -> bool {
+    pub(super) fn covers_path(&self, handler: &str) -> bool {
         match self {
             Self::All => true,
             Self::Under(modules) => modules.iter().any(|m| in_module(handler, m)),
             Self::None => false,
         }
-    }
-
-    /// The first tonic method covered that the engine could not serve.
-    #[cfg(feature = "tonic")]
-    pub(super) fn run_grpc(&self, scopes: &Scopes, grpc: &GrpcSettings) -> Result<(), BuildError> {
-        for m in method::registered().filter(|m| self.covers_path(m.handler())) {
-            if scopes.check(m.scope()).is_err() {
-                return Err(BuildError::UnresolvedScope {
-                    endpoint: m.handler(),
-                    scope: m.scope(),
-                });
-            }
-            let message = m.message();
-            if !grpc.knows(&message) {
-                return Err(BuildError::MissingDescriptors {
-                    method: m.handler(),
-                    message,
-                });
-            }
-        }
-        Ok(())
     }
 
     /// The first endpoint covered that the engine could not serve.

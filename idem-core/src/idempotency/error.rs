@@ -1,9 +1,9 @@
 //! Why an engine could not be built.
 
-use idem_core::settings::scope::UnknownScope;
+use crate::settings::scope::UnknownScope;
 
-/// A misconfigured [`Idempotency`](crate::Idempotency) engine, reported by
-/// [`Builder::build`](crate::Builder::build) at start-up rather
+/// A misconfigured [`Idempotency`](super::Idempotency) engine, reported by
+/// [`Builder::build`](super::Builder::build) at start-up rather
 /// than by the first request.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
@@ -36,14 +36,10 @@ pub enum BuildError {
         store: &'static str,
     },
     /// A set given to `Builder::protobuf_descriptors` is not an encoded `FileDescriptorSet`.
-    #[cfg(feature = "tonic")]
-    #[cfg_attr(docsrs, doc(cfg(feature = "tonic")))]
     #[error("the protobuf descriptors given to the builder do not decode: {0}")]
     ProtobufDescriptors(String),
     /// An `#[idempotent]` tonic method's request message is not in the descriptors given to
     /// `Builder::protobuf_descriptors`, so its requests could not be fingerprinted.
-    #[cfg(feature = "tonic")]
-    #[cfg_attr(docsrs, doc(cfg(feature = "tonic")))]
     #[error(
         "method `{method}`: its request message `{message}` is not in the engine's protobuf \
          descriptors: pass the `FileDescriptorSet` the build script writes to \
@@ -54,6 +50,16 @@ pub enum BuildError {
         method: &'static str,
         /// The request message's full protobuf name.
         message: String,
+    },
+    /// The renderer given to `Builder::render_rejections` returns a type the HTTP faces cannot
+    /// send: they take one that returns `axum::response::Response`.
+    #[error(
+        "the renderer given to `render_rejections` returns `{found}`; the HTTP faces send \
+         `axum::response::Response`: end it with `.into_response()`"
+    )]
+    RendererOutput {
+        /// The type the renderer returns.
+        found: &'static str,
     },
     /// `"global"` is built in and cannot be given a resolver.
     #[error("scope \"global\" is built in and takes no resolver")]

@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use http::Method;
 
+use crate::engine::{Commits, InFlightMode, OpName};
 use crate::store::Capabilities;
-use idem_core::engine::{Commits, InFlightMode, OpName};
 
 /// What to do with a request that carries no idempotency key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -21,7 +21,7 @@ pub enum KeyMode {
 }
 
 /// One `#[idempotent]` handler, as declared in its attribute. Created by the macro; listed by
-/// [`Idempotency::endpoints`](crate::Idempotency::endpoints).
+/// [`Idempotency::endpoints`](crate::idempotency::Idempotency::endpoints).
 pub struct Endpoint {
     handler: &'static str,
     name: Option<&'static str>,
@@ -58,8 +58,9 @@ pub struct AtomicNeed {
 }
 
 impl AtomicNeed {
-    #[cfg_attr(not(any(feature = "sqlite", feature = "postgres")), allow(dead_code))]
-    pub(crate) const fn new(database: &'static str, is_met: fn(&Capabilities) -> bool) -> Self {
+    /// The need for transactions on `database`, met by the stores whose capabilities pass
+    /// `is_met` (a face's `Tx` says which).
+    pub const fn new(database: &'static str, is_met: fn(&Capabilities) -> bool) -> Self {
         Self { database, is_met }
     }
 
@@ -152,7 +153,7 @@ impl Endpoint {
     /// or moving the function changes nothing. A request no route matched (the handler called
     /// as a service of its own) falls back to the handler's Rust path, with a warning logged
     /// once: that identity changes when the function is renamed or moved.
-    pub(crate) fn identity(&self, method: &Method, route: Option<&str>) -> OpName {
+    pub fn identity(&self, method: &Method, route: Option<&str>) -> OpName {
         if let Some(name) = self.name {
             return Cow::Borrowed(name);
         }
@@ -199,7 +200,7 @@ impl Endpoint {
 /// The identity of requests of `method` on the route whose pattern is `route`, unless a name
 /// says otherwise: `POST /v1/charges`. The same for the attribute and the layer, so a route
 /// moved from one to the other keeps its records.
-pub(crate) fn route_identity(method: &Method, route: &str) -> OpName {
+pub fn route_identity(method: &Method, route: &str) -> OpName {
     Cow::Owned(format!("{method} {route}"))
 }
 
@@ -211,6 +212,6 @@ pub struct Registration(pub &'static Endpoint);
 inventory::collect!(Registration);
 
 /// Every `#[idempotent]` endpoint linked into this binary.
-pub(crate) fn registered() -> impl Iterator<Item = &'static Endpoint> {
+pub fn registered() -> impl Iterator<Item = &'static Endpoint> {
     inventory::iter::<Registration>.into_iter().map(|r| r.0)
 }

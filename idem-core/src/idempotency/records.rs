@@ -7,11 +7,11 @@ use std::sync::Arc;
 use bytes::Bytes;
 
 use super::Idempotency;
+use crate::clock::Timestamp;
+use crate::engine::Engine;
+use crate::error::StoreError;
+use crate::key::RecordKey;
 use crate::store::records::{Forgotten, RecordFilter, RecordInfo, RecordState, RecordStats};
-use idem_core::clock::Timestamp;
-use idem_core::engine::Engine;
-use idem_core::error::StoreError;
-use idem_core::key::RecordKey;
 
 /// How many records one store call of [`Records::purge`] deletes.
 const PURGE_BATCH: u32 = 1_000;
@@ -34,13 +34,15 @@ impl Idempotency {
 /// operation's scope as value).
 ///
 /// Times are the engine's clock. Reads and deletes of one record are bounded by the engine's
-/// [`store_timeout`](crate::Builder::store_timeout); listings, counts and purges read as much
+/// [`store_timeout`](super::Builder::store_timeout); listings, counts and purges read as much
 /// of the store as they select (on Redis and object storage, every record): bound them with
 /// your own timeout.
 ///
 /// ```
-/// use idem_runtime::store::records::{Forgotten, RecordFilter, RecordState};
-/// use idem_runtime::{Idempotency, IdempotencyKey, RecordKey, store::MemoryStore};
+/// use idem_core::idempotency::Idempotency;
+/// use idem_core::key::{IdempotencyKey, RecordKey};
+/// use idem_core::store::MemoryStore;
+/// use idem_core::store::records::{Forgotten, RecordFilter, RecordState};
 ///
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -74,7 +76,7 @@ pub struct RecordDetail {
     /// What the store keeps about it.
     pub info: RecordInfo,
     /// The stored payload, once completed: for an HTTP endpoint an encoded
-    /// [`StoredResponse`](crate::StoredResponse), for the programmatic API the serialised output.
+    /// `StoredResponse`, for the programmatic API the serialised output.
     pub payload: Option<Bytes>,
 }
 
@@ -112,7 +114,7 @@ impl Records {
     /// caller: an HTTP client gets its response in plain mode, and `409
     /// idempotency_key_in_progress` in atomic mode, where its transaction rolls back; the
     /// programmatic API's caller gets
-    /// [`OperationError::LeaseLost`](crate::OperationError::LeaseLost). An atomic owner on
+    /// [`OperationError::LeaseLost`](crate::operation::OperationError::LeaseLost). An atomic owner on
     /// PostgreSQL with one commit has no committed record to delete, and on SQLite the delete
     /// waits for the owner's transaction and fails at the store timeout. Use it for an owner
     /// known to be dead or stuck.

@@ -13,22 +13,22 @@ use std::time::Duration;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use crate::idempotency::Idempotency;
-use idem_core::engine::{
+use crate::engine::{
     Answer, Attempt, Commits, InFlightMode, InvocationDeadline, Kept, Lending, OpName, RolledBack,
     Verdict,
 };
-use idem_core::error::KeyError;
-use idem_core::fingerprint::{Fingerprint, Previous, Version};
-use idem_core::key::{IdempotencyKey, RecordKey, tenant_of};
+use crate::error::KeyError;
+use crate::fingerprint::{Fingerprint, Previous, Version};
+use crate::idempotency::Idempotency;
+use crate::key::{IdempotencyKey, RecordKey, tenant_of};
 
-#[cfg(any(feature = "sqlite", feature = "postgres"))]
 mod atomic;
 mod error;
 mod payload;
 #[cfg(test)]
 mod tests;
 
+pub use atomic::Lent;
 pub use error::{OperationError, PayloadError};
 
 /// The scope part of every record key of this adapter: HTTP records use their endpoint's scope.
@@ -42,7 +42,8 @@ impl Idempotency {
     /// A producer submits a job twice (a retry after a timeout, say) and gets one job id:
     ///
     /// ```
-    /// use idem_runtime::{Idempotency, store::MemoryStore};
+    /// use idem_core::idempotency::Idempotency;
+    /// use idem_core::store::MemoryStore;
     /// use serde::{Deserialize, Serialize};
     ///
     /// #[derive(Serialize)]
@@ -79,7 +80,7 @@ impl Idempotency {
     #[track_caller]
     pub fn operation(&self, name: impl Into<Cow<'static, str>>) -> Operation<'_> {
         let name = name.into();
-        idem_core::rules::checked_name("Idempotency::operation", &name);
+        crate::rules::checked_name("Idempotency::operation", &name);
         Operation {
             idempotency: self,
             name,
@@ -137,12 +138,12 @@ impl Operation<'_> {
     /// When `ttl` is not within 1 s ..= 30 days, the range of the attribute and the layer.
     #[track_caller]
     pub fn ttl(mut self, ttl: Duration) -> Self {
-        self.ttl = idem_core::rules::checked_ttl("Operation::ttl", ttl);
+        self.ttl = crate::rules::checked_ttl("Operation::ttl", ttl);
         self
     }
 
     /// Whether a duplicate of a run in progress waits for its output (up to the engine's
-    /// [`wait_timeout`](crate::Builder::wait_timeout)) instead of failing at once with
+    /// [`wait_timeout`](crate::idempotency::Builder::wait_timeout)) instead of failing at once with
     /// [`OperationError::InFlight`]. Default `false`.
     pub fn wait(mut self, wait: bool) -> Self {
         self.wait = wait;
