@@ -74,6 +74,26 @@ impl Bank {
     }
 }
 
+impl Bank {
+    /// Calls the method with `commits = "one"` when `method` is `"one"`, else the other.
+    async fn send(&self, method: &str, message: ChargeRequest) -> Result<Response<Charge>, Status> {
+        let request = Request::new(message);
+        match method {
+            "one" => Ledger::transfer_one_commit(self, request).await,
+            _ => Ledger::transfer(self, request).await,
+        }
+    }
+}
+
+/// The committed transfers of `bank`, on PostgreSQL.
+async fn postgres_rows(bank: &Bank, pool: &sqlx::PgPool) -> i64 {
+    let select = format!("SELECT count(*) FROM {}", bank.table);
+    sqlx::query_scalar::<_, i64>(AssertSqlSafe(select))
+        .fetch_one(pool)
+        .await
+        .unwrap()
+}
+
 fn internal(error: sqlx::Error) -> Status {
     Status::internal(error.to_string())
 }
@@ -148,16 +168,7 @@ where
     Fut: std::future::Future<Output = i64>,
 {
     for method in ["two", "one"] {
-        let send = |message: ChargeRequest| {
-            let bank = bank.clone();
-            async move {
-                let request = Request::new(message);
-                match method {
-                    "one" => Ledger::transfer_one_commit(&bank, request).await,
-                    _ => Ledger::transfer(&bank, request).await,
-                }
-            }
-        };
+        let send = |message: ChargeRequest| bank.send(method, message);
         let before = rows().await;
         let key = |name: &str| format!("{method}-{name}");
         // A message: the row and the reply commit together; the retry writes nothing.
@@ -203,13 +214,7 @@ async fn sqlite_writes_commit_with_the_stored_reply() {
 #[tokio::test]
 async fn postgres_writes_commit_with_the_stored_reply() {
     let (bank, pool) = postgres().await;
-    let select = format!("SELECT count(*) FROM {}", bank.table);
-    let count = || async {
-        sqlx::query_scalar::<_, i64>(AssertSqlSafe(select.clone()))
-            .fetch_one(&pool)
-            .await
-            .unwrap()
-    };
+    let count = || postgres_rows(&bank, &pool);
     stored_replies_commit_writes_and_released_ones_roll_back(bank.clone(), count).await;
 }
 
@@ -220,24 +225,9 @@ async fn postgres_writes_commit_with_the_stored_reply() {
 #[tokio::test]
 async fn postgres_a_value_the_database_refuses_is_invalid_argument_and_stores_nothing() {
     let (bank, pool) = postgres().await;
-    let select = format!("SELECT count(*) FROM {}", bank.table);
-    let rows = || async {
-        sqlx::query_scalar::<_, i64>(AssertSqlSafe(select.clone()))
-            .fetch_one(&pool)
-            .await
-            .unwrap()
-    };
+    let rows = || postgres_rows(&bank, &pool);
     for method in ["two", "one"] {
-        let send = |message: ChargeRequest| {
-            let bank = bank.clone();
-            async move {
-                let request = Request::new(message);
-                match method {
-                    "one" => Ledger::transfer_one_commit(&bank, request).await,
-                    _ => Ledger::transfer(&bank, request).await,
-                }
-            }
-        };
+        let send = |message: ChargeRequest| bank.send(method, message);
         let key = format!("{method}-nul");
         let mut nul = charge(&key, 100);
         nul.outcome = "a\0b".into();
