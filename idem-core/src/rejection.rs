@@ -1,13 +1,16 @@
 //! The answers the engine gives itself, instead of running (or replaying) an operation: what
 //! each means, whether a retry can succeed, and the HTTP status and stable code every face
 //! reports it with (an HTTP face as the status of a problem document, the gRPC face as the
-//! reason of its status). A face renders them at its edge.
+//! reason of its status). A face renders them at its edge, after reading the engine's answer
+//! the one way every face reads it ([`settle`]), so the faces cannot drift.
 
+use std::panic::resume_unwind;
 use std::time::Duration;
 
 use http::{HeaderValue, StatusCode};
 
-use crate::error::KeyError;
+use crate::engine::{Answer, RolledBack};
+use crate::error::{KeyError, StoreError};
 use crate::settings::scope::ScopeError;
 
 /// Why the engine answered a request itself instead of running (or replaying) the handler.
@@ -169,4 +172,35 @@ impl Rejection {
         let secs = after.as_secs() + u64::from(after.subsec_nanos() > 0);
         Some(HeaderValue::from(secs.max(1)))
     }
+}
+
+/// What a face sends back for an attempt, before it is put in the face's own terms.
+pub enum Settled<R, P> {
+    /// The work's own reply (it ran in this attempt).
+    Ran(R),
+    /// A stored result, decoded.
+    Replay(P),
+    /// The engine's own answer.
+    Refused(Rejection),
+}
+
+/// `answer` for a face; `retry_after` is the engine's, for answers that carry none of their
+/// own. A panic of the work resumes here, on the caller's task.
+pub fn settle<R, P, E>(answer: Answer<R, P, E>, retry_after: Duration) -> Settled<R, P> {
+    let rejection = match answer {
+        Answer::Ran(reply, _) => return Settled::Ran(reply),
+        Answer::Replay(stored) => return Settled::Replay(stored),
+        Answer::Panicked(panic) => resume_unwind(panic),
+        Answer::RolledBack(RolledBack::LeaseLost) => Rejection::InProgress { retry_after },
+        Answer::RolledBack(RolledBack::Failed(_) | RolledBack::Deadline(_))
+        | Answer::Corrupt(_) => Rejection::StoreUnavailable { retry_after },
+        Answer::Reused => Rejection::KeyReused,
+        Answer::InFlight { retry_after } => Rejection::InProgress { retry_after },
+        Answer::Unavailable {
+            error: StoreError::Full { .. },
+            retry_after,
+        } => Rejection::StoreFull { retry_after },
+        Answer::Unavailable { retry_after, .. } => Rejection::StoreUnavailable { retry_after },
+    };
+    Settled::Refused(rejection)
 }

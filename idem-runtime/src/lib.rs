@@ -46,7 +46,7 @@
 //! | `redis` | `store::RedisStore`, on the `redis` crate (Lua scripts, a reconnecting connection manager, expiry by Redis); no atomic mode | `idem-redis` |
 //! | `cluster` | `RedisStore::cluster_builder`: the same store on Redis Cluster | `idem-redis` |
 //! | `dynamodb` | `store::DynamoDbStore`, on the application's `aws_sdk_dynamodb::Client` | `idem-dynamodb` |
-//! | `tonic` | `grpc`: `#[idempotent]` on the methods of a tonic service | |
+//! | `tonic` | `grpc`: `#[idempotent]` on the methods of a tonic service | `idem-tonic` |
 //! | `utoipa` | `openapi::IdempotencyDoc`: the key header and the engine's answers in a utoipa OpenAPI document | |
 //! | `lambda` | `lambda::DeadlineLayer`: the same handlers on AWS Lambda with `lambda_http`, each request's lease ending with its invocation | `idem-lambda` |
 //!
@@ -62,13 +62,10 @@
 // users configure with its transport-neutral settings and answers, the `#[idempotent]`
 // registry, and the programmatic API; no HTTP), `store` (the backends and their
 // capabilities), `http` (key header, request fingerprint, response capture, problem+json, the
-// HTTP faces' part of the handle), `rpc` (the gRPC face's statuses, stored replies,
-// deterministic request encoding and its part of the handle), then the adapters, which turn a
-// transport into engine calls and back (`adapters`: the attribute, the layer, the gRPC face,
-// `Tx`) and `openapi`.
+// HTTP faces' part of the handle), then the adapters, which turn a transport into engine calls
+// and back (`adapters`: the attribute, the layer, `Tx`, and the glue between `Tx` and the gRPC
+// face of `idem-tonic`) and `openapi`.
 mod http;
-#[cfg(feature = "tonic")]
-mod rpc;
 
 mod adapters;
 #[cfg(feature = "lambda")]
@@ -87,15 +84,16 @@ pub mod store;
 #[doc = include_str!("docs/grpc.md")]
 pub mod grpc {
     #[cfg(all(feature = "sqlite", feature = "postgres"))]
-    pub use crate::adapters::grpc::any_tx;
+    pub use crate::adapters::grpc_tx::any_tx;
     #[cfg(any(feature = "sqlite", feature = "postgres"))]
-    pub use crate::adapters::grpc::tx;
-    pub use crate::adapters::grpc::{KeyField, RequestMessage, STORED_CODES, Service};
-    pub use crate::rpc::status::ERROR_DOMAIN;
-    pub use crate::rpc::stored::{REPLAYED_METADATA, ReplyFormatError};
+    pub use crate::adapters::grpc_tx::tx;
     /// Makes the `#[idempotent]` methods of a tonic service's `impl` idempotent. See the
     /// [module documentation](self).
     pub use idem_macros::grpc_service as service;
+    pub use idem_tonic::{
+        ERROR_DOMAIN, KeyField, REPLAYED_METADATA, ReplyFormatError, RequestMessage, STORED_CODES,
+        Service,
+    };
 }
 
 pub use crate::adapters::layer::{IdempotencyLayer, IdempotencyService, RouteSettings};

@@ -18,7 +18,6 @@ use bytes::Bytes;
 use http::request::Parts;
 use http::{Method, header};
 
-use crate::adapters::answer::{Settled, settle};
 use crate::http::capture::capture;
 use crate::http::release::{ClientErrors, releases};
 use crate::http::replay::{self, RawDigest};
@@ -33,6 +32,7 @@ use idem_core::fingerprint::{Previous, Version};
 use idem_core::idempotency::Idempotency;
 use idem_core::key::{IdempotencyKey, RecordKey, tenant_of};
 use idem_core::rejection::Rejection;
+use idem_core::rejection::{Settled, settle};
 use idem_core::settings::limits::Limits;
 use idem_core::settings::scope::Caller;
 

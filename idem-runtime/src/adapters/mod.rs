@@ -3,12 +3,11 @@
 //! route of a router) share the HTTP flow; the programmatic API runs work that is not an HTTP
 //! handler; the gRPC face runs `#[idempotent]` tonic methods; `Tx` lends atomic mode's transaction to a handler or an operation.
 
-pub(crate) mod answer;
 #[doc(hidden)]
 pub mod attribute;
 pub(crate) mod flow;
-#[cfg(feature = "tonic")]
-pub(crate) mod grpc;
+#[cfg(all(feature = "tonic", any(feature = "sqlite", feature = "postgres")))]
+pub(crate) mod grpc_tx;
 pub(crate) mod layer;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 pub(crate) mod tx;

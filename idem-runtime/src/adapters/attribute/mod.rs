@@ -42,7 +42,7 @@ mod state;
 /// What `#[idem_runtime::grpc::service]` expands to.
 #[cfg(feature = "tonic")]
 pub mod grpc {
-    pub use crate::adapters::grpc::{GrpcMethod, GrpcRegistration, full_name, key_field, run};
+    pub use idem_tonic::__private::*;
 }
 
 pub use state::{

@@ -34,8 +34,10 @@ pub(crate) fn code(rejection: &Rejection) -> Code {
     }
 }
 
-/// The status the client gets for `rejection`.
-pub(crate) fn status(rejection: &Rejection) -> Status {
+/// The status a client gets for `rejection`: its gRPC code, a `google.rpc.ErrorInfo` in domain
+/// [`ERROR_DOMAIN`] whose reason is the rejection's code in upper case, and a
+/// `google.rpc.RetryInfo` where retrying the same request can succeed.
+pub fn status(rejection: &Rejection) -> Status {
     status_saying(rejection, rejection.to_string())
 }
 

@@ -12,7 +12,6 @@ use prost::{Message, Name};
 use tonic::metadata::MetadataMap;
 use tonic::{Code, Extensions, Request, Response, Status};
 
-use crate::adapters::answer::{Settled, settle};
 use crate::rpc::status::{status, status_saying, too_large};
 use crate::rpc::stored::{ReplyFormatError, StoredReply, replayed};
 use idem_core::endpoint::KeyMode;
@@ -22,19 +21,13 @@ use idem_core::fingerprint::{Fingerprint, Hasher, Previous, Version};
 use idem_core::idempotency::Idempotency;
 use idem_core::key::{IdempotencyKey, RecordKey, tenant_of};
 use idem_core::rejection::Rejection;
+use idem_core::rejection::{Settled, settle};
 use idem_core::settings::scope::Caller;
 
-#[cfg(any(feature = "sqlite", feature = "postgres"))]
-mod tx;
-
 use crate::rpc::canonical::CanonicalError;
+use crate::rpc::method::GrpcMethod;
 use crate::rpc::method::{self, KeyPlace};
-pub use crate::rpc::method::{GrpcMethod, GrpcRegistration};
 use crate::rpc::settings::GrpcSettings;
-#[cfg(all(feature = "sqlite", feature = "postgres"))]
-pub use tx::any_tx;
-#[cfg(any(feature = "sqlite", feature = "postgres"))]
-pub use tx::tx;
 
 /// What a method returns.
 type Reply<R> = Result<Response<R>, Status>;

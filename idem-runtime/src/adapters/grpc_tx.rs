@@ -1,19 +1,20 @@
 //! Atomic mode for tonic methods: the transaction the engine lends an `#[idempotent]` method,
-//! taken from its request.
+//! taken from its request. The facade's: it joins the gRPC face (`idem-tonic`) to the `Tx` of
+//! the HTTP faces, which neither crate of the two depends on the other for.
 
 use tonic::{Request, Status};
 
 #[cfg(all(feature = "sqlite", feature = "postgres"))]
 use crate::adapters::tx::AnyTx;
 use crate::adapters::tx::Tx;
-use crate::rpc::status::status;
 use crate::store::atomic::AtomicDatabase;
+use idem_tonic::status;
 
 /// The transaction lent to this call of an `#[idempotent]` method: writes made through it
 /// commit together with the stored reply, as a [`Tx`] handler parameter's do over HTTP.
 ///
 /// A reply that is stored (a message, or a status whose code is in
-/// [`STORED_CODES`](super::STORED_CODES)) commits the transaction with it; any other status,
+/// [`STORED_CODES`](idem_tonic::STORED_CODES)) commits the transaction with it; any other status,
 /// an error or a panic rolls it back and releases the key. Anywhere else, or on a store that
 /// lends no transactions on `DB`, it is `INTERNAL` with reason `IDEMPOTENCY_MISCONFIGURED`.
 pub fn tx<DB: AtomicDatabase, M>(request: &Request<M>) -> Result<Tx<DB>, Status> {
