@@ -4,7 +4,8 @@
 //! (HTTP `400` through the attribute, with one commit and with two; the programmatic API's own
 //! error), never the engine's "store unavailable, retry". Nothing of it is stored: no row, no
 //! record, so a retry runs again and the key stays free for a good request. The gRPC face's
-//! case is `grpc/atomic.rs`'s.
+//! case is `grpc/atomic.rs`'s. A scope value PostgreSQL cannot keep is refused before the claim,
+//! as no caller (`401`), on every face.
 //!
 //! ```text
 //! cargo test -p idem-tests --test bad_values
@@ -20,7 +21,8 @@ use axum::routing::post;
 use axum::{Json, Router};
 use http_body_util::BodyExt;
 use idem_runtime::store::PostgresStore;
-use idem_runtime::{Idempotency, OperationError, Outcome, Tx, idempotent};
+use idem_runtime::store::records::RecordFilter;
+use idem_runtime::{Idempotency, IdempotencyLayer, OperationError, Outcome, Tx, idempotent};
 use idem_tests::{Calls, TestStore};
 use serde_json::{Value, json};
 use sqlx::{AssertSqlSafe, Postgres};
@@ -202,5 +204,36 @@ async fn the_programmatic_api_returns_the_operations_error_and_stores_nothing() 
             .await
             .unwrap();
     }
+    store.discard().await;
+}
+
+/// A scope value PostgreSQL's `text` cannot keep (a NUL byte, from a resolver that copies what a
+/// caller sent) identifies no caller: `401`, not the "store unavailable, retry" its claim would
+/// fail with every time; the handler does not run and nothing is stored. Through the layer, whose
+/// scopes the engine resolves as the attribute's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_scope_value_with_a_nul_byte_is_401_not_retryable() {
+    let (store, app) = harness().await;
+    let idem = Idempotency::builder()
+        .store(store.clone())
+        .scope("tenant", |_| Some("acme\u{0}admin".to_owned()))
+        .build()
+        .unwrap();
+    let runs = app.runs.clone();
+    let handler = move || async move {
+        runs.bump();
+        StatusCode::CREATED
+    };
+    let router = Router::new()
+        .route("/scoped", post(handler))
+        .layer(IdempotencyLayer::new(&idem).scope("tenant"));
+    for _ in 0..2 {
+        let (status, body) = post_item(&router, "/scoped", "k-nul", &json!({})).await;
+        assert_eq!(status, StatusCode::UNAUTHORIZED, "{body}");
+        assert_eq!(body["code"], "idempotency_scope_unresolved");
+    }
+    assert_eq!(app.runs.get(), 0);
+    let stored = idem.records().list(&RecordFilter::new(), 10).await.unwrap();
+    assert!(stored.is_empty(), "{stored:?}");
     store.discard().await;
 }

@@ -62,7 +62,9 @@ impl Builder {
     /// Registers how to find the value of scope `name` (the tenant or user whose keys these
     /// are) in a request, typically from an extension your auth layer or extractor inserted, or
     /// from a header (gRPC: a metadata entry). A request for which `resolve` returns `None` is
-    /// answered `401 idempotency_scope_unresolved` (gRPC: `UNAUTHENTICATED`).
+    /// answered `401 idempotency_scope_unresolved` (gRPC: `UNAUTHENTICATED`), and so is one for
+    /// which it returns a value with a NUL byte, which not every store can keep (PostgreSQL's
+    /// `text` refuses it).
     ///
     /// The resolver sees the request as a [`Caller`]: the same closure serves HTTP handlers, the
     /// layer and tonic methods. Resolvers run after the handler's `FromRequestParts` extractors,

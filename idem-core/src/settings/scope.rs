@@ -139,13 +139,26 @@ impl Scopes {
         }
     }
 
-    /// The value of `scope` for `caller`: `""` for `"global"`.
+    /// The value of `scope` for `caller`: `""` for `"global"`. A value with a NUL byte, which
+    /// not every store can keep, identifies no caller: [`ScopeError::Unresolved`].
     pub fn resolve(&self, scope: &str, caller: &Caller<'_>) -> Result<String, ScopeError> {
         if scope == GLOBAL_SCOPE {
             return Ok(String::new());
         }
         let resolve = self.resolvers.get(scope).ok_or(ScopeError::Unknown)?;
-        resolve(caller).ok_or(ScopeError::Unresolved)
+        let value = resolve(caller).ok_or(ScopeError::Unresolved)?;
+        if value.contains('\0') {
+            // Not text every store keeps (PostgreSQL's `text` refuses it): were it claimed, the
+            // request would fail as "store unavailable, retry", every time. No caller is
+            // identified by it.
+            tracing::warn!(
+                scope,
+                "a scope resolver returned a value with a NUL byte; the request is refused as \
+                 not identified"
+            );
+            return Err(ScopeError::Unresolved);
+        }
+        Ok(value)
     }
 }
 
@@ -194,6 +207,17 @@ mod tests {
         );
         assert_eq!(scopes.resolve("user", &caller), Err(ScopeError::Unknown));
         assert_eq!(scopes.check("user"), Err(UnknownScope("user")));
+    }
+
+    #[test]
+    fn a_value_with_a_nul_byte_identifies_no_caller() {
+        let mut scopes = Scopes::default();
+        let resolver: Resolver = Arc::new(|_: &Caller<'_>| Some("acme\0admin".to_owned()));
+        scopes.insert("org", resolver).unwrap();
+        assert_eq!(
+            scopes.resolve("org", &Caller::empty()),
+            Err(ScopeError::Unresolved)
+        );
     }
 
     #[test]
