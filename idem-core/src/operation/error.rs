@@ -11,6 +11,10 @@ pub enum OperationError<E> {
     /// The key is not 1..=255 visible ASCII characters. Nothing was claimed.
     #[error("invalid idempotency key: {0}")]
     InvalidKey(#[source] KeyError),
+    /// The scope value given to [`Operation::scope`](super::Operation::scope) holds a NUL byte,
+    /// which not every store can keep. Nothing was claimed.
+    #[error("invalid scope value: it holds a NUL byte")]
+    InvalidScope,
     /// The input could not be serialised to JSON. Nothing was claimed.
     #[error("the operation's input could not be serialised")]
     Input(#[source] serde_json::Error),

@@ -21,6 +21,7 @@ use crate::error::KeyError;
 use crate::fingerprint::{Fingerprint, Previous, Version};
 use crate::idempotency::Idempotency;
 use crate::key::{IdempotencyKey, RecordKey, tenant_of};
+use crate::settings::scope::is_scope_value;
 
 mod atomic;
 mod error;
@@ -126,7 +127,8 @@ impl Operation<'_> {
     pub const DEFAULT_TTL: Duration = idem_rules::ttl::DEFAULT_TTL;
 
     /// Whose keys these are (a tenant, a user, a queue): records of different scope values never
-    /// meet. Default: one global scope.
+    /// meet. Default: one global scope. A value with a NUL byte, which not every store can keep,
+    /// makes the run fail with [`OperationError::InvalidScope`] before anything is claimed.
     pub fn scope(mut self, value: impl Into<String>) -> Self {
         self.scope = value.into();
         self
@@ -201,6 +203,10 @@ impl Operation<'_> {
             engine.count_invalid(&self.name);
             OperationError::InvalidKey(error)
         })?;
+        if !is_scope_value(&self.scope) {
+            engine.count_invalid(&self.name);
+            return Err(OperationError::InvalidScope);
+        }
         let json = serde_json::to_vec(input).map_err(|error| {
             engine.count_invalid(&self.name);
             OperationError::Input(error)

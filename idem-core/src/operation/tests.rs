@@ -453,3 +453,25 @@ async fn work_that_began_in_its_callers_poll_outlives_the_caller() {
     .expect("the work the caller left finishes and stores its output");
     assert_eq!(replayed.unwrap(), Outcome::Replayed(1));
 }
+
+#[tokio::test]
+async fn a_scope_value_no_store_can_keep_is_refused_before_the_claim() {
+    let store = Flaky::default();
+    let idempotency = engine(&store, &ManualClock::new(), true);
+    let ran = Arc::new(AtomicBool::new(false));
+    let flag = Arc::clone(&ran);
+    let refused = idempotency
+        .operation("jobs::submit")
+        .scope("acme\0admin")
+        .run("k-1", 7, move |n: i32| async move {
+            flag.store(true, Ordering::SeqCst);
+            Ok::<_, std::io::Error>(n)
+        })
+        .await;
+    assert!(
+        matches!(refused, Err(OperationError::InvalidScope)),
+        "{refused:?}"
+    );
+    assert!(!ran.load(Ordering::SeqCst));
+    assert_eq!(store.calls(), 0, "nothing was claimed");
+}

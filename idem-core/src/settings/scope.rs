@@ -82,6 +82,12 @@ impl fmt::Debug for Caller<'_> {
     }
 }
 
+/// Whether every store can keep `value` as a scope value: text without a NUL byte (PostgreSQL's
+/// `text` refuses NUL). The one rule of the resolvers' values and of the programmatic API's.
+pub fn is_scope_value(value: &str) -> bool {
+    !value.contains('\0')
+}
+
 /// How a scope's value is found in a request.
 pub type Resolver = Arc<dyn Fn(&Caller<'_>) -> Option<String> + Send + Sync>;
 
@@ -147,7 +153,7 @@ impl Scopes {
         }
         let resolve = self.resolvers.get(scope).ok_or(ScopeError::Unknown)?;
         let value = resolve(caller).ok_or(ScopeError::Unresolved)?;
-        if value.contains('\0') {
+        if !is_scope_value(&value) {
             // Not text every store keeps (PostgreSQL's `text` refuses it): were it claimed, the
             // request would fail as "store unavailable, retry", every time. No caller is
             // identified by it.
