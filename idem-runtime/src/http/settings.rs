@@ -61,8 +61,8 @@ mod tests {
         assert_eq!(found, "alloc::string::String");
     }
 
-    #[test]
-    fn a_renderer_that_returns_a_response_is_used_with_the_rejections_status() {
+    #[tokio::test]
+    async fn a_renderer_that_returns_a_response_is_used_with_the_rejections_status() {
         let idempotency = Idempotency::builder()
             .store(MemoryStore::new())
             .render_rejections(|rejection: &Rejection| rejection.code().into_response())
@@ -70,5 +70,8 @@ mod tests {
             .unwrap();
         let response = super::reject(&idempotency, Rejection::KeyReused);
         assert_eq!(response.status(), 422);
+        // The application's body, not the problem document the engine sends without a renderer.
+        let body = http_body_util::BodyExt::collect(response.into_body()).await;
+        assert_eq!(body.unwrap().to_bytes(), "idempotency_key_reused");
     }
 }
