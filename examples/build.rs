@@ -1,7 +1,8 @@
 //! Generates the `ledger` example's gRPC code from `proto/ledger/v1/ledger.proto`: the messages
-//! (prost), the `Ledger` server and client (tonic), and `ledger_descriptor.bin`, the encoded
-//! `FileDescriptorSet` that the server hands to gRPC reflection and to the idempotency engine,
-//! which fingerprints requests by their fields. All of it goes to `OUT_DIR`.
+//! (prost), the `Ledger` server and client (tonic, on idem-tonic's protobuf codec), and
+//! `ledger_descriptor.bin`, the encoded `FileDescriptorSet` that the server hands to gRPC
+//! reflection and to the idempotency engine, which fingerprints requests by their fields. All
+//! of it goes to `OUT_DIR`.
 //!
 //! `protoc` is the one in the `protoc-bin-vendored` crate, so building needs no system protoc
 //! and downloads nothing; set `PROTOC` to use another.
@@ -25,6 +26,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     // `prost::Name` on every message: the engine finds a request's type in the descriptors by it.
     config.enable_type_names();
     tonic_prost_build::configure()
+        // tonic-prost's codec answers a request that does not decode `INTERNAL`; idem-tonic's
+        // answers `INVALID_ARGUMENT`, as input that can never succeed.
+        .codec_path("idem_tonic::ProstCodec")
         .build_server(true)
         .build_client(true)
         .file_descriptor_set_path(out_dir.join("ledger_descriptor.bin"))

@@ -7,6 +7,7 @@
 //!   ledger's own errors stored and replayed; on SQLite and on PostgreSQL.
 //! - [`service`]: tenants, reflection and health, SIGTERM, a store outage.
 //! - [`crash`]: SIGKILL mid-transfer, restart, retry: one transfer; on SQLite and PostgreSQL.
+//! - [`wire`]: bytes that are not the request message: `INVALID_ARGUMENT`, nothing stored.
 //!
 //! Python's `grpcio`, and gRPC's own retry policy through a proxy that loses answers, are in
 //! `examples/grpc` (run by `.ci/run`).
@@ -27,3 +28,5 @@ mod crash;
 mod service;
 #[path = "ledger/support.rs"]
 mod support;
+#[path = "ledger/wire.rs"]
+mod wire;

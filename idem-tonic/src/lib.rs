@@ -16,11 +16,15 @@
 
 // The layers, bottom up: `rpc` (what a method declares and the registry of them, the engine's
 // answers as statuses, stored replies, the deterministic encoding of request messages, and
-// this face's part of the handle), then `face` (one call through the engine).
+// this face's part of the handle), then `face` (one call through the engine). Beside them,
+// `codec`: the protobuf codec that answers an undecodable request `INVALID_ARGUMENT`.
 mod rpc;
 
 mod face;
 
+mod codec;
+
+pub use codec::{ProstCodec, ProstDecoder};
 pub use face::{KeyField, RequestMessage, STORED_CODES, Service};
 pub use rpc::status::{ERROR_DOMAIN, status};
 pub use rpc::stored::{REPLAYED_METADATA, ReplyFormatError};

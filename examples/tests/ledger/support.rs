@@ -55,19 +55,33 @@ impl Database {
 
     /// How many transfers the database holds, read past the server.
     pub(crate) async fn transfers(&self) -> i64 {
-        use sqlx::Connection;
-        const COUNT: &str = "SELECT COUNT(*) FROM transfers";
+        self.rows("transfers").await
+    }
+
+    /// How many idempotency records the database holds (in the stores' default tables: SQLite's
+    /// `idem_records`, PostgreSQL's `idem.idempotency_records`), read past the server.
+    pub(crate) async fn records(&self) -> i64 {
+        match self {
+            Self::Sqlite(_) => self.rows("idem_records").await,
+            Self::Postgres(_) => self.rows("idem.idempotency_records").await,
+        }
+    }
+
+    /// How many rows `table` holds.
+    async fn rows(&self, table: &str) -> i64 {
+        use sqlx::{AssertSqlSafe, Connection};
+        let count = format!("SELECT COUNT(*) FROM {table}");
         match self {
             Self::Sqlite(_) => {
                 let mut conn = sqlx::SqliteConnection::connect(&self.url()).await.unwrap();
-                sqlx::query_scalar(COUNT)
+                sqlx::query_scalar(AssertSqlSafe(count))
                     .fetch_one(&mut conn)
                     .await
                     .unwrap()
             }
             Self::Postgres(_) => {
                 let mut conn = sqlx::PgConnection::connect(&self.url()).await.unwrap();
-                sqlx::query_scalar(COUNT)
+                sqlx::query_scalar(AssertSqlSafe(count))
                     .fetch_one(&mut conn)
                     .await
                     .unwrap()

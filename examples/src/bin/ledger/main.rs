@@ -68,12 +68,15 @@
 //! | the database failing while the call runs | `UNAVAILABLE` (not stored: the retry runs again) | |
 //! | a value the database refuses (a NUL in an account name, on PostgreSQL) | `INVALID_ARGUMENT` (not stored: nothing of the call commits) | |
 //! | an `idempotency-key` over 255 characters | `INVALID_ARGUMENT` | `ErrorInfo` `IDEMPOTENCY_KEY_INVALID`, naming the metadata entry |
+//! | a body that is not a valid `CreateTransferRequest` | `INVALID_ARGUMENT` (nothing claimed, run or stored) | |
 //! | metadata over 64 KiB in all | refused by HTTP/2 before the service sees it: HTTP 431, which tonic's client reports as `UNKNOWN` | |
 //!
 //! The server takes up to 64 KiB of metadata per call (hyper's default is 16 KiB), so a long key
 //! in metadata reaches the engine and is answered `INVALID_ARGUMENT`; past that limit HTTP/2
-//! refuses the call itself. A body that is not a `CreateTransferRequest` is tonic's to refuse:
-//! its protobuf codec answers `INTERNAL`.
+//! refuses the call itself. A body that is not a valid `CreateTransferRequest` (truncated, a
+//! string that is not UTF-8, a field of another wire type) never reaches the method: the
+//! generated code decodes with `idem_tonic::ProstCodec` (`build.rs`), which answers it
+//! `INVALID_ARGUMENT` where tonic-prost's codec answers `INTERNAL`.
 //!
 //! The engine's `ErrorInfo` has the domain `idem.rs`, the ledger's own `ledger.idem.rs`. A
 //! retry after the server was killed mid-call runs the transfer once: its row died uncommitted
