@@ -14,7 +14,7 @@ mod function;
 #[path = "sqs/support.rs"]
 mod support;
 
-use idem_examples::sqs::{Failure, KeyFrom, NoKey, OrdersTable, RecordOutcome};
+use idem_examples::sqs::{Failure, KeyFrom, OrdersTable, RecordOutcome};
 use idem_tests::db::TestDatabase;
 use idem_tests::logs::Logs;
 use serde_json::json;
@@ -181,31 +181,78 @@ async fn a_restamped_retry_runs_once_by_field_and_twice_by_body() {
     }
 }
 
-/// Keyed by `order_id`, a body without one, and a body that is not JSON, cannot be keyed:
-/// those two records fail, saying why, and the others ship.
+/// Keyed by `order_id`, a body without one, and a body that is not JSON, cannot be keyed; nor,
+/// keyed by message id, can a record whose `messageId` is empty. No delivery of them can be,
+/// so each is rejected: reported done (not in `batchItemFailures`, so SQS does not deliver it
+/// again until its dead-letter queue), with a WARN naming its `messageId` and why, and nothing
+/// of it is claimed or stored. The others ship.
 #[tokio::test]
-async fn a_record_without_its_key_field_fails_alone() {
+async fn a_record_without_a_key_is_rejected_and_reported_done() {
     for backend in Backend::all() {
         let bench = Bench::new(&backend).await;
         let consumer = bench.consumer(KeyFrom::Field("order_id".into()));
         let event = fixture("field_missing");
         let all = ids(&event);
-        let report = consumer.process(event.clone()).await;
-        let failed: Vec<_> = report.failures().collect();
-        let no_field = Failure::NoKey(NoKey::MissingField("order_id".into()));
-        let not_json = Failure::NoKey(NoKey::NotJson);
-        assert_eq!(
-            failed,
-            [
-                (Some(all[1].as_str()), &no_field),
-                (Some(all[2].as_str()), &not_json)
-            ],
-            "{backend:?}"
-        );
+        let logs = Logs::default();
+        let capturing = logs.capture();
+        assert_eq!(invoke(&consumer, &event).await, Vec::<String>::new());
+        drop(capturing);
+        let reasons = [
+            (
+                &all[1],
+                "no idempotency key: the body has no `order_id` field",
+            ),
+            (&all[2], "no idempotency key: the body is not a JSON object"),
+        ];
+        for (id, why) in reasons {
+            let line = format!(
+                "record rejected: no delivery can succeed, so it is reported done \
+                 message_id=\"{id}\" reason={why}"
+            );
+            let log = logs.text();
+            let warned = log
+                .lines()
+                .any(|l| l.contains(" WARN ") && l.contains(&line));
+            assert!(warned, "{backend:?}: {line}\n{log}");
+        }
         let orders = ["o-4001", "o-4004"];
         assert_eq!(bench.orders.shipments(&orders).await, [1, 1], "{backend:?}");
         assert_eq!(bench.orders.table.total().await.unwrap(), 2, "{backend:?}");
-        assert_eq!(invoke(&consumer, &event).await, all[1..3], "{backend:?}");
+        assert_eq!(
+            bench.records().await,
+            2,
+            "{backend:?}: the two orders' only"
+        );
+
+        let report = consumer.process(event).await;
+        assert_eq!(
+            (
+                report.skipped(),
+                report.rejected(),
+                report.failures().count()
+            ),
+            (2, 2, 0),
+            "{backend:?}"
+        );
+
+        // An empty `messageId` is no id: keyed by it, the record is rejected too, and the
+        // batch answered, where a failure it could not name failed the whole invocation.
+        let mut unnamed = only(&fixture("batch"), &[&ids(&fixture("batch"))[0]]);
+        unnamed.records[0].message_id = Some(String::new());
+        let by_id = bench.consumer(KeyFrom::MessageId);
+        assert_eq!(invoke(&by_id, &unnamed).await, Vec::<String>::new());
+        let report = by_id.process(unnamed).await;
+        assert_eq!(
+            report.records[0].outcome,
+            RecordOutcome::Rejected("no idempotency key: the record has no messageId".into()),
+            "{backend:?}"
+        );
+        assert_eq!(
+            bench.orders.shipments(&BATCH[..1]).await,
+            [0],
+            "{backend:?}"
+        );
+        assert_eq!(bench.records().await, 2, "{backend:?}");
         bench.discard().await;
     }
 }
@@ -365,22 +412,24 @@ async fn a_store_outage_fails_every_record_and_runs_nothing() {
     }
 }
 
-/// A failed record without a `messageId` cannot be named in `batchItemFailures`: the
-/// invocation fails, so SQS redelivers the whole batch, whose done records are then skipped.
+/// A failed record without a `messageId` (keyed by its body, whose effect failed) cannot be
+/// named in `batchItemFailures`: the invocation fails, so SQS redelivers the whole batch,
+/// whose done records are then skipped.
 #[tokio::test]
 async fn a_failed_record_without_a_message_id_fails_the_invocation() {
     let bench = Bench::new(&Backend::Sqlite).await;
-    let consumer = bench.consumer(KeyFrom::MessageId);
+    let consumer = bench.consumer(KeyFrom::BodyFingerprint);
     let mut event = fixture("batch");
     event.records[2].message_id = None;
+    bench.orders.fail_next("o-1003");
     let invocation = lambda_runtime::LambdaEvent::new(event.clone(), Default::default());
     let error = consumer.handle(invocation).await.unwrap_err();
     assert!(error.to_string().contains("without a messageId"), "{error}");
     assert_eq!(bench.orders.shipments(&BATCH).await, [1, 1, 0]);
 
     let report = consumer.process(event).await;
-    assert_eq!((report.processed(), report.skipped()), (0, 2));
-    assert_eq!(bench.orders.shipments(&BATCH).await, [1, 1, 0]);
+    assert_eq!((report.processed(), report.skipped()), (1, 2));
+    assert_eq!(bench.orders.shipments(&BATCH).await, [1, 1, 1]);
     bench.discard().await;
 }
 

@@ -37,7 +37,7 @@ pub enum KeyFrom {
     BodyFingerprint,
     /// A top-level field of the JSON body (a string or a number), such as `order_id`: one
     /// record per value, whatever else the bodies carry. A record whose body is not a JSON
-    /// object with that field cannot be keyed and is reported failed.
+    /// object with that field cannot be keyed: it is rejected (reported done, and logged).
     Field(String),
 }
 
@@ -120,7 +120,9 @@ impl fmt::Display for KeyFrom {
 #[error("`{0}` is not a key source: use `message-id`, `body` or `field:<name>`")]
 pub struct ParseKeyFromError(String);
 
-/// Why a record has no idempotency key: it is reported failed, and the others go on.
+/// Why a record has no idempotency key. No delivery of it can have one, so it is
+/// [rejected](super::RecordOutcome::Rejected): reported done with a log line saying why,
+/// nothing claimed or stored, and the others go on.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum NoKey {
     /// The record carries no `messageId`, or an empty one (SQS always sends one).

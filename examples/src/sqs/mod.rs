@@ -24,9 +24,9 @@
 //!     {"messageId": "m-3", "body": "{\"sku\": \"mug\", \"quantity\": 1}"}
 //! ]}"#)?;
 //! let response = consumer.handle(LambdaEvent::new(event, Context::default())).await?;
-//! // m-2 is a retried send of m-1 (one order, one shipment); m-3 has no order_id.
-//! assert_eq!(response.batch_item_failures.len(), 1);
-//! assert_eq!(response.batch_item_failures[0].item_identifier, "m-3");
+//! // m-2 is a retried send of m-1 (one order, one shipment); m-3 has no order_id, so no
+//! // delivery of it can be keyed: it is rejected (logged), not failed.
+//! assert!(response.batch_item_failures.is_empty());
 //! assert_eq!(consumer.effect().shipments("o-7").await?, 1);
 //! # Ok(()) }
 //! ```
@@ -41,7 +41,7 @@
 //! | absent or expired | processed: the effect runs, its output is stored | done |
 //! | completed | skipped: the effect does not run | done |
 //! | in flight (another invocation runs it) | left alone | failed: redelivered later |
-//! | no key (field missing, body not JSON) | left alone, with a log line saying why | failed |
+//! | no key (no `messageId`, field missing, body not JSON) | left alone: nothing claimed or stored, the effect does not run; a log line says why | done: SQS does not deliver it again |
 //! | the effect fails | the key is released | failed: the redelivery runs it again |
 //! | the effect [rejects](Effect::rejects) the record (its body is not an order, a value the database refuses) | the key is released, with a log line saying why | done: SQS does not deliver it again |
 //! | the store fails | nothing claimed, the effect does not run (fail closed) | failed, and so are the batch's later records, not tried |
@@ -243,7 +243,9 @@ impl<E: Effect> Consumer<E> {
         let body = record.body.clone().unwrap_or_default();
         let derived = match self.key_from.derive(record.message_id.as_deref(), &body) {
             Ok(derived) => derived,
-            Err(why) => return RecordOutcome::Failed(Failure::NoKey(why)),
+            // No delivery of this record can have a key: failing it would have SQS deliver it
+            // again and again, until its dead-letter queue. Nothing is claimed or stored.
+            Err(why) => return RecordOutcome::Rejected(format!("no idempotency key: {why}")),
         };
         let message = Message {
             message_id: record.message_id.clone().unwrap_or_default(),

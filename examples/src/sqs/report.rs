@@ -5,8 +5,6 @@ use std::fmt;
 
 use aws_lambda_events::event::sqs::SqsBatchResponse;
 
-use super::key::NoKey;
-
 /// What became of each record of a batch, in the batch's order.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct BatchReport {
@@ -31,10 +29,11 @@ pub enum RecordOutcome {
     /// The key's effect had already run (a redelivery, or a retried send): it did not run
     /// again. Not a failure: SQS deletes the record.
     Skipped,
-    /// The effect [rejects](super::Effect::rejects) the record: no delivery can succeed (its
-    /// body is not what the effect takes, or holds a value the database refuses). Reported
-    /// done, so SQS deletes it rather than delivering it again until the dead-letter queue;
-    /// the log says why, and nothing is stored, so a duplicate is rejected the same way.
+    /// No delivery can succeed: no idempotency key can be derived from the record (see
+    /// [`NoKey`](super::NoKey)), or the effect [rejects](super::Effect::rejects) it (its body
+    /// is not what the effect takes, or holds a value the database refuses). Reported done, so
+    /// SQS deletes it rather than delivering it again until the dead-letter queue; the log says
+    /// why, and nothing is stored, so a duplicate is rejected the same way.
     Rejected(String),
     /// Not done: reported in `batchItemFailures`, so SQS delivers the record again after its
     /// visibility timeout (and, past the queue's `maxReceiveCount`, to its dead-letter queue).
@@ -44,10 +43,6 @@ pub enum RecordOutcome {
 /// Why a record failed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Failure {
-    /// No key could be derived from the record (the field is missing, the body is not JSON).
-    /// Nothing was claimed and the effect did not run; a redelivery fails the same way, so
-    /// the record ends in the dead-letter queue.
-    NoKey(NoKey),
     /// Another invocation holds the key and is running its effect now: SQS redelivers the
     /// record later, when that run has finished (then it is skipped) or its lease has lapsed.
     InFlight,
@@ -65,7 +60,6 @@ pub enum Failure {
 impl fmt::Display for Failure {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Self::NoKey(why) => write!(f, "no idempotency key: {why}"),
             Self::InFlight => f.write_str("in flight in another invocation"),
             Self::StoreUnavailable(why) => write!(f, "idempotency store unavailable: {why}"),
             Self::Effect(why) => write!(f, "the effect failed: {why}"),

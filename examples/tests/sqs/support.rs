@@ -105,6 +105,13 @@ impl Bench {
         Consumer::new(self.idempotency.clone(), "orders.fulfil", effect).key_from(key_from)
     }
 
+    /// How many idempotency records the store holds, in flight or completed.
+    pub(crate) async fn records(&self) -> usize {
+        let filter = idem_runtime::store::records::RecordFilter::new();
+        let listed = self.idempotency.records().list(&filter, 100).await;
+        listed.expect("list the records").len()
+    }
+
     /// The store goes away: the SQLite pool is closed, the proxy to DynamoDB cut.
     pub(crate) async fn store_down(&self) {
         match &self.records {
