@@ -1,11 +1,12 @@
 //! Input that can never succeed is never answered as retryable. A value PostgreSQL refuses (a
 //! NUL in text, a number out of its column's range), written in atomic mode, aborts the
 //! operation's transaction; the operation answers "invalid", and that answer reaches the caller
-//! (HTTP `400` through the attribute, with one commit and with two; the programmatic API's own
-//! error), never the engine's "store unavailable, retry". Nothing of it is stored: no row, no
-//! record, so a retry runs again and the key stays free for a good request. The gRPC face's
-//! case is `grpc/atomic.rs`'s. A scope value PostgreSQL cannot keep is refused before the claim,
-//! as no caller (`401`), on every face.
+//! (HTTP `400` through the attribute, with one commit and with two, and through the layer; the
+//! programmatic API's own error), never the engine's "store unavailable, retry". Nothing of it
+//! is stored: no row, no record, so a retry runs again and the key stays free for a good
+//! request. The layer is also run on SQLite, whose table declares the same limits, and with a
+//! body that is not UTF-8. The gRPC face's case is `grpc/atomic.rs`'s. A scope value PostgreSQL
+//! cannot keep is refused before the claim, as no caller (`401`), on every face.
 //!
 //! ```text
 //! cargo test -p idem-tests --test bad_values
@@ -20,8 +21,8 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::{Json, Router};
 use http_body_util::BodyExt;
-use idem_runtime::store::PostgresStore;
 use idem_runtime::store::records::RecordFilter;
+use idem_runtime::store::{PostgresStore, SqliteStore};
 use idem_runtime::{Idempotency, IdempotencyLayer, OperationError, Outcome, Tx, idempotent};
 use idem_tests::{Calls, TestStore};
 use serde_json::{Value, json};
@@ -47,37 +48,126 @@ struct App {
     runs: Calls,
 }
 
-/// Writes `body` as an item in the operation's transaction: `name` is text, `quantity` an
-/// `integer` (32 bits).
-async fn insert(tx: &mut Tx<Postgres>, items: &Items, body: &Value) -> Result<(), sqlx::Error> {
-    let insert = format!("INSERT INTO {} (name, quantity) VALUES ($1, $2)", items.0);
-    sqlx::query(AssertSqlSafe(insert))
-        .bind(body["name"].as_str().unwrap_or_default())
-        .bind(body["quantity"].as_i64().unwrap_or_default())
-        .execute(tx.conn().await?)
-        .await
-        .map(drop)
-}
+/// The items of the application on the database `$db`, beside the records of a fresh `$store`:
+/// `harness` makes both (the table named by `$table`, made by `$ddl`, and an engine checking the
+/// `#[idempotent]` endpoints under the module path `$endpoints`); `insert` writes `body` as
+/// an item in the operation's transaction (`name` is text, `quantity` a 32-bit integer);
+/// `create` answers `201`, or `400 invalid_value` for a value the database refuses; `handler`
+/// is `create` as a plain handler, for the layer.
+macro_rules! items_on {
+    ($module:ident, $db:ty, $store:ty, $table:expr, $ddl:literal, $endpoints:expr) => {
+        mod $module {
+            use super::*;
 
-/// Whether PostgreSQL refused a value (SQLSTATE class 22, data exception).
-fn is_bad_value(error: &sqlx::Error) -> bool {
-    error
-        .as_database_error()
-        .and_then(|e| e.code())
-        .is_some_and(|code| code.starts_with("22"))
-}
+            pub(crate) async fn harness() -> ($store, App) {
+                let store = <$store as TestStore>::fresh().await;
+                let items: String = $table(&store);
+                sqlx::raw_sql(AssertSqlSafe(format!($ddl, items = items)))
+                    .execute(store.pool())
+                    .await
+                    .unwrap();
+                let idem = Idempotency::builder()
+                    .store(store.clone())
+                    .endpoints_under($endpoints)
+                    .build()
+                    .unwrap();
+                let app = App {
+                    idem,
+                    items: Items(items.into()),
+                    runs: Calls::default(),
+                };
+                (store, app)
+            }
 
-/// `201`, or `400 invalid_value` for a value the database refuses.
-async fn create(tx: &mut Tx<Postgres>, items: &Items, runs: &Calls, body: &Value) -> Response {
-    runs.bump();
-    match insert(tx, items, body).await {
-        Ok(()) => (StatusCode::CREATED, Json(body.clone())).into_response(),
-        Err(e) if is_bad_value(&e) => {
-            let problem = json!({ "code": "invalid_value", "detail": e.to_string() });
-            (StatusCode::BAD_REQUEST, Json(problem)).into_response()
+            pub(crate) async fn rows(store: &$store, items: &Items) -> i64 {
+                let count = format!("SELECT count(*) FROM {}", items.0);
+                sqlx::query_scalar(AssertSqlSafe(count))
+                    .fetch_one(store.pool())
+                    .await
+                    .unwrap()
+            }
+
+            pub(crate) async fn clear(store: &$store, items: &Items) {
+                sqlx::raw_sql(AssertSqlSafe(format!("DELETE FROM {}", items.0)))
+                    .execute(store.pool())
+                    .await
+                    .unwrap();
+            }
+
+            pub(crate) async fn handler(
+                State(items): State<Items>,
+                State(runs): State<Calls>,
+                mut tx: Tx<$db>,
+                Json(body): Json<Value>,
+            ) -> Response {
+                create(&mut tx, &items, &runs, &body).await
+            }
+
+            pub(crate) async fn insert(
+                tx: &mut Tx<$db>,
+                items: &Items,
+                body: &Value,
+            ) -> Result<(), sqlx::Error> {
+                let insert = format!("INSERT INTO {} (name, quantity) VALUES ($1, $2)", items.0);
+                sqlx::query(AssertSqlSafe(insert))
+                    .bind(body["name"].as_str().unwrap_or_default())
+                    .bind(body["quantity"].as_i64().unwrap_or_default())
+                    .execute(tx.conn().await?)
+                    .await
+                    .map(drop)
+            }
+
+            pub(crate) async fn create(
+                tx: &mut Tx<$db>,
+                items: &Items,
+                runs: &Calls,
+                body: &Value,
+            ) -> Response {
+                runs.bump();
+                match insert(tx, items, body).await {
+                    Ok(()) => (StatusCode::CREATED, Json(body.clone())).into_response(),
+                    Err(e) if is_bad_value(&e) => {
+                        let problem = json!({ "code": "invalid_value", "detail": e.to_string() });
+                        (StatusCode::BAD_REQUEST, Json(problem)).into_response()
+                    }
+                    Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response(),
+                }
+            }
         }
-        Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response(),
-    }
+    };
+}
+
+items_on!(
+    postgres,
+    Postgres,
+    PostgresStore,
+    |store: &PostgresStore| format!("{}.items", store.schema()),
+    "CREATE TABLE {items} (name text NOT NULL, quantity integer NOT NULL)",
+    "bad_values"
+);
+// SQLite keeps a NUL in text and 64-bit integers: the table declares PostgreSQL's limits.
+items_on!(
+    sqlite,
+    sqlx::Sqlite,
+    SqliteStore,
+    |_: &SqliteStore| "items".to_owned(),
+    "CREATE TABLE {items} (
+        name TEXT NOT NULL CHECK (instr(CAST(name AS BLOB), x'00') = 0),
+        quantity INTEGER NOT NULL CHECK (quantity BETWEEN -2147483648 AND 2147483647)
+    )",
+    // Not the attribute's endpoints, which take a PostgreSQL transaction.
+    "bad_values::sqlite"
+);
+use postgres::{create, harness, insert, rows};
+
+/// Whether the database refused a value: PostgreSQL's SQLSTATE class 22 (data exception), or
+/// a `CHECK` constraint (how the SQLite table declares PostgreSQL's limits).
+fn is_bad_value(error: &sqlx::Error) -> bool {
+    let Some(error) = error.as_database_error() else {
+        return false;
+    };
+    error.code().is_some_and(|code| code.starts_with("22"))
+        || error.kind() == sqlx::error::ErrorKind::CheckViolation
 }
 
 #[idempotent(scope = "global", commits = "one")]
@@ -100,37 +190,16 @@ async fn two_commits(
     create(&mut tx, &items, &runs, &body).await
 }
 
-/// A store in a fresh schema, with the items table beside its records.
-async fn harness() -> (PostgresStore, App) {
-    let store: PostgresStore = idem_tests::postgres_store().await;
-    let items = format!("{}.items", store.schema());
-    let ddl = format!("CREATE TABLE {items} (name text NOT NULL, quantity integer NOT NULL)");
-    sqlx::raw_sql(AssertSqlSafe(ddl))
-        .execute(store.pool())
-        .await
-        .unwrap();
-    let idem = Idempotency::builder().store(store.clone()).build().unwrap();
-    let app = App {
-        idem,
-        items: Items(items.into()),
-        runs: Calls::default(),
-    };
-    (store, app)
-}
-
-async fn rows(store: &PostgresStore, items: &Items) -> i64 {
-    let count = format!("SELECT count(*) FROM {}", items.0);
-    sqlx::query_scalar(AssertSqlSafe(count))
-        .fetch_one(store.pool())
-        .await
-        .unwrap()
-}
-
 async fn post_item(router: &Router, path: &str, key: &str, body: &Value) -> (StatusCode, Value) {
+    post_bytes(router, path, key, body.to_string().into_bytes()).await
+}
+
+/// `body` as sent, which need not be JSON, nor UTF-8.
+async fn post_bytes(router: &Router, path: &str, key: &str, body: Vec<u8>) -> (StatusCode, Value) {
     let request = Request::post(path)
         .header("content-type", "application/json")
         .header("idempotency-key", key)
-        .body(Body::from(body.to_string()))
+        .body(Body::from(body))
         .unwrap();
     let response = router.clone().oneshot(request).await.unwrap();
     let status = response.status();
@@ -165,10 +234,7 @@ async fn the_attribute_answers_400_and_stores_nothing_with_one_commit_or_two() {
             let good = json!({ "name": "a", "quantity": 1 });
             let (status, _) = post_item(&router, path, &key, &good).await;
             assert_eq!(status, StatusCode::CREATED, "{path} {bad}");
-            sqlx::raw_sql(AssertSqlSafe(format!("DELETE FROM {}", app.items.0)))
-                .execute(store.pool())
-                .await
-                .unwrap();
+            postgres::clear(&store, &app.items).await;
         }
     }
     store.discard().await;
@@ -199,10 +265,7 @@ async fn the_programmatic_api_returns_the_operations_error_and_stores_nothing() 
         let good = run(json!({ "name": "a", "quantity": 1 })).await;
         assert!(matches!(good, Ok(Outcome::Fresh(()))), "{bad}: {good:?}");
         assert_eq!(rows(&store, &app.items).await, 1, "{bad}");
-        sqlx::raw_sql(AssertSqlSafe(format!("DELETE FROM {}", app.items.0)))
-            .execute(store.pool())
-            .await
-            .unwrap();
+        postgres::clear(&store, &app.items).await;
     }
     store.discard().await;
 }
@@ -236,4 +299,74 @@ async fn a_scope_value_with_a_nul_byte_is_401_not_retryable() {
     let stored = idem.records().list(&RecordFilter::new(), 10).await.unwrap();
     assert!(stored.is_empty(), "{stored:?}");
     store.discard().await;
+}
+
+/// A body that is not UTF-8 where JSON text is expected.
+const NOT_UTF8: &[u8] = b"{\"name\": \"a\xff\", \"quantity\": 1}";
+
+/// The layer, over a plain handler taking `Tx<$db>` on `$module`'s items: each value the
+/// database refuses is `400 invalid_value`, run again on the retry (nothing was stored to
+/// replay), with no row and no record, and the key then takes a good request. Each `$layer`
+/// setting is tried: the layer's default (a `400` releases the key), and on PostgreSQL
+/// `rejections([])` (every 4xx stored, which the aborted transaction refuses). A body that is
+/// not UTF-8 is axum's `400` under the default layer: the handler never runs, nothing is stored.
+macro_rules! through_the_layer {
+    ($test:ident, $module:ident, [$($layer:expr),+ $(,)?]) => {
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn $test() {
+            let (store, app) = $module::harness().await;
+            let layers: Vec<fn(IdempotencyLayer) -> IdempotencyLayer> = vec![$($layer),+];
+            for (n, layer) in layers.into_iter().enumerate() {
+                let router = Router::new()
+                    .route("/items", post($module::handler))
+                    .layer(layer(IdempotencyLayer::new(&app.idem)))
+                    .with_state(app.clone());
+                for (m, bad) in bad_bodies().iter().enumerate() {
+                    let key = format!("layer-{n}-{m}");
+                    let (before, stored) = (app.runs.get(), records(&app.idem).await);
+                    for attempt in 1..=2 {
+                        let (status, body) = post_item(&router, "/items", &key, bad).await;
+                        assert_eq!(status, StatusCode::BAD_REQUEST, "{n}: {bad}: {body}");
+                        assert_eq!(body["code"], "invalid_value", "{n}: {bad}");
+                        assert_eq!(app.runs.get(), before + attempt, "{n}: {bad}: not replayed");
+                    }
+                    assert_eq!($module::rows(&store, &app.items).await, 0, "{n}: {bad}");
+                    assert_eq!(records(&app.idem).await, stored, "{n}: {bad}");
+                    let good = json!({ "name": "a", "quantity": 1 });
+                    let (status, _) = post_item(&router, "/items", &key, &good).await;
+                    assert_eq!(status, StatusCode::CREATED, "{n}: {bad}: the key is free");
+                    $module::clear(&store, &app.items).await;
+                }
+            }
+            let router = Router::new()
+                .route("/items", post($module::handler))
+                .layer(IdempotencyLayer::new(&app.idem))
+                .with_state(app.clone());
+            let (before, stored) = (app.runs.get(), records(&app.idem).await);
+            for _ in 0..2 {
+                let (status, _) = post_bytes(&router, "/items", "utf8", NOT_UTF8.to_vec()).await;
+                assert_eq!(status, StatusCode::BAD_REQUEST, "not UTF-8");
+            }
+            assert_eq!(app.runs.get(), before, "the handler never ran");
+            assert_eq!(records(&app.idem).await, stored, "not UTF-8");
+            store.discard().await;
+        }
+    };
+}
+
+through_the_layer!(
+    the_layer_answers_400_and_stores_nothing_on_postgres,
+    postgres,
+    [|layer| layer, |layer| layer.rejections([])]
+);
+through_the_layer!(
+    the_layer_answers_400_and_stores_nothing_on_sqlite,
+    sqlite,
+    [|layer| layer]
+);
+
+/// How many records the engine's store holds.
+async fn records(idem: &Idempotency) -> usize {
+    let listed = idem.records().list(&RecordFilter::new(), 100).await;
+    listed.unwrap().len()
 }
