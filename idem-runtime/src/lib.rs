@@ -56,18 +56,14 @@
 //! [axum]: https://docs.rs/axum
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
-// The layers, bottom up; each imports only from those before it:
-// `idem-core` (its own crate: keys, fingerprints, time, the `Store` contract and the memory
-// store, the engine that owns an operation from its claim to its stored result, the handle
-// users configure with its transport-neutral settings and answers, the `#[idempotent]`
-// registry, and the programmatic API; no HTTP), `store` (the backends and their
-// capabilities), `http` (key header, request fingerprint, response capture, problem+json, the
-// HTTP faces' part of the handle), then the adapters, which turn a transport into engine calls
-// and back (`adapters`: the attribute, the layer, `Tx`, and the glue between `Tx` and the gRPC
-// face of `idem-tonic`) and `openapi`.
-mod http;
+// The facade: the family's crates re-exported where applications look for them, and the glue
+// between two of them that neither depends on the other for: `tx` (the sqlx stores'
+// transactions as an axum extractor) and `grpc_tx` (the same transactions for tonic methods).
+#[cfg(all(feature = "tonic", any(feature = "sqlite", feature = "postgres")))]
+mod grpc_tx;
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+mod tx;
 
-mod adapters;
 #[cfg(feature = "lambda")]
 #[cfg_attr(docsrs, doc(cfg(feature = "lambda")))]
 pub mod lambda {
@@ -76,7 +72,7 @@ pub mod lambda {
 }
 #[cfg(feature = "utoipa")]
 #[cfg_attr(docsrs, doc(cfg(feature = "utoipa")))]
-pub mod openapi;
+pub use idem_axum::openapi;
 pub mod store;
 
 #[cfg(feature = "tonic")]
@@ -84,9 +80,9 @@ pub mod store;
 #[doc = include_str!("docs/grpc.md")]
 pub mod grpc {
     #[cfg(all(feature = "sqlite", feature = "postgres"))]
-    pub use crate::adapters::grpc_tx::any_tx;
+    pub use crate::grpc_tx::any_tx;
     #[cfg(any(feature = "sqlite", feature = "postgres"))]
-    pub use crate::adapters::grpc_tx::tx;
+    pub use crate::grpc_tx::tx;
     /// Makes the `#[idempotent]` methods of a tonic service's `impl` idempotent. See the
     /// [module documentation](self).
     pub use idem_macros::grpc_service as service;
@@ -96,15 +92,15 @@ pub mod grpc {
     };
 }
 
-pub use crate::adapters::layer::{IdempotencyLayer, IdempotencyService, RouteSettings};
 #[cfg(all(feature = "sqlite", feature = "postgres"))]
 #[cfg_attr(docsrs, doc(cfg(all(feature = "sqlite", feature = "postgres"))))]
-pub use crate::adapters::tx::AnyTx;
+pub use crate::tx::AnyTx;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 #[cfg_attr(docsrs, doc(cfg(any(feature = "sqlite", feature = "postgres"))))]
-pub use crate::adapters::tx::Tx;
-pub use crate::http::problem::Problem;
-pub use crate::http::response::{REPLAYED_HEADER, StoredResponse};
+pub use crate::tx::Tx;
+pub use idem_axum::{
+    IdempotencyLayer, IdempotencyService, Problem, REPLAYED_HEADER, RouteSettings, StoredResponse,
+};
 pub use idem_core::clock;
 pub use idem_core::endpoint::KeyMode;
 pub use idem_core::engine::{Commits, InFlightMode, InvocationDeadline};
@@ -118,5 +114,16 @@ pub use idem_core::settings::scope::{Caller, GLOBAL_SCOPE};
 #[doc = include_str!("docs/idempotent.md")]
 pub use idem_macros::idempotent;
 
+/// What `#[idempotent]` and `#[grpc::service]` expand to. Not public API: anything here may
+/// change in any release.
 #[doc(hidden)]
-pub use crate::adapters::attribute as __private;
+pub mod __private {
+    pub use idem_axum::__private::*;
+    pub use idem_macros::__idempotent_items as items;
+
+    /// What `#[idem_runtime::grpc::service]` expands to.
+    #[cfg(feature = "tonic")]
+    pub mod grpc {
+        pub use idem_tonic::__private::*;
+    }
+}

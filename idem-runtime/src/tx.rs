@@ -1,10 +1,11 @@
-//! Atomic mode, as the HTTP faces offer it: the handler's database writes and the stored
-//! response commit together.
+//! Atomic mode on sqlx: the [`Tx`] and [`AnyTx`] extractors, which join the HTTP faces
+//! (`idem-axum`) to the transactions the SQL stores lend (`idem-sqlx`), neither of which
+//! depends on the other.
 //!
 //! The HTTP flow puts the engine's `Lending` in the request's extensions when its store lends
-//! transactions (`Capabilities`); the [`Tx`] and [`AnyTx`] extractors borrow a transaction from
-//! it. When the handler returns, the transaction is handed back, and the engine completes the
-//! record inside it before committing.
+//! transactions (`Capabilities`); the extractors borrow a transaction from it. When the handler
+//! returns, the transaction is handed back, and the engine completes the record inside it before
+//! committing.
 
 use std::fmt;
 
@@ -12,8 +13,9 @@ use axum::extract::FromRequestParts;
 use http::Extensions;
 use http::request::Parts;
 
-use crate::http::problem::Problem;
 use crate::store::atomic::{self, AtomicDatabase, LentTransaction};
+use idem_axum::Problem;
+use idem_axum::atomic::{AtomicParam, lent};
 use idem_core::endpoint::AtomicNeed;
 use idem_core::engine::{LendError, Lending};
 use idem_core::operation::Lent;
@@ -148,15 +150,7 @@ impl<DB: AtomicDatabase> Tx<DB> {
     /// The transaction lent to the request whose extensions these are (the engine's flows put
     /// their `Lending` there).
     pub(crate) fn from_extensions(extensions: &Extensions) -> Result<Self, Rejection> {
-        let lending = extensions
-            .get::<Lending>()
-            .ok_or(Rejection::Misconfigured {
-                reason: "a `Tx` works only in an `#[idempotent]` handler or method, or under \
-                         `IdempotencyLayer`, with a store that lends transactions",
-            })?;
-        Self::lent(lending).map_err(|error| Rejection::Misconfigured {
-            reason: error.reason(),
-        })
+        lent(extensions)
     }
 }
 
@@ -244,13 +238,6 @@ impl<S: Send + Sync> FromRequestParts<S> for AnyTx {
     async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Problem> {
         Self::from_extensions(&parts.extensions).map_err(Problem)
     }
-}
-
-/// A handler parameter that puts the handler in atomic mode ([`Tx`] or `AnyTx`): what it needs
-/// from the store, checked by [`Builder::build`](crate::Builder::build).
-pub trait AtomicParam {
-    /// The transactions the parameter needs.
-    fn need() -> AtomicNeed;
 }
 
 impl<DB: AtomicDatabase> AtomicParam for Tx<DB> {

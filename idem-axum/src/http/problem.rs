@@ -7,7 +7,7 @@ use http::{HeaderValue, StatusCode, header};
 use idem_core::rejection::Rejection;
 
 /// A [`Rejection`] as the HTTP faces send it unless the builder's
-/// [`render_rejections`](crate::Builder::render_rejections) says otherwise: an
+/// [`render_rejections`](idem_core::idempotency::Builder::render_rejections) says otherwise: an
 /// `application/problem+json` document (RFC 9457) with the rejection's status, its stable
 /// `code`, and `Retry-After` where a retry can succeed.
 ///

@@ -11,7 +11,7 @@ use idem_core::idempotency::{BuildError, FaceSetup, Idempotency, RenderedAs, Ren
 use idem_core::rejection::Rejection;
 
 /// The engine's own answer: problem+json, or the application's format
-/// ([`Builder::render_rejections`](crate::Builder::render_rejections)) with the rejection's
+/// ([`Builder::render_rejections`](idem_core::idempotency::Builder::render_rejections)) with the rejection's
 /// status and `Retry-After` kept.
 pub(crate) fn reject(idempotency: &Idempotency, rejection: Rejection) -> Response {
     let Some(render) = idempotency.face::<Renderer<Response>>() else {

@@ -16,8 +16,8 @@ use http_body_util::BodyExt;
 use tower::ServiceExt;
 
 use super::*;
-use crate::clock::ManualClock;
-use crate::store::MemoryStore;
+use idem_core::clock::ManualClock;
+use idem_core::store::MemoryStore;
 
 #[derive(Clone, Default)]
 struct Calls(Arc<AtomicUsize>);

@@ -23,7 +23,7 @@ pub use service::IdempotencyService;
 
 /// Makes every `POST`, `PUT` and `PATCH` route of an axum router idempotent, with one scope and
 /// TTL for all of them and overrides per route: the same flow, answers, metrics and atomic mode
-/// as [`#[idempotent]`](crate::idempotent), without annotating each handler.
+/// as `#[idempotent]`, without annotating each handler.
 ///
 /// ```
 /// use std::time::Duration;
@@ -91,18 +91,18 @@ pub use service::IdempotencyService;
 ///   that never started: not stored, the key released (counted `released`), and in atomic mode
 ///   the handler's writes rolled back, so the client can fix the request and retry with the same
 ///   key. Every other 2xx, 3xx and 4xx is stored.
-/// - **[`Builder::build`](crate::Builder::build) does not check layer routes**: a scope is
+/// - **[`Builder::build`](idem_core::idempotency::Builder::build) does not check layer routes**: a scope is
 ///   checked when it is given to the layer (which panics when the engine has no resolver for
 ///   it), and a handler taking a `Tx` for another database than the store's answers
 ///   `500 idempotency_misconfigured`.
 /// - It buffers at most [`max_request_bytes`](Self::max_request_bytes) of a body to fingerprint
 ///   it, refusing a larger one with `413 payload_too_large`: at once when `Content-Length` says
 ///   so, before reading any of it. axum's `DefaultBodyLimit` applies as well; the smaller wins.
-///   Responses over the engine's [`max_response_bytes`](crate::Builder::max_response_bytes) are
+///   Responses over the engine's [`max_response_bytes`](idem_core::idempotency::Builder::max_response_bytes) are
 ///   sent in full to the first client and answered `409 idempotency_response_too_large` to its
 ///   retries, as under the attribute.
 ///
-/// An [`#[idempotent]`](crate::idempotent) handler under the layer, on a covered route, runs as
+/// An `#[idempotent]` handler under the layer, on a covered route, runs as
 /// a plain handler: the layer's settings apply and the request claims one record, not two. On
 /// a route or method the layer does not cover, the attribute works on its own.
 ///
@@ -118,7 +118,7 @@ pub struct IdempotencyLayer {
 impl IdempotencyLayer {
     /// A layer on `idempotency` with the defaults: methods `POST`, `PUT` and `PATCH`, scope
     /// `"global"`, TTL 24 h, key optional, in-flight duplicates rejected with 409, bodies up to
-    /// the engine's [`max_request_bytes`](crate::Builder::max_request_bytes), rejections 400,
+    /// the engine's [`max_request_bytes`](idem_core::idempotency::Builder::max_request_bytes), rejections 400,
     /// 401, 403, 405, 413, 415 and 422. Takes the engine or a reference to it.
     pub fn new(idempotency: impl AsRef<Idempotency>) -> Self {
         let idempotency = idempotency.as_ref().clone();
@@ -158,7 +158,7 @@ impl IdempotencyLayer {
     }
 
     /// Whose keys these are (default `"global"`): a scope registered with
-    /// [`Builder::scope`](crate::Builder::scope), whose resolver finds the principal of each
+    /// [`Builder::scope`](idem_core::idempotency::Builder::scope), whose resolver finds the principal of each
     /// request (`401 idempotency_scope_unresolved` when it finds none).
     ///
     /// # Panics
@@ -274,7 +274,7 @@ impl IdempotencyLayer {
     }
 
     /// The largest request body the layer reads to fingerprint a request (default: the
-    /// engine's [`max_request_bytes`](crate::Builder::max_request_bytes), 2 MiB unless set); a
+    /// engine's [`max_request_bytes`](idem_core::idempotency::Builder::max_request_bytes), 2 MiB unless set); a
     /// larger one is answered `413 payload_too_large` and runs nothing. A request whose
     /// `Content-Length` is larger is refused before any of its body is read.
     pub fn max_request_bytes(mut self, limit: usize) -> Self {
@@ -282,7 +282,7 @@ impl IdempotencyLayer {
         self
     }
 
-    /// Panics unless the engine can resolve `scope`, as [`Builder::build`](crate::Builder::build)
+    /// Panics unless the engine can resolve `scope`, as [`Builder::build`](idem_core::idempotency::Builder::build)
     /// fails for an `#[idempotent]` handler's scope, with the same message.
     #[track_caller]
     fn check_scope(&self, setter: &str, scope: &'static str) {

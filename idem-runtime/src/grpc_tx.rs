@@ -4,10 +4,10 @@
 
 use tonic::{Request, Status};
 
-#[cfg(all(feature = "sqlite", feature = "postgres"))]
-use crate::adapters::tx::AnyTx;
-use crate::adapters::tx::Tx;
 use crate::store::atomic::AtomicDatabase;
+#[cfg(all(feature = "sqlite", feature = "postgres"))]
+use crate::tx::AnyTx;
+use crate::tx::Tx;
 use idem_tonic::status;
 
 /// The transaction lent to this call of an `#[idempotent]` method: writes made through it

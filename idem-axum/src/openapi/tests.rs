@@ -3,8 +3,8 @@ use serde_json::{Value, json};
 use utoipa::Modify;
 
 use super::*;
-use crate::IdempotencyLayer;
-use crate::store::MemoryStore;
+use crate::adapters::layer::IdempotencyLayer;
+use idem_core::store::MemoryStore;
 
 #[test]
 fn every_fragment_is_valid_openapi() {

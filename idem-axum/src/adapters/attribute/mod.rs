@@ -20,9 +20,8 @@
 
 use std::marker::PhantomData;
 
+pub use crate::adapters::atomic::AtomicParam;
 pub use crate::adapters::flow::{Prepared, Started, begin};
-#[cfg(any(feature = "sqlite", feature = "postgres"))]
-pub use crate::adapters::tx::AtomicParam;
 pub use crate::http::request::fingerprint_of_request;
 pub use axum::body::Body;
 pub use axum::extract::{FromRef, FromRequest, FromRequestParts, Request};
@@ -30,7 +29,6 @@ pub use axum::handler::Handler;
 pub use axum::response::{IntoResponse, Response};
 pub use idem_core::endpoint::{AtomicNeed, Endpoint, KeyMode, Registration};
 pub use idem_core::engine::{Commits, InFlightMode};
-pub use idem_macros::__idempotent_items as items;
 pub use inventory;
 
 use crate::http::problem::Problem;
@@ -38,12 +36,6 @@ use idem_core::idempotency::Idempotency;
 use idem_core::rejection::Rejection;
 
 mod state;
-
-/// What `#[idem_runtime::grpc::service]` expands to.
-#[cfg(feature = "tonic")]
-pub mod grpc {
-    pub use idem_tonic::__private::*;
-}
 
 pub use state::{
     Declared, DeclaredLast, DeclaredParts, DeclaredState, DeclaredStateLast, DeclaredStateParts,
@@ -112,8 +104,7 @@ pub trait ProbeAtomic {
     fn atomic_need(&self) -> Option<AtomicNeed>;
 }
 
-#[cfg(any(feature = "sqlite", feature = "postgres"))]
-impl<T: crate::adapters::tx::AtomicParam> ProbeAtomic for &Probe<T> {
+impl<T: AtomicParam> ProbeAtomic for &Probe<T> {
     fn atomic_need(&self) -> Option<AtomicNeed> {
         Some(T::need())
     }
@@ -182,11 +173,10 @@ pub trait ProbeTwoTransactions<A: ?Sized, B: ?Sized> {
         B: SecondTransaction<A>;
 }
 
-#[cfg(any(feature = "sqlite", feature = "postgres"))]
 impl<A, B> ProbeTwoTransactions<A, B> for &Pair<A, B>
 where
-    A: crate::adapters::tx::AtomicParam,
-    B: crate::adapters::tx::AtomicParam,
+    A: AtomicParam,
+    B: AtomicParam,
 {
     fn at_most_one_transaction(&self)
     where

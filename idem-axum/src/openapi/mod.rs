@@ -93,7 +93,7 @@
 //! # What an operation gains
 //! - The parameter `#/components/parameters/IdempotencyKey` (optional) or
 //!   `IdempotencyKeyRequired` (`key = "required"`, or the layer's `KeyMode::Required`), named
-//!   after the engine's [header](crate::Builder::header_name), replacing any header parameter
+//!   after the engine's [header](idem_core::idempotency::Builder::header_name), replacing any header parameter
 //!   of that name.
 //! - Responses `400` `IdempotencyKeyInvalid`, `409` `IdempotencyInProgress`, `422`
 //!   `IdempotencyKeyReused`, `503` `IdempotencyStoreUnavailable`, whose bodies are the
@@ -109,7 +109,7 @@
 //!
 //! [utoipa]: https://docs.rs/utoipa
 //! [`IdempotencyLayer`]: crate::IdempotencyLayer
-//! [`Idempotency::endpoints`]: crate::Idempotency::endpoints
+//! [`Idempotency::endpoints`]: idem_core::idempotency::Idempotency::endpoints
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
@@ -526,7 +526,7 @@ fn problem_schema() -> RefOr<Schema> {
     }))
 }
 
-/// The schema of every `application/problem+json` body the engine sends (see [`Rejection`](crate::Rejection)),
+/// The schema of every `application/problem+json` body the engine sends (see [`Rejection`](idem_core::rejection::Rejection)),
 /// for `body = Problem` in your own `#[utoipa::path(responses(..))]` when your errors share the
 /// shape. Named `Problem` in the document; no value of this type exists.
 #[derive(Debug)]

@@ -1,7 +1,7 @@
 //! Replaying a retry before any other work, on stores that read in process.
 //!
 //! A retry usually sends the very bytes of the first request. On a store that
-//! [reads in process](crate::store::ReadInProcess), the HTTP faces look the record up
+//! [reads in process](idem_core::store::ReadInProcess), the HTTP faces look the record up
 //! as soon as the body is read and, when the stored payload says it answered the same bytes,
 //! replay it at once: no canonical JSON, no body extractor, no claim. The check is a digest of
 //! the raw request (method, path and query, `Content-Type`, body), kept in a small envelope
