@@ -9,6 +9,7 @@
 //! is an hour old, and expires by itself within its TTL anyway.
 
 use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -173,10 +174,19 @@ impl TestStore for RedisStore {
 
 /// A `redis-server` of the test's own on a free loopback port, in a temporary directory; killed
 /// (and the directory removed) on drop, and also when the test process dies, however it dies.
+/// [`kill`](Self::kill) and [`restart`](Self::restart) crash it and start it again on what it
+/// kept in that directory.
 #[derive(Debug)]
 pub struct RedisServer {
     url: String,
+    port: u16,
+    dir: PathBuf,
+    args: Vec<String>,
+    /// The server running now. Dropped before `crashed`, whose watchdogs remove `dir`.
     server: Watched,
+    /// The watchdogs of the servers [`restart`](Self::restart) replaced: kept until the end, as
+    /// each removes `dir` once dropped.
+    crashed: Vec<Watched>,
 }
 
 impl RedisServer {
@@ -185,37 +195,76 @@ impl RedisServer {
     /// # Panics
     /// When `redis-server` is not installed or does not start within 10 seconds.
     pub fn start(args: &[&str]) -> Self {
-        let port = free_port();
-        let dir = server_dir("redis");
-        let port = port.to_string();
-        let config = [
-            "--port",
-            &port,
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-        ];
-        let dir_arg = dir.to_str().expect("a UTF-8 temporary directory");
-        let config = config
-            .into_iter()
-            .chain(["--daemonize", "no", "--dir", dir_arg]);
+        let (port, dir) = (free_port(), server_dir("redis"));
+        let args: Vec<String> = args.iter().map(|&arg| arg.to_owned()).collect();
         let server = Self {
             url: format!("redis://127.0.0.1:{port}"),
-            server: Watched::spawn("redis-server", config.chain(args.iter().copied()), &dir),
+            server: spawn_redis(port, &dir, &args),
+            port,
+            dir,
+            args,
+            crashed: Vec::new(),
         };
+        server.wait_until_up();
+        server
+    }
+
+    /// Waits until the server answers `PING`.
+    fn wait_until_up(&self) {
         let deadline = Instant::now() + Duration::from_secs(10);
-        while server.query::<String>(&redis::cmd("PING")).is_err() {
+        while self.query::<String>(&redis::cmd("PING")).is_err() {
             assert!(
                 Instant::now() < deadline,
                 "redis-server did not start (is it installed?): {}",
-                server.server.log()
+                self.server.log()
             );
             std::thread::sleep(Duration::from_millis(20));
         }
-        server
+    }
+
+    /// Kills the server with SIGKILL, as a crash would (nothing is flushed, saved or handed
+    /// over), and waits until it no longer answers.
+    ///
+    /// # Panics
+    /// When the server does not say its process id, or still answers after 10 seconds.
+    pub fn kill(&self) {
+        let info: String = self
+            .query(redis::cmd("INFO").arg("server"))
+            .expect("the server's INFO");
+        let pid = info
+            .lines()
+            .find_map(|line| line.strip_prefix("process_id:"))
+            .expect("the server's process id")
+            .trim()
+            .to_owned();
+        let killed = std::process::Command::new("kill")
+            .args(["-KILL", &pid])
+            .status();
+        assert!(
+            killed.is_ok_and(|status| status.success()),
+            "kill -KILL {pid}"
+        );
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while self.query::<String>(&redis::cmd("PING")).is_ok() {
+            assert!(Instant::now() < deadline, "redis-server survived SIGKILL");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Crashes the server ([`kill`](Self::kill)) and starts it again with the same arguments on
+    /// the same port and directory: it has what it loads from there (its append-only file, its
+    /// snapshot), and nothing else.
+    pub fn restart(&mut self) {
+        self.kill();
+        let server = spawn_redis(self.port, &self.dir, &self.args);
+        self.crashed
+            .push(std::mem::replace(&mut self.server, server));
+        self.wait_until_up();
+    }
+
+    /// The server's address.
+    pub fn addr(&self) -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 1], self.port))
     }
 
     /// Starts a one-node Redis Cluster that owns every slot, and waits until it serves.
@@ -246,6 +295,28 @@ impl RedisServer {
         let mut conn = client.get_connection_with_timeout(Duration::from_secs(1))?;
         cmd.query(&mut conn)
     }
+}
+
+/// Runs `redis-server` on `port` in `dir`, without persistence unless `args` ask for it.
+fn spawn_redis(port: u16, dir: &Path, args: &[String]) -> Watched {
+    let port = port.to_string();
+    let dir_arg = dir.to_str().expect("a UTF-8 temporary directory");
+    let config = [
+        "--port",
+        &port,
+        "--bind",
+        "127.0.0.1",
+        "--save",
+        "",
+        "--appendonly",
+        "no",
+        "--daemonize",
+        "no",
+        "--dir",
+        dir_arg,
+    ];
+    let args = config.into_iter().chain(args.iter().map(String::as_str));
+    Watched::spawn("redis-server", args, dir)
 }
 
 /// The one-node cluster of this test process, started on first use; it stops when the

@@ -1,7 +1,9 @@
 //! Records that vanish. A result the operation ran to but that could not be stored because its
 //! record was lost is a warning in the same words whichever path completed it (inline, inline
 //! after retries, in the background), counted in `idempotency_results_lost_total` for an alert;
-//! and, for each store whose records can vanish under it, what that does: the key runs again.
+//! and, for each store whose records can vanish under it, what that does: the key runs again;
+//! and what survives: a Redis append-only file through a crash, the records a replica had
+//! received through a failover, the items of a DynamoDB backup through a restore.
 //! docs/stores.md's "what this store does not promise" tables name these tests.
 //!
 //! ```text
@@ -22,7 +24,7 @@ use idem_runtime::{Idempotency, OperationError, RecordKey, StoreError};
 use idem_tests::dynamodb::{delete_table, dynamodb_endpoint, dynamodb_store_builder};
 use idem_tests::logs::Logs;
 use idem_tests::redis::{RedisServer, unique_prefix};
-use idem_tests::{Calls, Gate};
+use idem_tests::{Calls, Gate, TcpProxy};
 use metrics_exporter_prometheus::PrometheusHandle;
 use object_store::memory::InMemory;
 use object_store::{ObjectStore, ObjectStoreExt};
@@ -226,9 +228,9 @@ async fn redis_a_flushed_or_restarted_server_loses_records() {
     .await;
 }
 
-/// DynamoDB: a table deleted and created again, or restored from a backup or to a point in time
-/// before the record was written, no longer has it: the result is lost, warned and counted, and
-/// the key runs again.
+/// DynamoDB: a table deleted and created again (or restored from a backup or to a point in time
+/// from before the record was written) no longer has it: the result of the operation running
+/// then is lost, warned and counted, and the key runs again. A real restore is below.
 #[tokio::test]
 async fn dynamodb_a_deleted_or_restored_table_loses_records() {
     let endpoint = dynamodb_endpoint();
@@ -268,4 +270,152 @@ async fn bucket_a_deleted_object_loses_its_record() {
         }
     })
     .await;
+}
+
+/// Runs `key` through `idem`, counting the run in `calls`; whether it was a replay.
+async fn run_key(idem: &Idempotency, key: &str, calls: &Calls) -> bool {
+    let calls = calls.clone();
+    let ran = idem.operation(OPERATION).run(key, 1, move |_| async move {
+        calls.bump();
+        Ok::<_, std::io::Error>(1)
+    });
+    ran.await
+        .expect("the operation ran or replayed")
+        .is_replayed()
+}
+
+/// An engine whose writes have all settled when an operation returns, on the Redis at `url`
+/// under `prefix`.
+async fn redis_engine(url: &str, prefix: &str) -> Idempotency {
+    let store = RedisStore::builder(url).prefix(prefix).build().await;
+    let store = store.expect("a Redis store");
+    let engine = Idempotency::builder().store(store).background_work(false);
+    engine.build().unwrap()
+}
+
+/// Redis killed with SIGKILL and started again on its files. With `appendonly yes` every
+/// completed record is still there and replays, the operation not run again: with `appendfsync
+/// always` Redis writes and fsyncs each command to the file before answering it; with
+/// `everysec` it writes it before answering too, and the kernel keeps what a killed process
+/// wrote, so a process crash loses nothing either (a crash of the machine loses up to the last
+/// second, Redis's documented bound, which no test here can make happen). Without persistence
+/// the same crash loses every record: each key runs again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_a_killed_server_keeps_what_its_append_only_file_has() {
+    let aof = |fsync| vec!["--appendonly", "yes", "--appendfsync", fsync];
+    for (args, kept) in [
+        (aof("always"), true),
+        (aof("everysec"), true),
+        (vec![], false),
+    ] {
+        let mut server = RedisServer::start(&args);
+        let (prefix, calls) = (unique_prefix(), Calls::default());
+        let idem = redis_engine(server.url(), &prefix).await;
+        for key in ["a", "b", "c"] {
+            assert!(!run_key(&idem, key, &calls).await, "{args:?}: {key} ran");
+        }
+        server.restart();
+        let idem = redis_engine(server.url(), &prefix).await;
+        for key in ["a", "b", "c"] {
+            let replayed = run_key(&idem, key, &calls).await;
+            assert_eq!(replayed, kept, "{args:?}: {key} after the crash");
+        }
+        assert_eq!(calls.get(), if kept { 3 } else { 6 }, "{args:?}");
+    }
+}
+
+/// Failover to a replica: what the replica had received replays; what the primary completed
+/// after replication was cut is lost, and its retry runs the operation again. The replica
+/// reaches the primary through a proxy, whose cut stops replication at a known point (a
+/// stopped replica would still read, once resumed, what the primary had already sent it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_a_failover_loses_what_the_replica_had_not_received() {
+    // No 5-second wait for more replicas before the first full sync.
+    let primary = RedisServer::start(&["--repl-diskless-sync-delay", "0"]);
+    let link = TcpProxy::start(primary.addr()).await;
+    let link_port = link.addr().port().to_string();
+    let replica = RedisServer::start(&["--replicaof", "127.0.0.1", &link_port]);
+    let (prefix, calls) = (unique_prefix(), Calls::default());
+    let idem = redis_engine(primary.url(), &prefix).await;
+
+    assert!(!run_key(&idem, "before", &calls).await);
+    // The replica has acknowledged a write made after the record: it has the record too.
+    let client = redis::Client::open(primary.url()).unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let acknowledged = tokio::time::Instant::now();
+    loop {
+        let mut pipe = redis::pipe();
+        pipe.cmd("SET").arg("marker").arg(1).ignore();
+        pipe.cmd("WAIT").arg(1).arg(100);
+        let (replicas,): (i64,) = pipe.query_async(&mut conn).await.unwrap();
+        if replicas == 1 {
+            break;
+        }
+        let waited = acknowledged.elapsed();
+        assert!(waited < Duration::from_secs(30), "the replica never synced");
+    }
+    link.set_up(false);
+    assert!(!run_key(&idem, "after", &calls).await);
+
+    primary.kill();
+    let () = replica
+        .query(redis::cmd("REPLICAOF").arg("NO").arg("ONE"))
+        .unwrap();
+    let promoted = redis_engine(replica.url(), &prefix).await;
+    assert!(
+        run_key(&promoted, "before", &calls).await,
+        "received: replays"
+    );
+    assert!(
+        !run_key(&promoted, "after", &calls).await,
+        "lost: runs again"
+    );
+    assert_eq!(calls.get(), 3);
+}
+
+/// DynamoDB restored from a backup into the name the store uses (the table deleted first, as a
+/// restore needs a name no table has): the records completed before the backup replay, the
+/// one completed after it is gone and runs again. (moto's point-in-time restore copies the
+/// table as it is now, whatever the time asked: no test here shows one.)
+#[tokio::test]
+async fn dynamodb_a_table_restored_from_a_backup_loses_what_came_after_it() {
+    let endpoint = dynamodb_endpoint();
+    let store = dynamodb_store_builder(&endpoint).build().await.unwrap();
+    let (client, table) = (store.client().clone(), store.table().to_owned());
+    let calls = Calls::default();
+    let idem = Idempotency::builder().store(store).background_work(false);
+    let idem = idem.build().unwrap();
+    assert!(!run_key(&idem, "before", &calls).await);
+    let backup = client
+        .create_backup()
+        .table_name(&table)
+        .backup_name("before");
+    let backup = backup.send().await.expect("CreateBackup");
+    let arn = backup
+        .backup_details()
+        .expect("the backup")
+        .backup_arn()
+        .to_owned();
+    assert!(!run_key(&idem, "after", &calls).await);
+
+    delete_table(&client, &table).await;
+    let restore = client.restore_table_from_backup().target_table_name(&table);
+    restore
+        .backup_arn(arn)
+        .send()
+        .await
+        .expect("RestoreTableFromBackup");
+    let store = DynamoDbStore::builder(client.clone()).table(&table).build();
+    let store = store.await.expect("the restored table");
+    let idem = Idempotency::builder().store(store).build().unwrap();
+    assert!(
+        run_key(&idem, "before", &calls).await,
+        "in the backup: replays"
+    );
+    assert!(
+        !run_key(&idem, "after", &calls).await,
+        "after it: runs again"
+    );
+    assert_eq!(calls.get(), 3);
+    delete_table(&client, &table).await;
 }
