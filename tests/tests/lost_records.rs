@@ -284,6 +284,14 @@ async fn run_key(idem: &Idempotency, key: &str, calls: &Calls) -> bool {
         .is_replayed()
 }
 
+/// On the store that took over (a promoted replica, a restored table): the key `before`, whose
+/// record it has, replays; `after`, whose record it never had, runs again. Each had run once.
+async fn kept_before_lost_after(idem: &Idempotency, calls: &Calls) {
+    assert!(run_key(idem, "before", calls).await, "kept: replays");
+    assert!(!run_key(idem, "after", calls).await, "lost: runs again");
+    assert_eq!(calls.get(), 3);
+}
+
 /// An engine whose writes have all settled when an operation returns, on the Redis at `url`
 /// under `prefix`.
 async fn redis_engine(url: &str, prefix: &str) -> Idempotency {
@@ -362,15 +370,7 @@ async fn redis_a_failover_loses_what_the_replica_had_not_received() {
         .query(redis::cmd("REPLICAOF").arg("NO").arg("ONE"))
         .unwrap();
     let promoted = redis_engine(replica.url(), &prefix).await;
-    assert!(
-        run_key(&promoted, "before", &calls).await,
-        "received: replays"
-    );
-    assert!(
-        !run_key(&promoted, "after", &calls).await,
-        "lost: runs again"
-    );
-    assert_eq!(calls.get(), 3);
+    kept_before_lost_after(&promoted, &calls).await;
 }
 
 /// DynamoDB restored from a backup into the name the store uses (the table deleted first, as a
@@ -408,14 +408,6 @@ async fn dynamodb_a_table_restored_from_a_backup_loses_what_came_after_it() {
     let store = DynamoDbStore::builder(client.clone()).table(&table).build();
     let store = store.await.expect("the restored table");
     let idem = Idempotency::builder().store(store).build().unwrap();
-    assert!(
-        run_key(&idem, "before", &calls).await,
-        "in the backup: replays"
-    );
-    assert!(
-        !run_key(&idem, "after", &calls).await,
-        "after it: runs again"
-    );
-    assert_eq!(calls.get(), 3);
+    kept_before_lost_after(&idem, &calls).await;
     delete_table(&client, &table).await;
 }
