@@ -3,14 +3,23 @@
 //! prove it keeps the [`Store`] contract; and [`model`], the model-based
 //! property test every store runs too, random sequences of operations checked answer for answer
 //! against a reference model, which a store of one's own runs from a `#[test]` with
-//! `idem_core::testing::model::check(|| async { MyStore::new() }, 256)`.
+//! `idem_core::testing::model::check(|| async { MyStore::new() }, 256)`; and [`faults`], the
+//! suite that drives the real engine over the store while chosen calls blink, lose their
+//! replies or stall ([`faults::Faulty`]), checking that nothing runs twice, that the engine
+//! fails closed and that it recovers by itself:
+//! `idem_core::testing::faults::run_all(|| async { MyStore::new() })`.
+
+use std::any::Any;
+use std::panic::AssertUnwindSafe;
+use std::task::Poll;
 
 use crate::clock::Timestamp;
 use crate::fingerprint::Fingerprint;
 use crate::key::RecordKey;
-use crate::store::{Capabilities, ClaimRequest, LeaseToken, Store};
+use crate::store::{BoxFuture, Capabilities, ClaimRequest, LeaseToken, Store};
 
 pub mod conformance;
+pub mod faults;
 pub mod model;
 
 /// The instant the tests' clocks count from, in milliseconds since the Unix epoch.
@@ -60,4 +69,27 @@ pub fn capabilities_of<S: Store>(store: S) -> Capabilities {
     let mut capabilities = Capabilities::default();
     std::sync::Arc::new(store).offer_capabilities(&mut capabilities);
     capabilities
+}
+
+/// Polls `case` to its end, catching a panic on any poll as the case's failure.
+pub(crate) async fn catch_unwind(
+    mut case: BoxFuture<'static, ()>,
+) -> Result<(), Box<dyn Any + Send>> {
+    std::future::poll_fn(|cx| {
+        match std::panic::catch_unwind(AssertUnwindSafe(|| case.as_mut().poll(cx))) {
+            Ok(Poll::Ready(())) => Poll::Ready(Ok(())),
+            Ok(Poll::Pending) => Poll::Pending,
+            Err(panic) => Poll::Ready(Err(panic)),
+        }
+    })
+    .await
+}
+
+/// A panic's message, when it has one.
+pub(crate) fn message(panic: &(dyn Any + Send)) -> &str {
+    panic
+        .downcast_ref::<&str>()
+        .copied()
+        .or_else(|| panic.downcast_ref::<String>().map(String::as_str))
+        .unwrap_or("(a panic without a message)")
 }

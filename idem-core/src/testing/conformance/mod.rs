@@ -29,11 +29,7 @@
 //! size) skips the cases that store more than it keeps: [`Case::largest_payload`] says how much
 //! each case stores, and [`run_all`] reports what it skipped.
 
-use std::any::Any;
 use std::future::Future;
-use std::panic::AssertUnwindSafe;
-
-use std::task::Poll;
 
 use crate::store::{Admin, BoxFuture, Store};
 
@@ -206,9 +202,9 @@ where
             report.skipped.push(case.name);
             continue;
         }
-        match catch_unwind(case.run(store)).await {
+        match super::catch_unwind(case.run(store)).await {
             Ok(()) => report.passed.push(case.name),
-            Err(panic) => failures.push(format!("`{}`: {}", case.name, message(&*panic))),
+            Err(panic) => failures.push(format!("`{}`: {}", case.name, super::message(&*panic))),
         }
     }
     if !failures.is_empty() {
@@ -221,27 +217,6 @@ where
         );
     }
     report
-}
-
-/// Polls `case` to its end, catching a panic on any poll as the case's failure.
-async fn catch_unwind(mut case: BoxFuture<'static, ()>) -> Result<(), Box<dyn Any + Send>> {
-    std::future::poll_fn(|cx| {
-        match std::panic::catch_unwind(AssertUnwindSafe(|| case.as_mut().poll(cx))) {
-            Ok(Poll::Ready(())) => Poll::Ready(Ok(())),
-            Ok(Poll::Pending) => Poll::Pending,
-            Err(panic) => Poll::Ready(Err(panic)),
-        }
-    })
-    .await
-}
-
-/// A panic's message, when it has one.
-fn message(panic: &(dyn Any + Send)) -> &str {
-    panic
-        .downcast_ref::<&str>()
-        .copied()
-        .or_else(|| panic.downcast_ref::<String>().map(String::as_str))
-        .unwrap_or("(a panic without a message)")
 }
 
 #[cfg(test)]

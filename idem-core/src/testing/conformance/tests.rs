@@ -138,7 +138,7 @@ async fn a_store_that_breaks_the_contract_fails_with_its_cases_named() {
         .await
         .expect_err("an unfenced renewal must fail the suite")
         .into_panic();
-    let message = message(&*failure).to_owned();
+    let message = crate::testing::message(&*failure).to_owned();
     for case in [
         "claim_complete_replay",
         "renew_extends_the_lease",
