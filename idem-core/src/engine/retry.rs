@@ -143,63 +143,46 @@ pub(crate) async fn release_unanswered(
 
 #[cfg(test)]
 mod tests {
-    use std::sync::atomic::{AtomicUsize, Ordering};
-
     use super::*;
     use crate::clock::SystemClock;
     use crate::key::IdempotencyKey;
-    use crate::store::{Claim, ClaimRequest, Store};
+    use crate::store::{Claim, ClaimRequest, MemoryStore, Store};
+    use crate::testing::faults::{Call, Fault, Faulty};
 
-    /// A store whose first `fails` releases fail as an unreachable store's do, and whose later
-    /// releases and renewals hold: all the code under test calls.
-    #[derive(Clone)]
-    struct Blinking {
-        fails: usize,
-        releases: Arc<AtomicUsize>,
+    /// The memory store behind the fault suite's wrapper, holding `key()` under [`TOKEN`]
+    /// for an hour: releases and renewals by the code under test find their record, and the
+    /// wrapper fails (and counts) what a test tells it to.
+    async fn holding() -> Faulty<MemoryStore> {
+        let store = Faulty::new(MemoryStore::new());
+        let now = SystemClock.now();
+        let (key, hour) = (key(), now.after(HOUR));
+        let claimed = store.inner().claim(ClaimRequest {
+            key: &key,
+            fingerprint: &crate::testing::FINGERPRINT,
+            token: TOKEN,
+            now,
+            lease_until: hour,
+            expires_at: hour,
+            operation: "retry.tests",
+            scope: "global",
+            scope_value: "",
+            tenant: 0,
+        });
+        assert_eq!(claimed.await.unwrap(), Claim::Acquired { took_over: false });
+        store
     }
 
-    impl Blinking {
-        fn failing(fails: usize) -> Self {
-            Self {
-                fails,
-                releases: Arc::default(),
-            }
-        }
-
-        fn releases(&self) -> usize {
-            self.releases.load(Ordering::SeqCst)
-        }
+    /// `holding()`, whose first `fails` releases fail as an unreachable store's do.
+    async fn blinking(fails: u32) -> Faulty<MemoryStore> {
+        let store = holding().await;
+        store
+            .faults()
+            .inject_next(Call::Release, Fault::Blink, fails);
+        store
     }
 
-    impl Store for Blinking {
-        async fn claim(&self, _: ClaimRequest<'_>) -> Result<Claim, StoreError> {
-            unreachable!("releases and retries never claim")
-        }
-        async fn complete(
-            &self,
-            _: &RecordKey,
-            _: LeaseToken,
-            _: Completion<'_>,
-        ) -> Result<Fence, StoreError> {
-            unreachable!("these retries release")
-        }
-        async fn release(&self, _: &RecordKey, _: LeaseToken) -> Result<Fence, StoreError> {
-            if self.releases.fetch_add(1, Ordering::SeqCst) < self.fails {
-                return Err(StoreError::Unavailable("the store blinked".into()));
-            }
-            Ok(Fence::Held)
-        }
-        async fn renew(
-            &self,
-            _: &RecordKey,
-            _: LeaseToken,
-            _: Timestamp,
-        ) -> Result<Fence, StoreError> {
-            Ok(Fence::Held)
-        }
-        async fn purge_expired(&self, _: Timestamp, _: u32) -> Result<u64, StoreError> {
-            unreachable!("nothing here sweeps")
-        }
+    fn releases(store: &Faulty<MemoryStore>) -> u64 {
+        store.faults().calls(Call::Release)
     }
 
     const TOKEN: LeaseToken = LeaseToken::from_i64(7);
@@ -213,7 +196,7 @@ mod tests {
     }
 
     async fn release_unanswered_of(
-        store: &Blinking,
+        store: &Faulty<MemoryStore>,
         until: Timestamp,
         retry: bool,
     ) -> Result<Fence, StoreError> {
@@ -232,12 +215,12 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn an_unanswered_claim_is_released_once_the_store_answers_again() {
-        let store = Blinking::failing(3);
+        let store = blinking(3).await;
         let until = SystemClock.now().after(Duration::from_secs(3600));
         let started = tokio::time::Instant::now();
         let released = release_unanswered_of(&store, until, true).await;
         assert_eq!(released.unwrap(), Fence::Held);
-        assert_eq!(store.releases(), 4);
+        assert_eq!(releases(&store), 4);
         // Paused time: the three waits between tries were exactly 50, 100 and 200 ms.
         let waited = started.elapsed();
         assert!(
@@ -248,27 +231,27 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn without_retries_an_unanswered_claim_is_released_at_most_once() {
-        let store = Blinking::failing(usize::MAX);
+        let store = blinking(u32::MAX).await;
         let until = SystemClock.now().after(Duration::from_secs(3600));
         let released = release_unanswered_of(&store, until, false).await;
         assert!(matches!(released, Err(StoreError::Unavailable(_))));
-        assert_eq!(store.releases(), 1);
+        assert_eq!(releases(&store), 1);
     }
 
     #[tokio::test(start_paused = true)]
     async fn retries_of_an_unanswered_claim_stop_at_its_lease_end() {
-        let store = Blinking::failing(usize::MAX);
+        let store = blinking(u32::MAX).await;
         let lapsed = SystemClock.now();
         let released = release_unanswered_of(&store, lapsed, true).await;
         assert!(matches!(released, Err(StoreError::Unavailable(_))));
-        assert_eq!(store.releases(), 1);
+        assert_eq!(releases(&store), 1);
     }
 
     /// A release retried while the store keeps failing: 50 ms, then twice as long each time up
     /// to 2 s, so ten tries in the first ten seconds, not one every 50 ms.
     #[tokio::test(start_paused = true)]
     async fn a_retried_release_backs_off_to_two_seconds() {
-        let store = Blinking::failing(usize::MAX);
+        let store = blinking(u32::MAX).await;
         let retry = Retry {
             store: Arc::new(Timed::new(Arc::new(store.clone()), HOUR, HOUR)),
             clock: Arc::new(SystemClock),
@@ -282,49 +265,8 @@ mod tests {
         let retrying = tokio::spawn(retry.run());
         // Tries at 0, 0.05, 0.15, 0.35, 0.75, 1.55, 3.15, 5.15, 7.15 and 9.15 s.
         tokio::time::sleep(Duration::from_secs(10)).await;
-        assert_eq!(store.releases(), 10);
+        assert_eq!(releases(&store), 10);
         retrying.abort();
-    }
-
-    /// A store that keeps no payload this large (DynamoDB's item): it refuses every completion,
-    /// having left the record in flight until it expires, and counts the calls.
-    #[derive(Clone, Default)]
-    struct Refusing {
-        completions: Arc<AtomicUsize>,
-        renewals: Arc<AtomicUsize>,
-    }
-
-    impl Store for Refusing {
-        async fn claim(&self, _: ClaimRequest<'_>) -> Result<Claim, StoreError> {
-            unreachable!("retries never claim")
-        }
-        async fn complete(
-            &self,
-            _: &RecordKey,
-            _: LeaseToken,
-            completion: Completion<'_>,
-        ) -> Result<Fence, StoreError> {
-            self.completions.fetch_add(1, Ordering::SeqCst);
-            Err(StoreError::TooLarge {
-                size: completion.payload.len(),
-                limit: 1,
-            })
-        }
-        async fn release(&self, _: &RecordKey, _: LeaseToken) -> Result<Fence, StoreError> {
-            unreachable!("a completion is retried, not released")
-        }
-        async fn renew(
-            &self,
-            _: &RecordKey,
-            _: LeaseToken,
-            _: Timestamp,
-        ) -> Result<Fence, StoreError> {
-            self.renewals.fetch_add(1, Ordering::SeqCst);
-            Ok(Fence::Held)
-        }
-        async fn purge_expired(&self, _: Timestamp, _: u32) -> Result<u64, StoreError> {
-            unreachable!("nothing here sweeps")
-        }
     }
 
     /// A result the store refuses as too large is not retried (it would be refused forever),
@@ -332,7 +274,11 @@ mod tests {
     /// renewal would shorten it.
     #[tokio::test(start_paused = true)]
     async fn a_completion_refused_as_too_large_is_not_retried() {
-        let store = Refusing::default();
+        let store = holding().await;
+        let too_large = || StoreError::TooLarge { size: 9, limit: 1 };
+        store
+            .faults()
+            .inject(Call::Complete, Fault::Fail(too_large));
         let now = SystemClock.now();
         let retry = Retry {
             store: Arc::new(Timed::new(Arc::new(store.clone()), HOUR, HOUR)),
@@ -352,7 +298,7 @@ mod tests {
         tokio::time::timeout(Duration::from_secs(60), retry.run())
             .await
             .expect("the retry gives up at once");
-        assert_eq!(store.completions.load(Ordering::SeqCst), 1);
-        assert_eq!(store.renewals.load(Ordering::SeqCst), 0);
+        assert_eq!(store.faults().calls(Call::Complete), 1);
+        assert_eq!(store.faults().calls(Call::Renew), 0);
     }
 }

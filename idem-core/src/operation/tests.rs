@@ -5,114 +5,43 @@
 //! task of its own once it waits) when its caller leaves or its store panics.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use tokio::sync::Notify;
 
-use crate::clock::{Clock, ManualClock, Timestamp};
+use crate::clock::{Clock, ManualClock};
 use crate::engine::InvocationDeadline;
 use crate::error::StoreError;
 use crate::idempotency::Idempotency;
-use crate::key::RecordKey;
 use crate::operation::{OperationError, Outcome};
-use crate::store::{Claim, ClaimRequest, Completion, Fence, LeaseToken, MemoryStore, Store};
+use crate::store::MemoryStore;
+use crate::testing::faults::{Call, Fault, Faulty};
 
 const LEASE: Duration = Duration::from_secs(30);
 const STORE_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// A memory store whose writes fail while told to, as an unreachable store's do, and which
-/// counts every call.
-#[derive(Clone, Default)]
-struct Flaky {
-    inner: MemoryStore,
-    /// Completions and releases fail while set.
-    failing_writes: Arc<AtomicBool>,
-    /// The next claim lands, but its caller is told the store failed (a lost reply).
-    losing_claim: Arc<AtomicBool>,
-    /// The next claim lands at once, but its reply takes longer than the store timeout.
-    slow_claim: Arc<AtomicBool>,
-    /// Completions are refused as too large for the store (DynamoDB's item).
-    too_large: Arc<AtomicBool>,
-    /// Claims panic: [`AT_ONCE`], or [`AFTER_WAITING`] once.
-    panicking_claim: Arc<AtomicU8>,
-    completions: Arc<AtomicUsize>,
-    calls: Arc<AtomicUsize>,
+/// The memory store behind the fault suite's wrapper: its calls fail, stall or panic as a
+/// test tells them to, and it counts them.
+type Flaky = Faulty<MemoryStore>;
+
+fn flaky() -> Flaky {
+    Faulty::new(MemoryStore::new())
 }
 
-impl Flaky {
-    fn calls(&self) -> usize {
-        self.calls.load(Ordering::SeqCst)
-    }
-
-    fn fail_writes(&self, failing: bool) {
-        self.failing_writes.store(failing, Ordering::SeqCst);
-    }
-
-    fn write(&self) -> Result<(), StoreError> {
-        self.calls.fetch_add(1, Ordering::SeqCst);
-        match self.failing_writes.load(Ordering::SeqCst) {
-            true => Err(StoreError::Unavailable("the store blinked".into())),
-            false => Ok(()),
+/// Completions and releases fail (as an unreachable store's do) while `failing`.
+fn fail_writes(store: &Flaky, failing: bool) {
+    for call in [Call::Complete, Call::Release] {
+        match failing {
+            true => store.faults().inject(call, Fault::Blink),
+            false => store.faults().heal(call),
         }
     }
 }
 
-const AT_ONCE: u8 = 1;
-const AFTER_WAITING: u8 = 2;
-
-impl Store for Flaky {
-    async fn claim(&self, request: ClaimRequest<'_>) -> Result<Claim, StoreError> {
-        self.calls.fetch_add(1, Ordering::SeqCst);
-        match self.panicking_claim.load(Ordering::SeqCst) {
-            AT_ONCE => panic!("the store's claim panicked"),
-            AFTER_WAITING => {
-                tokio::task::yield_now().await;
-                panic!("the store's claim panicked after waiting");
-            }
-            _ => {}
-        }
-        let claim = self.inner.claim(request).await;
-        if self.slow_claim.swap(false, Ordering::SeqCst) {
-            tokio::time::sleep(STORE_TIMEOUT + Duration::from_secs(1)).await;
-        }
-        if self.losing_claim.swap(false, Ordering::SeqCst) {
-            return Err(StoreError::Unavailable("the reply was lost".into()));
-        }
-        claim
-    }
-    async fn complete(
-        &self,
-        key: &RecordKey,
-        token: LeaseToken,
-        completion: Completion<'_>,
-    ) -> Result<Fence, StoreError> {
-        self.completions.fetch_add(1, Ordering::SeqCst);
-        if self.too_large.load(Ordering::SeqCst) {
-            return Err(StoreError::TooLarge {
-                size: completion.payload.len(),
-                limit: 1,
-            });
-        }
-        self.write()?;
-        self.inner.complete(key, token, completion).await
-    }
-    async fn release(&self, key: &RecordKey, token: LeaseToken) -> Result<Fence, StoreError> {
-        self.write()?;
-        self.inner.release(key, token).await
-    }
-    async fn renew(
-        &self,
-        key: &RecordKey,
-        token: LeaseToken,
-        until: Timestamp,
-    ) -> Result<Fence, StoreError> {
-        self.calls.fetch_add(1, Ordering::SeqCst);
-        self.inner.renew(key, token, until).await
-    }
-    async fn purge_expired(&self, now: Timestamp, limit: u32) -> Result<u64, StoreError> {
-        self.inner.purge_expired(now, limit).await
-    }
+/// Every call the store was made.
+fn calls_to(store: &Flaky) -> u64 {
+    store.faults().all_calls()
 }
 
 fn engine(store: &Flaky, clock: &ManualClock, background_work: bool) -> Idempotency {
@@ -183,7 +112,7 @@ fn in_flight(ran: &Ran) -> bool {
 /// when the configured lease would have lapsed.
 #[tokio::test(start_paused = true)]
 async fn a_timed_out_invocations_key_frees_after_its_deadline() {
-    let (store, clock) = (Flaky::default(), ManualClock::new());
+    let (store, clock) = (flaky(), ManualClock::new());
     let idempotency = engine(&store, &clock, false);
     hang(
         &idempotency,
@@ -202,7 +131,7 @@ async fn a_timed_out_invocations_key_frees_after_its_deadline() {
 /// the invocation could no longer be running, its key frees.
 #[tokio::test(start_paused = true)]
 async fn renewals_never_outlive_the_invocation() {
-    let (store, clock) = (Flaky::default(), ManualClock::new());
+    let (store, clock) = (flaky(), ManualClock::new());
     let idempotency = engine(&store, &clock, false);
     hang(
         &idempotency,
@@ -234,7 +163,7 @@ async fn an_unbelievable_deadline_leaves_the_configured_lease() {
         ]
     };
     for case in 0..2 {
-        let (store, clock) = (Flaky::default(), ManualClock::new());
+        let (store, clock) = (flaky(), ManualClock::new());
         let idempotency = engine(&store, &clock, false);
         hang(&idempotency, Some(deadlines(&clock)[case])).await;
         assert!(in_flight(&charge(&idempotency, None, 2, false).await));
@@ -253,23 +182,27 @@ async fn an_unbelievable_deadline_leaves_the_configured_lease() {
 /// its output: the first retry after the answer replays it, and nothing is left running.
 #[tokio::test(start_paused = true)]
 async fn a_completion_the_store_blinked_on_is_stored_before_the_answer() {
-    let (store, clock) = (Flaky::default(), ManualClock::new());
+    let (store, clock) = (flaky(), ManualClock::new());
     let idempotency = engine(&store, &clock, false);
-    store.fail_writes(true);
+    fail_writes(&store, true);
     let healer = {
         let store = store.clone();
         tokio::spawn(async move {
             tokio::time::sleep(Duration::from_millis(120)).await;
-            store.fail_writes(false);
+            fail_writes(&store, false);
         })
     };
     let first = charge(&idempotency, None, 1, false).await.unwrap();
     healer.await.unwrap();
     assert_eq!(first, Outcome::Fresh(1));
-    let calls = store.calls();
+    let calls = calls_to(&store);
     let again = charge(&idempotency, None, 2, false).await.unwrap();
     assert_eq!(again, Outcome::Replayed(1));
-    assert_eq!(store.calls(), calls + 1, "one claim, that found the result");
+    assert_eq!(
+        calls_to(&store),
+        calls + 1,
+        "one claim, that found the result"
+    );
 }
 
 /// A completion that still fails when the time for retries is up: the caller gets its output
@@ -277,15 +210,15 @@ async fn a_completion_the_store_blinked_on_is_stored_before_the_answer() {
 /// lease ends, and a retry after it runs the operation again, as after a crash.
 #[tokio::test(start_paused = true)]
 async fn a_completion_that_cannot_be_written_is_given_up_before_the_answer() {
-    let (store, clock) = (Flaky::default(), ManualClock::new());
+    let (store, clock) = (flaky(), ManualClock::new());
     let idempotency = engine(&store, &clock, false);
-    store.fail_writes(true);
+    fail_writes(&store, true);
     let first = charge(&idempotency, None, 1, false).await.unwrap();
     assert_eq!(first, Outcome::Fresh(1));
-    let calls = store.calls();
+    let calls = calls_to(&store);
     tokio::time::sleep(Duration::from_secs(3600)).await;
-    assert_eq!(store.calls(), calls, "nothing ran after the answer");
-    store.fail_writes(false);
+    assert_eq!(calls_to(&store), calls, "nothing ran after the answer");
+    fail_writes(&store, false);
     assert!(in_flight(&charge(&idempotency, None, 2, false).await));
     clock.advance(LEASE);
     assert_eq!(
@@ -298,14 +231,14 @@ async fn a_completion_that_cannot_be_written_is_given_up_before_the_answer() {
 /// returned: the caller's retry runs at once.
 #[tokio::test(start_paused = true)]
 async fn a_release_the_store_blinked_on_is_made_before_the_answer() {
-    let (store, clock) = (Flaky::default(), ManualClock::new());
+    let (store, clock) = (flaky(), ManualClock::new());
     let idempotency = engine(&store, &clock, false);
-    store.fail_writes(true);
+    fail_writes(&store, true);
     let healer = {
         let store = store.clone();
         tokio::spawn(async move {
             tokio::time::sleep(Duration::from_millis(120)).await;
-            store.fail_writes(false);
+            fail_writes(&store, false);
         })
     };
     let failed = charge(&idempotency, None, 1, true).await;
@@ -320,15 +253,15 @@ async fn a_release_the_store_blinked_on_is_made_before_the_answer() {
 /// at once, not after the lease.
 #[tokio::test(start_paused = true)]
 async fn a_claim_the_store_failed_is_released_before_the_refusal() {
-    let (store, clock) = (Flaky::default(), ManualClock::new());
+    let (store, clock) = (flaky(), ManualClock::new());
     let idempotency = engine(&store, &clock, false);
-    store.losing_claim.store(true, Ordering::SeqCst);
-    store.fail_writes(true);
+    store.faults().inject_next(Call::Claim, Fault::LoseReply, 1);
+    fail_writes(&store, true);
     let healer = {
         let store = store.clone();
         tokio::spawn(async move {
             tokio::time::sleep(Duration::from_millis(120)).await;
-            store.fail_writes(false);
+            fail_writes(&store, false);
         })
     };
     let refused = charge(&idempotency, None, 1, false).await;
@@ -342,9 +275,10 @@ async fn a_claim_the_store_failed_is_released_before_the_refusal() {
 /// once it is answered, is made before the caller gets its 503, so the retry runs at once.
 #[tokio::test(start_paused = true)]
 async fn a_claim_answered_after_its_caller_gave_up_is_released_before_the_refusal() {
-    let (store, clock) = (Flaky::default(), ManualClock::new());
+    let (store, clock) = (flaky(), ManualClock::new());
     let idempotency = engine(&store, &clock, false);
-    store.slow_claim.store(true, Ordering::SeqCst);
+    let slow = Fault::Delay(STORE_TIMEOUT + Duration::from_secs(1));
+    store.faults().inject_next(Call::Claim, slow, 1);
     let refused = charge(&idempotency, None, 1, false).await;
     assert!(matches!(
         refused,
@@ -358,36 +292,39 @@ async fn a_claim_answered_after_its_caller_gave_up_is_released_before_the_refusa
 /// refused again): the caller gets its output after one try, and nothing runs after.
 #[tokio::test(start_paused = true)]
 async fn a_result_refused_as_too_large_is_not_retried_before_the_answer() {
-    let (store, clock) = (Flaky::default(), ManualClock::new());
+    let (store, clock) = (flaky(), ManualClock::new());
     let idempotency = engine(&store, &clock, false);
-    store.too_large.store(true, Ordering::SeqCst);
+    let too_large = || StoreError::TooLarge { size: 8, limit: 1 };
+    store
+        .faults()
+        .inject(Call::Complete, Fault::Fail(too_large));
     let started = tokio::time::Instant::now();
     let first = charge(&idempotency, None, 1, false).await.unwrap();
     assert_eq!(first, Outcome::Fresh(1));
-    assert_eq!(store.completions.load(Ordering::SeqCst), 1);
+    assert_eq!(store.faults().calls(Call::Complete), 1);
     assert_eq!(
         started.elapsed(),
         Duration::ZERO,
         "no backoff before the answer"
     );
-    let calls = store.calls();
+    let calls = calls_to(&store);
     tokio::time::sleep(Duration::from_secs(3600)).await;
-    assert_eq!(store.calls(), calls, "nothing ran after the answer");
+    assert_eq!(calls_to(&store), calls, "nothing ran after the answer");
 }
 
 /// A failed operation whose release still fails when the time for retries is up: the caller
 /// gets its error, nothing retries after the answer, and the key runs again once the lease ends.
 #[tokio::test(start_paused = true)]
 async fn a_release_that_cannot_be_written_leaves_the_key_until_the_lease_ends() {
-    let (store, clock) = (Flaky::default(), ManualClock::new());
+    let (store, clock) = (flaky(), ManualClock::new());
     let idempotency = engine(&store, &clock, false);
-    store.fail_writes(true);
+    fail_writes(&store, true);
     let failed = charge(&idempotency, None, 1, true).await;
     assert!(matches!(failed, Err(OperationError::Failed(_))));
-    let calls = store.calls();
+    let calls = calls_to(&store);
     tokio::time::sleep(Duration::from_secs(3600)).await;
-    assert_eq!(store.calls(), calls, "nothing ran after the answer");
-    store.fail_writes(false);
+    assert_eq!(calls_to(&store), calls, "nothing ran after the answer");
+    fail_writes(&store, false);
     assert!(in_flight(&charge(&idempotency, None, 2, false).await));
     clock.advance(LEASE);
     assert_eq!(
@@ -401,16 +338,17 @@ async fn a_release_that_cannot_be_written_leaves_the_key_until_the_lease_ends() 
 /// instead of unwinding into the caller; the same key runs once the store behaves.
 #[tokio::test]
 async fn a_claim_that_panics_is_refused_on_either_side_of_the_spawn() {
-    for when in [AT_ONCE, AFTER_WAITING] {
-        let (store, clock) = (Flaky::default(), ManualClock::new());
+    for after_waiting in [false, true] {
+        let (store, clock) = (flaky(), ManualClock::new());
         let idempotency = engine(&store, &clock, true);
-        store.panicking_claim.store(when, Ordering::SeqCst);
+        let panic = Fault::Panic { after_waiting };
+        store.faults().inject(Call::Claim, panic);
         let refused = charge(&idempotency, None, 1, false).await;
         assert!(
             matches!(refused, Err(OperationError::Unavailable(_))),
-            "panic mode {when}: {refused:?}"
+            "panicking after waiting: {after_waiting}: {refused:?}"
         );
-        store.panicking_claim.store(0, Ordering::SeqCst);
+        store.faults().heal(Call::Claim);
         let ran = charge(&idempotency, None, 2, false).await.unwrap();
         assert_eq!(ran, Outcome::Fresh(2));
         let again = charge(&idempotency, None, 3, false).await.unwrap();
@@ -423,7 +361,7 @@ async fn a_claim_that_panics_is_refused_on_either_side_of_the_spawn() {
 /// retry replays it.
 #[tokio::test]
 async fn work_that_began_in_its_callers_poll_outlives_the_caller() {
-    let (store, clock) = (Flaky::default(), ManualClock::new());
+    let (store, clock) = (flaky(), ManualClock::new());
     let idempotency = engine(&store, &clock, true);
     let (entered, gate) = (Arc::new(Notify::new()), Arc::new(Notify::new()));
     let (entered_by_work, gate_for_work) = (entered.clone(), gate.clone());
@@ -456,7 +394,7 @@ async fn work_that_began_in_its_callers_poll_outlives_the_caller() {
 
 #[tokio::test]
 async fn a_scope_value_no_store_can_keep_is_refused_before_the_claim() {
-    let store = Flaky::default();
+    let store = flaky();
     let idempotency = engine(&store, &ManualClock::new(), true);
     let ran = Arc::new(AtomicBool::new(false));
     let flag = Arc::clone(&ran);
@@ -473,5 +411,5 @@ async fn a_scope_value_no_store_can_keep_is_refused_before_the_claim() {
         "{refused:?}"
     );
     assert!(!ran.load(Ordering::SeqCst));
-    assert_eq!(store.calls(), 0, "nothing was claimed");
+    assert_eq!(calls_to(&store), 0, "nothing was claimed");
 }
