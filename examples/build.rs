@@ -28,7 +28,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     tonic_prost_build::configure()
         // tonic-prost's codec answers a request that does not decode `INTERNAL`; idem-tonic's
         // answers `INVALID_ARGUMENT`, as input that can never succeed.
-        .codec_path("idem_tonic::ProstCodec")
+        .codec_path("idem_runtime::grpc::ProstCodec")
         .build_server(true)
         .build_client(true)
         .file_descriptor_set_path(out_dir.join("ledger_descriptor.bin"))

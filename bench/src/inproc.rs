@@ -45,7 +45,7 @@ impl idem_runtime::store::Store for ClaimedReplays {
 
     async fn complete(
         &self,
-        key: &idem_runtime::RecordKey,
+        key: &idem_runtime::store::RecordKey,
         token: idem_runtime::store::LeaseToken,
         completion: idem_runtime::store::Completion<'_>,
     ) -> Result<idem_runtime::store::Fence, idem_runtime::StoreError> {
@@ -54,7 +54,7 @@ impl idem_runtime::store::Store for ClaimedReplays {
 
     async fn release(
         &self,
-        key: &idem_runtime::RecordKey,
+        key: &idem_runtime::store::RecordKey,
         token: idem_runtime::store::LeaseToken,
     ) -> Result<idem_runtime::store::Fence, idem_runtime::StoreError> {
         self.0.release(key, token).await
@@ -62,7 +62,7 @@ impl idem_runtime::store::Store for ClaimedReplays {
 
     async fn renew(
         &self,
-        key: &idem_runtime::RecordKey,
+        key: &idem_runtime::store::RecordKey,
         token: idem_runtime::store::LeaseToken,
         lease_until: idem_runtime::clock::Timestamp,
     ) -> Result<idem_runtime::store::Fence, idem_runtime::StoreError> {

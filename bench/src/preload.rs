@@ -18,9 +18,9 @@
 
 use std::time::Duration;
 
-use idem_runtime::RecordKey;
 use idem_runtime::clock::{Clock, SystemClock, Timestamp};
 use idem_runtime::store::Fingerprint;
+use idem_runtime::store::RecordKey;
 use idem_runtime::store::{ClaimRequest, Completion, LeaseToken, MemoryStore, Store};
 use sha2::{Digest, Sha256};
 

@@ -41,7 +41,8 @@ pub use numbers::json_numbers;
 mod ttl_parser;
 
 use idem_runtime::store::Fingerprint;
-use idem_runtime::{IdempotencyKey, MAX_KEY_LEN, RecordKey, StoredResponse};
+use idem_runtime::store::RecordKey;
+use idem_runtime::{IdempotencyKey, MAX_KEY_LEN, StoredResponse};
 use sha2::{Digest, Sha256};
 
 /// `IdempotencyKey::parse` agrees with [`reference::parse_key`]; an accepted key is 1..=255

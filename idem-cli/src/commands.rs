@@ -4,8 +4,9 @@ use std::io::Write as _;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use idem_runtime::clock::Timestamp;
+use idem_runtime::store::RecordKey;
 use idem_runtime::store::records::{Forgotten, RecordFilter};
-use idem_runtime::{IdempotencyKey, RecordKey, Records, StoreError};
+use idem_runtime::{IdempotencyKey, Records, StoreError};
 
 use crate::args::{Cli, Command, Forget, Locate, Ls, Purge, Show, Stats};
 use crate::fail::Failure;

@@ -4,9 +4,10 @@
 use std::fmt::Write as _;
 use std::time::{Duration, UNIX_EPOCH};
 
+use idem_runtime::StoredResponse;
 use idem_runtime::clock::Timestamp;
-use idem_runtime::store::records::{RecordInfo, RecordState, RecordStats};
-use idem_runtime::{RecordDetail, RecordKey, StoredResponse};
+use idem_runtime::store::RecordKey;
+use idem_runtime::store::records::{Record, RecordState, RecordStats};
 use serde_json::{Value, json};
 
 use crate::args::Locate;
@@ -18,7 +19,7 @@ const STATES: [RecordState; 3] = [
 ];
 
 /// `ls`: one line per record.
-pub(crate) fn list(records: &[RecordInfo], now: Timestamp, json: bool) -> String {
+pub(crate) fn list(records: &[Record], now: Timestamp, json: bool) -> String {
     if json {
         let records: Vec<Value> = records.iter().map(|r| record(r, now)).collect();
         return document(&json!({ "records": records }));
@@ -53,14 +54,8 @@ pub(crate) fn list(records: &[RecordInfo], now: Timestamp, json: bool) -> String
 }
 
 /// `show`: one record, its times explained, its stored response.
-pub(crate) fn detail(
-    detail: &RecordDetail,
-    now: Timestamp,
-    body_bytes: usize,
-    json: bool,
-) -> String {
-    let r = &detail.info;
-    let response = detail
+pub(crate) fn detail(r: &Record, now: Timestamp, body_bytes: usize, json: bool) -> String {
+    let response = r
         .payload
         .as_deref()
         .map(|payload| (payload, StoredResponse::decode(payload).ok()));
@@ -162,7 +157,7 @@ pub(crate) fn absent(at: &Locate, key: &RecordKey, json: bool) -> String {
 }
 
 /// `forget` deleted the record.
-pub(crate) fn forgotten(r: &RecordInfo, now: Timestamp, json: bool) -> String {
+pub(crate) fn forgotten(r: &Record, now: Timestamp, json: bool) -> String {
     let fenced = r.is_leased(now);
     if json {
         let mut doc = record(r, now);
@@ -186,7 +181,7 @@ pub(crate) fn forgotten(r: &RecordInfo, now: Timestamp, json: bool) -> String {
 }
 
 /// `forget` was refused: a live owner holds the record.
-pub(crate) fn refused(r: &RecordInfo, now: Timestamp, json: bool) -> String {
+pub(crate) fn refused(r: &Record, now: Timestamp, json: bool) -> String {
     let lease = r.lease_until.unwrap_or(now);
     if json {
         let mut doc = record(r, now);
@@ -299,7 +294,7 @@ pub(crate) fn stats(stats: &RecordStats, now: Timestamp, json: bool) -> String {
 }
 
 /// A record as JSON: the key's hash prefix, never a raw key.
-fn record(r: &RecordInfo, now: Timestamp) -> Value {
+fn record(r: &Record, now: Timestamp) -> Value {
     json!({
         "operation": r.operation,
         "scope": r.scope,
@@ -320,11 +315,11 @@ fn document(value: &Value) -> String {
     out
 }
 
-fn scope(r: &RecordInfo) -> String {
+fn scope(r: &Record) -> String {
     format!("{}={}", r.scope, r.scope_value)
 }
 
-fn explain_state(r: &RecordInfo, now: Timestamp) -> String {
+fn explain_state(r: &Record, now: Timestamp) -> String {
     let state = r.state(now);
     match (state, r.lease_until) {
         (RecordState::InFlight, Some(lease)) if lease > now => {

@@ -9,9 +9,9 @@ use reqwest::header::{HeaderMap, HeaderName, RETRY_AFTER};
 use reqwest::{IntoUrl, Method, Request, RequestBuilder, StatusCode};
 
 use crate::error::Error;
-use crate::key::{IdempotencyKey, KeyError};
-use crate::outcome::{Outcome, RetryNote, RetryReason, problem_code};
+use crate::key::{IdempotencyKey, KeyError, from_header, header_value};
 use crate::policy::RetryPolicy;
+use crate::reply::{Reply, RetryNote, RetryReason, problem_code};
 use crate::retry_after::parse_retry_after;
 
 /// The header the key goes in unless [`ClientBuilder::header_name`] says otherwise.
@@ -156,7 +156,7 @@ impl Client {
 
     /// Sends one operation: with the key already on the request's header if there is one, else
     /// a fresh one.
-    pub async fn send(&self, request: RequestBuilder) -> Result<Outcome, Error> {
+    pub async fn send(&self, request: RequestBuilder) -> Result<Reply, Error> {
         self.execute(request.build().map_err(Error::Build)?, None)
             .await
     }
@@ -167,7 +167,7 @@ impl Client {
         &self,
         request: RequestBuilder,
         key: IdempotencyKey,
-    ) -> Result<Outcome, Error> {
+    ) -> Result<Reply, Error> {
         self.execute(request.build().map_err(Error::Build)?, Some(key))
             .await
     }
@@ -178,7 +178,7 @@ impl Client {
         &self,
         mut request: Request,
         key: Option<IdempotencyKey>,
-    ) -> Result<Outcome, Error> {
+    ) -> Result<Reply, Error> {
         let key = if request.method().is_safe() {
             None
         } else {
@@ -188,7 +188,7 @@ impl Client {
             };
             request
                 .headers_mut()
-                .insert(self.header.clone(), key.header_value());
+                .insert(self.header.clone(), header_value(&key));
             Some(key)
         };
         if request.try_clone().is_none() {
@@ -202,12 +202,12 @@ impl Client {
         let mut values = headers.get_all(&self.header).iter();
         match (values.next(), values.next()) {
             (None, _) => Ok(IdempotencyKey::generate()),
-            (Some(value), None) => IdempotencyKey::from_header(value).map_err(Error::InvalidKey),
+            (Some(value), None) => from_header(value).map_err(Error::InvalidKey),
             (Some(_), Some(_)) => Err(Error::InvalidKey(KeyError::Duplicate)),
         }
     }
 
-    async fn run(&self, template: Request, key: Option<IdempotencyKey>) -> Result<Outcome, Error> {
+    async fn run(&self, template: Request, key: Option<IdempotencyKey>) -> Result<Reply, Error> {
         let policy = &self.policy;
         let started = Instant::now();
         let deadline = started.checked_add(policy.get_max_elapsed());
@@ -227,7 +227,7 @@ impl Client {
                     let code = (status.is_client_error() || status.is_server_error())
                         .then(|| problem_code(&body))
                         .flatten();
-                    let outcome = Outcome {
+                    let outcome = Reply {
                         status,
                         headers,
                         body,
@@ -334,15 +334,15 @@ enum Failed {
 
 /// The last attempt's result, returned when no retry follows it.
 enum Last {
-    Response(Outcome),
+    Response(Reply),
     Error(reqwest::Error),
     Timeout(Duration),
 }
 
 impl Last {
-    fn finish(self, attempts: u32, key: Option<IdempotencyKey>) -> Result<Outcome, Error> {
+    fn finish(self, attempts: u32, key: Option<IdempotencyKey>) -> Result<Reply, Error> {
         match self {
-            Self::Response(outcome) => Ok(Outcome {
+            Self::Response(outcome) => Ok(Reply {
                 exhausted: true,
                 ..outcome
             }),

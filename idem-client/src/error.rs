@@ -5,7 +5,7 @@ use std::time::Duration;
 use crate::key::{IdempotencyKey, KeyError};
 
 /// Why an operation ended without a response to return. A response of any status, even after
-/// the retries ran out, is an [`Outcome`](crate::Outcome), not an error.
+/// the retries ran out, is a [`Reply`](crate::Reply), not an error.
 ///
 /// When the operation may have run ([`Error::NoResponse`], [`Error::Timeout`],
 /// [`Error::ResponseTooLarge`]), [`key`](Error::key) is the key it was sent with: retry later

@@ -53,7 +53,7 @@
 //! | `429`, `502`, `503`, `504` | retry after `Retry-After` if sent, else backoff, same key |
 //! | `500` | the same, unless [`RetryPolicy::retry_internal_errors`] is off |
 //! | `400`, `401`, `403`, `404`, `413`, `422`, any other 4xx | never retry: the same request gets the same answer |
-//! | `2xx`, `3xx` | done; [`Outcome::replayed`] says whether an earlier attempt ran it |
+//! | `2xx`, `3xx` | done; [`Reply::replayed`] says whether an earlier attempt ran it |
 //!
 //! Backoff is "full jitter": the wait before retry `n` is uniform in
 //! `[0, min(max_backoff, initial_backoff × 2ⁿ⁻¹)]`. `Retry-After` (seconds or an HTTP date) is
@@ -77,15 +77,15 @@
 mod client;
 mod error;
 mod key;
-mod outcome;
 mod policy;
+mod reply;
 mod retry_after;
 
 pub use client::{Client, ClientBuilder, DEFAULT_HEADER, DEFAULT_MAX_RESPONSE_BYTES};
 pub use error::Error;
 pub use key::{IdempotencyKey, KeyError, MAX_KEY_LEN};
-pub use outcome::{Outcome, REPLAYED_HEADER, RetryNote, RetryReason};
 pub use policy::{IN_PROGRESS_CODE, RetryPolicy};
+pub use reply::{REPLAYED_HEADER, Reply, RetryNote, RetryReason};
 /// The reqwest this crate is built on, so callers name the same version.
 pub use reqwest;
 pub use retry_after::parse_retry_after;

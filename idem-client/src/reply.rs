@@ -15,11 +15,11 @@ pub const REPLAYED_HEADER: &str = "idempotent-replayed";
 
 /// The final answer to an operation: the last response, read in full, and how it was reached.
 ///
-/// Any status is an `Outcome`, as with reqwest: check [`status`](Self::status). A status that
+/// Any status is a `Reply`, as with reqwest: check [`status`](Self::status). A status that
 /// is retried (503, say) is final only when the attempts or the time ran out; then
 /// [`retries_exhausted`](Self::retries_exhausted) is true.
 #[derive(Debug, Clone)]
-pub struct Outcome {
+pub struct Reply {
     pub(crate) status: StatusCode,
     pub(crate) headers: HeaderMap,
     pub(crate) body: Bytes,
@@ -28,7 +28,7 @@ pub struct Outcome {
     pub(crate) key: Option<IdempotencyKey>,
 }
 
-impl Outcome {
+impl Reply {
     /// The status of the last response.
     pub fn status(&self) -> StatusCode {
         self.status
@@ -172,8 +172,8 @@ mod tests {
 
     use super::*;
 
-    fn outcome(headers: HeaderMap, body: &str) -> Outcome {
-        Outcome {
+    fn outcome(headers: HeaderMap, body: &str) -> Reply {
+        Reply {
             status: StatusCode::OK,
             headers,
             body: Bytes::from(body.to_owned()),

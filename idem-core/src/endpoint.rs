@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use http::Method;
 
-use crate::engine::{Commits, InFlightMode, OpName};
+use crate::engine::{AtomicCommits, InFlightMode, OpName};
 use crate::store::Capabilities;
 
 /// What to do with a request that carries no idempotency key.
@@ -29,7 +29,7 @@ pub struct Endpoint {
     ttl: Duration,
     key: KeyMode,
     in_flight: InFlightMode,
-    commits: Commits,
+    commits: AtomicCommits,
     atomic: fn() -> Option<AtomicNeed>,
     /// Whether the missing-route warning was logged (see [`Endpoint::identity`]).
     warned: AtomicBool,
@@ -103,7 +103,7 @@ impl Endpoint {
             ttl: Duration::from_secs(ttl_secs),
             key,
             in_flight,
-            commits: Commits::One,
+            commits: AtomicCommits::One,
             atomic: plain,
             warned: AtomicBool::new(false),
         }
@@ -118,7 +118,7 @@ impl Endpoint {
 
     /// Sets how atomic mode commits on PostgreSQL (`commits = "..."`).
     #[doc(hidden)]
-    pub const fn with_commits(mut self, commits: Commits) -> Self {
+    pub const fn with_commits(mut self, commits: AtomicCommits) -> Self {
         self.commits = commits;
         self
     }
@@ -192,7 +192,7 @@ impl Endpoint {
     }
 
     /// How atomic mode commits on PostgreSQL.
-    pub const fn commits(&self) -> Commits {
+    pub const fn commits(&self) -> AtomicCommits {
         self.commits
     }
 }

@@ -4,59 +4,11 @@ use std::fmt;
 
 use sha2::{Digest, Sha256};
 
-use crate::error::KeyError;
-
 pub use idem_rules::key::MAX_KEY_LEN;
 
-/// A validated client idempotency key: 1..=255 visible ASCII characters.
-///
-/// The RFC 8941 quoted form (`"abc"`, as in `draft-ietf-httpapi-idempotency-key-header`) and the
-/// bare form (`abc`) name the same key. The key is never logged or stored in clear; its
-/// [`Debug`](fmt::Debug) output is redacted.
-///
-/// ```
-/// use idem_core::key::IdempotencyKey;
-///
-/// let quoted = IdempotencyKey::parse(br#""8e03978e-40d5-43e8-bc93-6894a57f9324""#).unwrap();
-/// let bare = IdempotencyKey::parse(b"8e03978e-40d5-43e8-bc93-6894a57f9324").unwrap();
-/// assert_eq!(quoted, bare);
-/// assert!(IdempotencyKey::parse(b"").is_err());
-/// assert!(IdempotencyKey::parse(b"has space").is_err());
-/// ```
-#[derive(Clone, PartialEq, Eq, Hash)]
-pub struct IdempotencyKey(String);
-
-impl IdempotencyKey {
-    /// Parses a header value in bare or RFC 8941 quoted form (the rules of
-    /// [`idem_rules::key`], which the client shares).
-    pub fn parse(raw: &[u8]) -> Result<Self, KeyError> {
-        idem_rules::key::parse_header(raw).map(Self)
-    }
-
-    /// The key itself, not a header's form of it: 1..=255 visible ASCII characters, a leading
-    /// `"` included (as the programmatic API and the client take keys).
-    ///
-    /// ```
-    /// use idem_core::key::IdempotencyKey;
-    ///
-    /// assert_eq!(IdempotencyKey::new("\"q").unwrap().as_str(), "\"q");
-    /// assert!(IdempotencyKey::new(" padded").is_err());
-    /// ```
-    pub fn new(key: &str) -> Result<Self, KeyError> {
-        idem_rules::key::validate(key).map(|()| Self(key.to_owned()))
-    }
-
-    /// The key's characters. Handle with care: this is the client's secret-ish token.
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
-}
-
-impl fmt::Debug for IdempotencyKey {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("IdempotencyKey(<redacted>)")
-    }
-}
+/// A validated client idempotency key: the family's one key type, defined with the key's rules
+/// in `idem-rules` and shared with the client (`idem-client`).
+pub use idem_rules::key::IdempotencyKey;
 
 /// The identity of one idempotency record: SHA-256 over the scope, the scope value (tenant), the
 /// endpoint and the client key.
@@ -183,6 +135,7 @@ pub fn unhex(digits: &[u8]) -> Option<[u8; 32]> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::error::KeyError;
 
     #[test]
     fn keys_round_trip_through_their_hex() {

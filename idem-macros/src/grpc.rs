@@ -326,7 +326,7 @@ fn rewrite(method: &mut ImplItemFn, at: usize) -> syn::Result<()> {
             #key_field_name,
             #key_metadata,
             #p::InFlightMode::#in_flight,
-            #p::Commits::#commits,
+            #p::AtomicCommits::#commits,
         );
         #p::inventory::submit! { #p::grpc::GrpcRegistration(&__IDEM_METHOD) }
         #accessor

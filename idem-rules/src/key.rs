@@ -6,6 +6,7 @@
 //! back as itself.
 
 use std::borrow::Cow;
+use std::fmt;
 
 /// The longest key accepted, in characters (after removing RFC 8941 quoting).
 pub const MAX_KEY_LEN: usize = 255;
@@ -116,6 +117,74 @@ pub fn to_header(key: &str) -> Cow<'_, str> {
     }
     out.push('"');
     Cow::Owned(out)
+}
+
+/// An idempotency key: 1..=[`MAX_KEY_LEN`] visible ASCII characters, checked by [`validate`].
+///
+/// One type for every crate of the family: the server reads it from a request
+/// ([`parse`](Self::parse)), the programmatic API and the client take one a caller chose
+/// ([`new`](Self::new)) or a fresh one ([`generate`](Self::generate), feature `generate`), and
+/// each sends or reads it in the same header form ([`to_header`](Self::to_header)). Its
+/// [`Debug`](fmt::Debug) output is redacted so keys do not end up in logs by accident;
+/// [`as_str`](Self::as_str) gives the characters.
+///
+/// ```
+/// use idem_rules::key::IdempotencyKey;
+///
+/// let quoted = IdempotencyKey::parse(br#""8e03978e-40d5-43e8-bc93-6894a57f9324""#).unwrap();
+/// let bare = IdempotencyKey::parse(b"8e03978e-40d5-43e8-bc93-6894a57f9324").unwrap();
+/// assert_eq!(quoted, bare);
+/// assert_eq!(IdempotencyKey::new("order-1001").unwrap().as_str(), "order-1001");
+/// assert!(IdempotencyKey::new("").is_err());
+/// assert!(IdempotencyKey::new("has space").is_err());
+/// assert_eq!(format!("{:?}", bare), "IdempotencyKey(<redacted>)");
+/// ```
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct IdempotencyKey(String);
+
+impl IdempotencyKey {
+    /// A key chosen by the caller (an order id, say: `format!("order-{id}")`), so that a retry
+    /// from anywhere, even after a restart, carries the same key. The key itself, not a
+    /// header's form of it: a leading `"` is part of the key.
+    ///
+    /// # Errors
+    ///
+    /// The [`KeyError`] [`validate`] gives.
+    pub fn new(key: impl Into<String>) -> Result<Self, KeyError> {
+        let key = key.into();
+        validate(&key).map(|()| Self(key))
+    }
+
+    /// Reads a header value in bare or RFC 8941 quoted form ([`parse_header`]).
+    ///
+    /// # Errors
+    ///
+    /// The [`KeyError`] [`parse_header`] gives.
+    pub fn parse(raw: &[u8]) -> Result<Self, KeyError> {
+        parse_header(raw).map(Self)
+    }
+
+    /// A fresh random key, a UUID (version 4): one per logical operation, kept for its retries.
+    #[cfg(feature = "generate")]
+    pub fn generate() -> Self {
+        Self(uuid::Uuid::new_v4().to_string())
+    }
+
+    /// The key's characters. Handle with care: this is the client's secret-ish token.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// The key as a header carries it ([`to_header`]): bare, or quoted when it starts with `"`.
+    pub fn to_header(&self) -> Cow<'_, str> {
+        to_header(&self.0)
+    }
+}
+
+impl fmt::Debug for IdempotencyKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("IdempotencyKey(<redacted>)")
+    }
 }
 
 fn trim_ows(mut raw: &[u8]) -> &[u8] {

@@ -87,8 +87,8 @@ pub mod grpc {
     /// [module documentation](self).
     pub use idem_macros::grpc_service as service;
     pub use idem_tonic::{
-        ERROR_DOMAIN, KeyField, REPLAYED_METADATA, ReplyFormatError, RequestMessage, STORED_CODES,
-        Service,
+        ERROR_DOMAIN, IdempotentService, KeyField, ProstCodec, ProstDecoder, REPLAYED_METADATA,
+        ReplyFormatError, RequestMessage, STORED_CODES,
     };
 }
 
@@ -103,10 +103,10 @@ pub use idem_axum::{
 };
 pub use idem_core::clock;
 pub use idem_core::endpoint::KeyMode;
-pub use idem_core::engine::{Commits, InFlightMode, InvocationDeadline};
+pub use idem_core::engine::{AtomicCommits, InFlightMode, InvocationDeadline};
 pub use idem_core::error::{KeyError, StoreError};
-pub use idem_core::idempotency::{BuildError, Builder, Idempotency, RecordDetail, Records};
-pub use idem_core::key::{IdempotencyKey, MAX_KEY_LEN, RecordKey};
+pub use idem_core::idempotency::{BuildError, Builder, Idempotency, Records};
+pub use idem_core::key::{IdempotencyKey, MAX_KEY_LEN};
 pub use idem_core::operation::{Operation, OperationError, OperationKey, Outcome, PayloadError};
 pub use idem_core::rejection::Rejection;
 pub use idem_core::settings::scope::{Caller, GLOBAL_SCOPE};

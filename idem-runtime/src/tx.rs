@@ -52,7 +52,7 @@ use idem_core::rejection::Rejection;
 ///   the retry runs against a database the failed attempt never touched. A client that hangs up
 ///   changes nothing: the handler runs to its end and its transaction commits as above.
 /// - If the process dies before the commit, none of the attempt's writes are left: on PostgreSQL
-///   with one commit ([`Commits`](crate::Commits), the default) the claim was in the transaction
+///   with one commit ([`AtomicCommits`](crate::AtomicCommits), the default) the claim was in the transaction
 ///   and the retry runs at once; otherwise only the claim is left, which a retry takes over once
 ///   the lease lapses. The operation's database effects happen exactly once.
 /// - A transaction open longer than [`Builder::transaction_timeout`](crate::Builder::transaction_timeout)

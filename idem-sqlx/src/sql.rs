@@ -10,7 +10,7 @@ use idem_core::error::StoreError;
 use idem_core::fingerprint::Fingerprint;
 use idem_core::key::RecordKey;
 use idem_core::store::records::{
-    Forgotten, RecordFilter, RecordInfo, RecordState, RecordStats, RecordTimes,
+    Forgotten, Record, RecordFilter, RecordState, RecordStats, RecordTimes,
 };
 use idem_core::store::{Claim, Fence};
 
@@ -93,7 +93,7 @@ ORDER BY created_at, key LIMIT $9";
 
 const READ: &str = "SELECT {columns}, response FROM {records} WHERE key = $1";
 
-/// Deletes unless an owner's lease is live ([`RecordInfo::is_leased`]): in flight, not
+/// Deletes unless an owner's lease is live ([`Record::is_leased`]): in flight, not
 /// expired, lease not lapsed. Check and delete are one statement.
 const FORGET: &str = "DELETE FROM {records}
 WHERE key = $1 AND ($3 OR NOT (state = 'in_flight' AND expires_at > $2 AND lease_until > $2))
@@ -124,7 +124,7 @@ impl RecordStatements {
     /// The statements over `records` (a table name as SQL text, quoted where needed), with
     /// `lock` after the purge's selection.
     pub(crate) fn new(records: &str, lock: &str) -> Self {
-        // A record's state at `$1`, as `RecordInfo::state` says; NULL for a state this build
+        // A record's state at `$1`, as `Record::state` says; NULL for a state this build
         // does not know (decoded as corrupt).
         let state = format!(
             "(CASE WHEN state NOT IN ('in_flight', 'completed') THEN NULL \
@@ -237,7 +237,7 @@ pub(crate) type StatsRow = (String, Option<String>, i64, Option<i64>);
 
 /// What an operator reads of a row. A key that is not 32 bytes, a state or a status this build
 /// does not know are [`StoreError::Corrupt`].
-pub(crate) fn record_info(row: InfoRow) -> Result<RecordInfo, StoreError> {
+pub(crate) fn record_info(row: InfoRow) -> Result<Record, StoreError> {
     let (key, operation, scope, scope_value, state, status, created, completed, lease, expires) =
         row;
     let key = <[u8; 32]>::try_from(key.as_slice())
@@ -256,7 +256,7 @@ pub(crate) fn record_info(row: InfoRow) -> Result<RecordInfo, StoreError> {
         .map(u16::try_from)
         .transpose()
         .map_err(|_| StoreError::Corrupt("status code out of range".into()))?;
-    Ok(RecordInfo::new(
+    Ok(Record::new(
         key,
         operation,
         scope,
@@ -272,8 +272,8 @@ pub(crate) fn record_info(row: InfoRow) -> Result<RecordInfo, StoreError> {
     ))
 }
 
-/// A record and its payload, as [`Admin::read_record`](idem_core::store::Admin::read_record) returns them.
-pub(crate) fn read_row(row: ReadRow) -> Result<(RecordInfo, Option<Bytes>), StoreError> {
+/// A record with its payload, as [`Admin::read_record`](idem_core::store::Admin::read_record) returns it.
+pub(crate) fn read_row(row: ReadRow) -> Result<Record, StoreError> {
     let (a, b, c, d, e, f, g, h, i, j, response) = row;
     let info = record_info((a, b, c, d, e, f, g, h, i, j))?;
     let payload = match (info.completed, response) {
@@ -285,7 +285,7 @@ pub(crate) fn read_row(row: ReadRow) -> Result<(RecordInfo, Option<Bytes>), Stor
         }
         (false, _) => None,
     };
-    Ok((info, payload))
+    Ok(info.with_payload(payload))
 }
 
 /// How many times a forget runs again when the record it found live has changed before it
@@ -302,7 +302,7 @@ pub(crate) fn not_forgotten(
     let Some(row) = row else {
         return Ok(Some(Forgotten::Absent));
     };
-    let (record, _) = read_row(row)?;
+    let record = read_row(row)?;
     Ok(record.is_leased(now).then_some(Forgotten::Leased(record)))
 }
 

@@ -22,7 +22,7 @@ use tonic_prost::ProstEncoder;
 ///
 /// ```ignore
 /// tonic_prost_build::configure()
-///     .codec_path("idem_tonic::ProstCodec")
+///     .codec_path("idem_runtime::grpc::ProstCodec") // through the facade, as applications depend on it
 ///     .compile_protos(&["proto/ledger/v1/ledger.proto"], &["proto"])?;
 /// ```
 ///

@@ -93,8 +93,8 @@ pub fn key_field<F: KeyField + ?Sized>(field: &mut F) -> &mut String {
             holds; the service must also be `Clone` (the engine runs each call on a task of its \
             own, with a clone of the service)"
 )]
-pub trait Service: AsRef<Idempotency> + Clone + Send + Sync + 'static {}
-impl<S: AsRef<Idempotency> + Clone + Send + Sync + 'static> Service for S {}
+pub trait IdempotentService: AsRef<Idempotency> + Clone + Send + Sync + 'static {}
+impl<S: AsRef<Idempotency> + Clone + Send + Sync + 'static> IdempotentService for S {}
 
 /// Runs `body` once for the request's key, or answers for the run that did.
 #[doc(hidden)]
@@ -106,7 +106,7 @@ pub async fn run<S, M, R, F, Fut>(
     body: F,
 ) -> Reply<R>
 where
-    S: Service,
+    S: IdempotentService,
     M: RequestMessage,
     R: Message + Default + Send + 'static,
     F: FnOnce(S, Request<M>) -> Fut + Send + 'static,

@@ -25,7 +25,7 @@ mod face;
 mod codec;
 
 pub use codec::{ProstCodec, ProstDecoder};
-pub use face::{KeyField, RequestMessage, STORED_CODES, Service};
+pub use face::{IdempotentService, KeyField, RequestMessage, STORED_CODES};
 pub use rpc::status::{ERROR_DOMAIN, status};
 pub use rpc::stored::{REPLAYED_METADATA, ReplyFormatError};
 

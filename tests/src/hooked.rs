@@ -4,9 +4,10 @@
 
 use std::future::Future;
 
+use idem_runtime::StoreError;
 use idem_runtime::clock::Timestamp;
+use idem_runtime::store::RecordKey;
 use idem_runtime::store::{Claim, ClaimRequest, Completion, Fence, LeaseToken, Store};
-use idem_runtime::{RecordKey, StoreError};
 
 /// The calls a test may step into. Each default hands the call to the wrapped store unchanged.
 pub trait Hooks<S: Store>: Send + Sync + 'static {

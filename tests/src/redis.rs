@@ -14,10 +14,9 @@ use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
-use idem_runtime::RecordKey;
 use idem_runtime::clock::Timestamp;
-use idem_runtime::store::records::{Forgotten, RecordFilter, RecordInfo, RecordStats};
+use idem_runtime::store::RecordKey;
+use idem_runtime::store::records::{Forgotten, Record, RecordFilter, RecordStats};
 use idem_runtime::store::{
     Admin, Capabilities, Claim, ClaimRequest, Completion, Fence, LeaseToken, RedisStore,
     RedisStoreBuilder, Store,
@@ -382,14 +381,14 @@ impl Admin for RedisClusterStore {
         filter: &RecordFilter,
         now: Timestamp,
         limit: u32,
-    ) -> Result<Vec<RecordInfo>, idem_runtime::StoreError> {
+    ) -> Result<Vec<Record>, idem_runtime::StoreError> {
         self.0.list_records(filter, now, limit).await
     }
 
     async fn read_record(
         &self,
         key: &RecordKey,
-    ) -> Result<Option<(RecordInfo, Option<Bytes>)>, idem_runtime::StoreError> {
+    ) -> Result<Option<Record>, idem_runtime::StoreError> {
         self.0.read_record(key).await
     }
 

@@ -20,13 +20,14 @@ use object_store::{
     ObjectStoreExt, PutMultipartOptions, PutOptions, PutPayload, PutResult,
 };
 
+use idem_runtime::StoreError;
 use idem_runtime::clock::Timestamp;
 use idem_runtime::store::Fingerprint;
+use idem_runtime::store::RecordKey;
 use idem_runtime::store::records::{Forgotten, RecordFilter};
 use idem_runtime::store::{
     Admin, BucketStore, Claim, ClaimRequest, Completion, Fence, LeaseToken, Store,
 };
-use idem_runtime::{RecordKey, StoreError};
 use tokio::sync::Notify;
 
 #[tokio::test]

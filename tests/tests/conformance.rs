@@ -178,10 +178,10 @@ backend!(dynamodb: idem_runtime::store::DynamoDbStore, bounded);
 mod encoding {
     use bytes::Bytes;
     use http::{HeaderName, HeaderValue, StatusCode};
-    use idem_runtime::RecordKey;
     use idem_runtime::StoredResponse;
     use idem_runtime::clock::Timestamp;
     use idem_runtime::store::Fingerprint;
+    use idem_runtime::store::RecordKey;
     use idem_runtime::store::{Claim, ClaimRequest, Completion, Fence, LeaseToken, Store};
 
     fn header(name: &'static str, value: &'static str) -> (HeaderName, HeaderValue) {

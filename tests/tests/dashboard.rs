@@ -12,8 +12,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use idem_runtime::clock::Timestamp;
+use idem_runtime::store::RecordKey;
 use idem_runtime::store::{Claim, ClaimRequest, Completion, Fence, LeaseToken, MemoryStore, Store};
-use idem_runtime::{Idempotency, OperationError, RecordKey, StoreError};
+use idem_runtime::{Idempotency, OperationError, StoreError};
 use idem_tests::Gate;
 use promql::{Exported, Uses};
 use serde_json::Value;

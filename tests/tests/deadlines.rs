@@ -12,7 +12,7 @@ use axum::http::{Request, StatusCode};
 use axum::routing::{get, post};
 use http_body_util::BodyExt;
 use idem_runtime::store::{PostgresStore, SqliteStore, Store};
-use idem_runtime::{Commits, Idempotency, OperationError, Tx, idempotent};
+use idem_runtime::{AtomicCommits, Idempotency, OperationError, Tx, idempotent};
 use idem_tests::{Gate, TestStore};
 use serde_json::Value;
 use sqlx::{Postgres, Sqlite};
@@ -157,11 +157,11 @@ fn with_deadline<S: Store>(store: S) -> Idempotency {
 /// Six requests whose `INSERT`s wait on a lock held longer than the deadline, on a pool of
 /// four: each is refused with 503 and `Retry-After` soon after the deadline, the pool serves
 /// other requests meanwhile, and after the lock each retry runs once.
-async fn a_locked_table_ends_in_503_and_frees_the_pool(commits: Commits) {
+async fn a_locked_table_ends_in_503_and_frees_the_pool(commits: AtomicCommits) {
     let store = postgres().await;
     let idempotency = with_deadline(store.clone());
     let uri = match commits {
-        Commits::Two => "/two",
+        AtomicCommits::Two => "/two",
         _ => "/one",
     };
     let router: Router = Router::new()
@@ -221,12 +221,12 @@ async fn a_locked_table_ends_in_503_and_frees_the_pool(commits: Commits) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_one_commit_a_locked_table_ends_in_503_and_frees_the_pool() {
-    a_locked_table_ends_in_503_and_frees_the_pool(Commits::One).await;
+    a_locked_table_ends_in_503_and_frees_the_pool(AtomicCommits::One).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_two_commits_a_locked_table_ends_in_503_and_frees_the_pool() {
-    a_locked_table_ends_in_503_and_frees_the_pool(Commits::Two).await;
+    a_locked_table_ends_in_503_and_frees_the_pool(AtomicCommits::Two).await;
 }
 
 /// SQLite's one write lock, taken by another connection once the request is claimed: the

@@ -19,11 +19,12 @@ use axum::routing::post;
 use http_body_util::BodyExt;
 use idem_runtime::clock::{ManualClock, Timestamp};
 use idem_runtime::store::Fingerprint;
+use idem_runtime::store::RecordKey;
 use idem_runtime::store::records::{RecordFilter, RecordState};
 use idem_runtime::store::{
     Admin, Claim, ClaimRequest, Completion, DynamoDbStore, Fence, LeaseToken, Store,
 };
-use idem_runtime::{Idempotency, RecordKey, StoreError};
+use idem_runtime::{Idempotency, StoreError};
 use idem_tests::db::unique_name;
 use idem_tests::dynamodb::{
     delete_table, dynamodb_addr, dynamodb_client, dynamodb_endpoint, dynamodb_store_builder,
@@ -282,7 +283,7 @@ async fn expiry_is_decided_on_read_while_the_item_is_still_there() {
         .unwrap();
     let later = now.after(2 * HOUR);
     // DynamoDB's TTL has not deleted it (moto never does; DynamoDB takes up to days).
-    let (info, _) = store
+    let info = store
         .read_record(&KEY)
         .await
         .unwrap()
@@ -340,7 +341,7 @@ async fn a_completion_too_large_for_an_item_is_refused_and_never_runs_twice() {
             .unwrap(),
         Fence::Held
     );
-    let (_, payload) = store.read_record(&KEY).await.unwrap().unwrap();
+    let payload = store.read_record(&KEY).await.unwrap().unwrap().payload;
     assert_eq!(payload.unwrap().len(), fits.len());
     store.discard().await;
 }

@@ -14,10 +14,11 @@ use axum::routing::post;
 use axum::{Json, Router};
 use http_body_util::BodyExt;
 use idem_runtime::clock::Timestamp;
+use idem_runtime::store::RecordKey;
 use idem_runtime::store::{
     Claim, ClaimRequest, Completion, Fence, LeaseToken, MemoryStore, ReadInProcess, Store,
 };
-use idem_runtime::{Idempotency, RecordKey, idempotent};
+use idem_runtime::{Idempotency, idempotent};
 use idem_tests::{Hooked, capabilities_of};
 use serde_json::{Value, json};
 use tower::ServiceExt;

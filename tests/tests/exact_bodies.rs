@@ -19,10 +19,9 @@ use http_body_util::BodyExt;
 use idem_runtime::IdempotencyLayer;
 use idem_runtime::clock::{Clock, SystemClock};
 use idem_runtime::store::Fingerprint;
+use idem_runtime::store::RecordKey;
 use idem_runtime::store::{Claim, ClaimRequest, Completion, Fence, LeaseToken, Store};
-use idem_runtime::{
-    Idempotency, IdempotencyKey, OperationError, RecordKey, StoredResponse, idempotent,
-};
+use idem_runtime::{Idempotency, IdempotencyKey, OperationError, StoredResponse, idempotent};
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 use tower::ServiceExt;

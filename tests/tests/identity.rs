@@ -14,8 +14,9 @@ use axum::routing::post;
 use bytes::Bytes;
 use http_body_util::BodyExt;
 use idem_runtime::clock::{Clock, SystemClock};
+use idem_runtime::store::RecordKey;
 use idem_runtime::store::{Claim, ClaimRequest, Completion, Fence, LeaseToken, SqliteStore, Store};
-use idem_runtime::{Idempotency, IdempotencyKey, RecordKey, StoredResponse};
+use idem_runtime::{Idempotency, IdempotencyKey, StoredResponse};
 use idem_tests::logs::Logs;
 use tower::ServiceExt;
 

@@ -16,11 +16,12 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use idem_runtime::clock::Timestamp;
+use idem_runtime::store::RecordKey;
 use idem_runtime::store::{
     BucketStore, Claim, ClaimRequest, Completion, DynamoDbStore, Fence, LeaseToken, MemoryStore,
     RedisStore, Store,
 };
-use idem_runtime::{Idempotency, OperationError, RecordKey, StoreError};
+use idem_runtime::{Idempotency, OperationError, StoreError};
 use idem_tests::dynamodb::{delete_table, dynamodb_endpoint, dynamodb_store_builder};
 use idem_tests::logs::Logs;
 use idem_tests::redis::{RedisServer, unique_prefix};

@@ -13,10 +13,11 @@
 
 use std::time::Duration;
 
+use idem_runtime::StoreError;
 use idem_runtime::clock::Timestamp;
 use idem_runtime::store::Fingerprint;
+use idem_runtime::store::RecordKey;
 use idem_runtime::store::{Claim, ClaimRequest, Completion, Fence, LeaseToken, MemoryStore, Store};
-use idem_runtime::{RecordKey, StoreError};
 
 /// What a record costs the byte budget besides its payload (documented as a fixed overhead).
 const OVERHEAD: usize = 256;

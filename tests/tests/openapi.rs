@@ -3,7 +3,7 @@
 
 use axum::Json;
 use http::Method;
-use idem_runtime::openapi::{IdempotencyDoc, Problem};
+use idem_runtime::openapi::{IdempotencyDoc, ProblemSchema};
 use idem_runtime::{Idempotency, KeyMode, idempotent, store::MemoryStore};
 use serde_json::{Value, json};
 use utoipa::OpenApi;
@@ -18,7 +18,7 @@ const PROBLEM: &str = "application/problem+json";
 /// Creates a charge: key optional.
 #[utoipa::path(post, path = "/v1/charges", responses(
     (status = 201, description = "Created", body = String),
-    (status = 400, description = "The request is invalid.", body = Problem, content_type = PROBLEM),
+    (status = 400, description = "The request is invalid.", body = ProblemSchema, content_type = PROBLEM),
 ))]
 #[idempotent(scope = "global")]
 async fn create_charge(body: String) -> String {

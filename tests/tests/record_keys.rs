@@ -1,7 +1,8 @@
 //! What operators see of a record key: logs and spans carry its first 8 bytes in hex, enough
 //! to correlate lines and useless to recover the client's key.
 
-use idem_runtime::{IdempotencyKey, RecordKey};
+use idem_runtime::IdempotencyKey;
+use idem_runtime::store::RecordKey;
 
 #[test]
 fn logs_carry_the_first_eight_bytes_of_the_record_key() {

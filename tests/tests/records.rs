@@ -5,8 +5,9 @@
 //! command (`idem-cli/tests/cli.rs`) and the conformance suite.
 
 use idem_runtime::store::MemoryStore;
+use idem_runtime::store::RecordKey;
 use idem_runtime::store::records::{Forgotten, RecordFilter, RecordState};
-use idem_runtime::{Idempotency, IdempotencyKey, OperationError, Outcome, RecordKey};
+use idem_runtime::{Idempotency, IdempotencyKey, OperationError, Outcome};
 use idem_tests::Gate;
 
 fn key_of(key: &str) -> RecordKey {

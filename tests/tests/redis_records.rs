@@ -5,13 +5,14 @@
 use std::future::Future;
 use std::time::Duration;
 
+use idem_runtime::StoreError;
 use idem_runtime::clock::{Clock, SystemClock, Timestamp};
 use idem_runtime::store::Fingerprint;
+use idem_runtime::store::RecordKey;
 use idem_runtime::store::records::{Forgotten, RecordFilter, RecordState};
 use idem_runtime::store::{
     Admin, Claim, ClaimRequest, Completion, Fence, LeaseToken, RedisStore, Store,
 };
-use idem_runtime::{RecordKey, StoreError};
 use idem_tests::db::unique_name;
 use idem_tests::{TestStore, redis_store, redis_url};
 use tokio::task::JoinSet;
@@ -168,7 +169,7 @@ async fn a_takeover_keeps_the_scope_and_a_fresh_claim_writes_its_own() {
     let lapsed = now.after(LEASE);
     let taken = claim(&store, 1, lapsed, ("org", "globex")).await;
     assert_eq!(taken, Claim::Acquired { took_over: true });
-    let (record, _) = store.read_record(&key(1)).await.unwrap().unwrap();
+    let record = store.read_record(&key(1)).await.unwrap().unwrap();
     assert_eq!(
         (record.scope.as_str(), record.scope_value.as_str()),
         ("org", "acme")
@@ -177,7 +178,7 @@ async fn a_takeover_keeps_the_scope_and_a_fresh_claim_writes_its_own() {
     let later = lapsed.after(HOUR);
     let fresh = claim(&store, 1, later, ("user", "u-7")).await;
     assert_eq!(fresh, Claim::Acquired { took_over: false });
-    let (record, _) = store.read_record(&key(1)).await.unwrap().unwrap();
+    let record = store.read_record(&key(1)).await.unwrap().unwrap();
     assert_eq!(
         (record.scope.as_str(), record.scope_value.as_str()),
         ("user", "u-7")

@@ -14,10 +14,11 @@ use axum::routing::post;
 use bytes::Bytes;
 use idem_runtime::clock::{Clock, ManualClock, SystemClock, Timestamp};
 use idem_runtime::store::Fingerprint;
+use idem_runtime::store::RecordKey;
 use idem_runtime::store::{
     Claim, ClaimRequest, Completion, Fence, LeaseToken, RedisStore, RedisStoreBuilder, Store,
 };
-use idem_runtime::{BuildError, Idempotency, RecordKey, StoreError};
+use idem_runtime::{BuildError, Idempotency, StoreError};
 use idem_tests::redis::{RedisServer, unique_prefix};
 use idem_tests::{TcpProxy, TestStore, redis_store, redis_url};
 use redis::AsyncCommands;

@@ -8,9 +8,9 @@
 
 use std::time::Duration;
 
-use idem_runtime::RecordKey;
 use idem_runtime::clock::Timestamp;
 use idem_runtime::store::Fingerprint;
+use idem_runtime::store::RecordKey;
 use idem_runtime::store::{Claim, ClaimRequest, LeaseToken, SqliteStore, Store};
 
 async fn claim(store: &SqliteStore, n: u8) -> Claim {

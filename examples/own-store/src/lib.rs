@@ -15,7 +15,7 @@ use idem_core::error::StoreError;
 use idem_core::fingerprint::Fingerprint;
 use idem_core::key::RecordKey;
 use idem_core::store::records::{
-    Forgotten, RecordFilter, RecordInfo, RecordState, RecordStats, RecordTimes,
+    Forgotten, Record, RecordFilter, RecordState, RecordStats, RecordTimes,
 };
 use idem_core::store::{
     Admin, Capabilities, Claim, ClaimRequest, Completion, Fence, Found, LeaseToken, Store,
@@ -23,7 +23,7 @@ use idem_core::store::{
 
 /// One record, as the store keeps it.
 #[derive(Debug, Clone)]
-struct Record {
+struct Entry {
     fingerprint: Fingerprint,
     token: LeaseToken,
     /// `None` while in flight.
@@ -35,9 +35,9 @@ struct Record {
     times: RecordTimes,
 }
 
-impl Record {
-    fn info(&self, key: RecordKey) -> RecordInfo {
-        RecordInfo::new(
+impl Entry {
+    fn info(&self, key: RecordKey) -> Record {
+        Record::new(
             key,
             self.operation.clone(),
             self.scope.clone(),
@@ -56,7 +56,7 @@ impl Record {
 /// Idempotency records in a `BTreeMap`. Cloning shares the records.
 #[derive(Debug, Clone, Default)]
 pub struct MapStore {
-    records: Arc<Mutex<BTreeMap<RecordKey, Record>>>,
+    records: Arc<Mutex<BTreeMap<RecordKey, Entry>>>,
 }
 
 impl MapStore {
@@ -65,7 +65,7 @@ impl MapStore {
         Self::default()
     }
 
-    fn records(&self) -> MutexGuard<'_, BTreeMap<RecordKey, Record>> {
+    fn records(&self) -> MutexGuard<'_, BTreeMap<RecordKey, Entry>> {
         self.records.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
@@ -74,7 +74,7 @@ impl MapStore {
         &self,
         key: &RecordKey,
         token: LeaseToken,
-        write: impl FnOnce(&mut BTreeMap<RecordKey, Record>),
+        write: impl FnOnce(&mut BTreeMap<RecordKey, Entry>),
     ) -> Fence {
         let mut records = self.records();
         match records.get(key) {
@@ -117,7 +117,7 @@ impl Store for MapStore {
         }
         records.insert(
             *request.key,
-            Record {
+            Entry {
                 fingerprint: *request.fingerprint,
                 token: request.token,
                 payload: None,
@@ -197,8 +197,8 @@ impl Admin for MapStore {
         filter: &RecordFilter,
         now: Timestamp,
         limit: u32,
-    ) -> Result<Vec<RecordInfo>, StoreError> {
-        let mut listed: Vec<RecordInfo> = self
+    ) -> Result<Vec<Record>, StoreError> {
+        let mut listed: Vec<Record> = self
             .records()
             .iter()
             .map(|(key, record)| record.info(*key))
@@ -213,7 +213,7 @@ impl Admin for MapStore {
         Ok(self
             .records()
             .get(key)
-            .map(|record| (record.info(*key), record.payload.clone())))
+            .map(|record| record.info(*key).with_payload(record.payload.clone())))
     }
 
     async fn forget_record(

@@ -26,7 +26,7 @@ use crate::http::response::StoredResponse;
 use crate::http::settings::reject;
 use idem_core::endpoint::{Endpoint, KeyMode};
 use idem_core::engine::{
-    Answer, Attempt, Commits, InFlightMode, InvocationDeadline, Lending, OpName, Verdict,
+    Answer, AtomicCommits, Attempt, InFlightMode, InvocationDeadline, Lending, OpName, Verdict,
 };
 use idem_core::fingerprint::{Previous, Version};
 use idem_core::idempotency::Idempotency;
@@ -56,7 +56,7 @@ pub(crate) struct HttpOperation {
     /// Whether the handler may take a `Tx`: the store's transactions are lent to it.
     pub(crate) lends: bool,
     /// How atomic mode commits, where the store can claim inside a transaction.
-    pub(crate) commits: Commits,
+    pub(crate) commits: AtomicCommits,
     /// The largest body read to fingerprint a request.
     pub(crate) max_request_bytes: usize,
 }

@@ -97,7 +97,7 @@
 //!   of that name.
 //! - Responses `400` `IdempotencyKeyInvalid`, `409` `IdempotencyInProgress`, `422`
 //!   `IdempotencyKeyReused`, `503` `IdempotencyStoreUnavailable`, whose bodies are the
-//!   [`Problem`] schema. Where the operation already documents that status, its own response is
+//!   [`Problem`](ProblemSchema) schema. Where the operation already documents that status, its own response is
 //!   kept and extended: the problem document is added to its content, `Retry-After` to its
 //!   headers (409, 503), and the engine's codes to its description. A response given as a `$ref`
 //!   to another component is copied in and extended the same way.
@@ -527,18 +527,19 @@ fn problem_schema() -> RefOr<Schema> {
 }
 
 /// The schema of every `application/problem+json` body the engine sends (see [`Rejection`](idem_core::rejection::Rejection)),
-/// for `body = Problem` in your own `#[utoipa::path(responses(..))]` when your errors share the
-/// shape. Named `Problem` in the document; no value of this type exists.
+/// for `body = ProblemSchema` in your own `#[utoipa::path(responses(..))]` when your errors share
+/// the shape. Named `Problem` in the document; no value of this type exists. (The response
+/// itself is [`Problem`](crate::Problem).)
 #[derive(Debug)]
-pub enum Problem {}
+pub enum ProblemSchema {}
 
-impl utoipa::PartialSchema for Problem {
+impl utoipa::PartialSchema for ProblemSchema {
     fn schema() -> RefOr<Schema> {
         problem_schema()
     }
 }
 
-impl utoipa::ToSchema for Problem {
+impl utoipa::ToSchema for ProblemSchema {
     fn name() -> Cow<'static, str> {
         Cow::Borrowed(PROBLEM_SCHEMA)
     }

@@ -13,7 +13,7 @@ fn at(offset_ms: i64) -> Timestamp {
 }
 
 /// A record of `charges.create` for `org=acme`, created a minute ago.
-fn info(completed: bool, lease_until: Timestamp, expires_at: Timestamp) -> RecordInfo {
+fn info(completed: bool, lease_until: Timestamp, expires_at: Timestamp) -> Record {
     let key = IdempotencyKey::parse(b"k-1").unwrap();
     let key = RecordKey::derive("org", "acme", "charges.create", &key);
     let times = RecordTimes {
@@ -22,7 +22,7 @@ fn info(completed: bool, lease_until: Timestamp, expires_at: Timestamp) -> Recor
         lease_until,
         expires_at,
     };
-    RecordInfo::new(
+    Record::new(
         key,
         "charges.create",
         "org",

@@ -8,7 +8,7 @@ use bytes::Bytes;
 use super::Lending;
 use super::deadline::InvocationDeadline;
 use super::outcome::OpName;
-use super::policy::{Commits, InFlightMode};
+use super::policy::{AtomicCommits, InFlightMode};
 use crate::error::StoreError;
 use crate::fingerprint::{Fingerprint, Previous};
 use crate::key::RecordKey;
@@ -36,7 +36,7 @@ pub struct Attempt {
     /// Atomic mode: the transactions lent to the work, whose writes commit with the result.
     pub lending: Option<Lending>,
     /// Whether the claim rides in the lent transaction where the store can claim inside one.
-    pub commits: Commits,
+    pub commits: AtomicCommits,
     /// The end of the invocation serving the request, when the request carries one: the lease
     /// never outlives it.
     pub deadline: Option<InvocationDeadline>,

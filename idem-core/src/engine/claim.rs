@@ -12,7 +12,7 @@ use bytes::Bytes;
 use super::attempt::Attempt;
 use super::deadline::LeaseTerms;
 use super::owner::Owner;
-use super::policy::{Commits, InFlightMode};
+use super::policy::{AtomicCommits, InFlightMode};
 use super::retry;
 use super::{Engine, Lending};
 use crate::clock::Timestamp;
@@ -31,11 +31,11 @@ pub(super) enum Claimed {
     /// The attempt owns the record: run the operation.
     Owner(Owner),
     /// Settled without ownership.
-    Settled(Settled),
+    Settled(Unowned),
 }
 
 /// A claim that settled without making the attempt the owner.
-pub(crate) enum Settled {
+pub(crate) enum Unowned {
     /// A completed result to replay.
     Replay {
         /// The stored result.
@@ -61,7 +61,7 @@ impl Engine {
     /// replay, finds it reused or running, or (wait mode) polls a running duplicate until its
     /// result appears or `caller_gone` says nobody waits for it any more.
     pub(super) async fn claim(&self, attempt: &Attempt, caller_gone: impl Fn() -> bool) -> Claimed {
-        if let (Commits::One, Some(lending)) = (attempt.commits, &attempt.lending)
+        if let (AtomicCommits::One, Some(lending)) = (attempt.commits, &attempt.lending)
             && let Some(claimed) = self.claim_in_transaction(attempt, lending).await
         {
             return claimed;
@@ -105,13 +105,13 @@ impl Engine {
                         fingerprint = stored;
                         continue;
                     }
-                    Claimed::Settled(Settled::Reused)
+                    Claimed::Settled(Unowned::Reused)
                 }
                 Ok(Claim::Completed {
                     payload,
                     completed_at,
                     ..
-                }) => Claimed::Settled(Settled::Replay {
+                }) => Claimed::Settled(Unowned::Replay {
                     payload,
                     completed_at,
                 }),
@@ -123,7 +123,7 @@ impl Engine {
                         backoff = (backoff * 2).min(Duration::from_millis(250));
                         continue;
                     }
-                    Claimed::Settled(Settled::InFlight)
+                    Claimed::Settled(Unowned::InFlight)
                 }
             };
         }
@@ -195,7 +195,7 @@ impl Engine {
                 Claimed::Owner(self.owner(attempt, &request, terms).in_transaction())
             }
             Ok(TransactionClaim::Stored) => return None,
-            Ok(TransactionClaim::InFlight) => Claimed::Settled(Settled::InFlight),
+            Ok(TransactionClaim::InFlight) => Claimed::Settled(Unowned::InFlight),
             Err(error) => Claimed::Settled(self.unavailable(error)),
         })
     }
@@ -238,7 +238,7 @@ impl Engine {
     }
 
     /// The store failed a claim, or is full: logged, and refused (fail closed).
-    fn unavailable(&self, error: StoreError) -> Settled {
+    fn unavailable(&self, error: StoreError) -> Unowned {
         let retry_after = match error {
             StoreError::Full { retry_after, .. } => {
                 tracing::warn!(
@@ -255,7 +255,7 @@ impl Engine {
                 self.policy.retry_after
             }
         };
-        Settled::Unavailable { error, retry_after }
+        Unowned::Unavailable { error, retry_after }
     }
 
     fn owner(&self, attempt: &Attempt, request: &ClaimRequest<'_>, terms: LeaseTerms) -> Owner {

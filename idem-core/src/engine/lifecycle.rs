@@ -34,11 +34,11 @@ use tokio::task::JoinHandle;
 use tracing::Instrument;
 
 use super::attempt::{Answer, Attempt, Kept, RolledBack, Verdict};
-use super::claim::{Claimed, Settled};
+use super::claim::{Claimed, Unowned};
 use super::deadline::LeaseTerms;
 use super::outcome::{OpName, OutcomeLabel, count, result_lost, span};
 use super::owner::{CatchUnwind, Owner, Written};
-use super::policy::{Commits, InFlightMode};
+use super::policy::{AtomicCommits, InFlightMode};
 use super::{Engine, Lending};
 use crate::error::StoreError;
 use crate::store::{Completion, Fence};
@@ -84,7 +84,7 @@ enum Finished<R> {
 /// The claim's answer, sent from the task.
 enum Decision {
     Owner,
-    Settled(Settled),
+    Settled(Unowned),
 }
 
 /// The task's way back to its caller.
@@ -203,7 +203,7 @@ impl Engine {
     fn claim_deadline(&self, attempt: &Attempt) -> Duration {
         let waits_for_others = match (attempt.in_flight, attempt.commits, &attempt.lending) {
             (InFlightMode::Wait, ..) => self.policy.wait_timeout,
-            (InFlightMode::Reject, Commits::One, Some(_)) => self.lock_wait(attempt),
+            (InFlightMode::Reject, AtomicCommits::One, Some(_)) => self.lock_wait(attempt),
             (InFlightMode::Reject, ..) => Duration::ZERO,
         };
         self.policy.store_timeout + waits_for_others
@@ -214,11 +214,11 @@ impl Engine {
     fn settled<R, P, E: std::error::Error + 'static>(
         &self,
         operation: &OpName,
-        settled: Settled,
+        settled: Unowned,
         decode: impl FnOnce(&[u8]) -> Result<P, E>,
     ) -> Answer<R, P, E> {
         let (outcome, answer) = match settled {
-            Settled::Replay {
+            Unowned::Replay {
                 payload,
                 completed_at,
             } => match decode(&payload) {
@@ -234,14 +234,14 @@ impl Engine {
                     (OutcomeLabel::StoreError, Answer::Corrupt(error))
                 }
             },
-            Settled::Reused => (OutcomeLabel::Reused, Answer::Reused),
-            Settled::InFlight => (
+            Unowned::Reused => (OutcomeLabel::Reused, Answer::Reused),
+            Unowned::InFlight => (
                 OutcomeLabel::InProgress,
                 Answer::InFlight {
                     retry_after: self.policy.retry_after,
                 },
             ),
-            Settled::Unavailable { error, retry_after } => (
+            Unowned::Unavailable { error, retry_after } => (
                 match error {
                     StoreError::Full { .. } => OutcomeLabel::StoreFull,
                     _ => OutcomeLabel::StoreError,

@@ -33,7 +33,7 @@ pub use deadline::InvocationDeadline;
 pub use lending::{LendError, Lending};
 pub use outcome::{OpName, OutcomeLabel, span};
 pub use policy::Policy;
-pub use policy::{Commits, InFlightMode};
+pub use policy::{AtomicCommits, InFlightMode};
 
 pub use timed::Operators;
 use timed::Timed;

@@ -89,7 +89,7 @@ pub enum InFlightMode {
 /// key until the server ends that session.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
-pub enum Commits {
+pub enum AtomicCommits {
     /// The claim is made inside the handler's transaction, which commits it completed, with the
     /// handler's writes (`commits = "one"`, the default).
     #[default]

@@ -16,7 +16,7 @@ use std::time::Duration;
 use crate::clock::Timestamp;
 use crate::error::StoreError;
 use crate::key::RecordKey;
-use crate::store::records::{Forgotten, RecordFilter, RecordInfo, RecordStats};
+use crate::store::records::{Forgotten, Record, RecordFilter, RecordStats};
 use crate::store::{Claim, ClaimRequest, Completion, DynAdmin, DynStore, Fence, Found, LeaseToken};
 
 /// A store whose every call fails with [`StoreError::Timeout`] past its deadline: `claim` for
@@ -118,7 +118,7 @@ impl Operators {
         filter: &RecordFilter,
         now: Timestamp,
         limit: u32,
-    ) -> Result<Vec<RecordInfo>, StoreError> {
+    ) -> Result<Vec<Record>, StoreError> {
         self.admin("listing records")?
             .list_records(filter, now, limit)
             .await

@@ -24,7 +24,7 @@ mod sweeper;
 pub use builder::Builder;
 pub use error::BuildError;
 pub use faces::{FaceSetup, ProtobufDescriptors, RenderedAs, Renderer, Setup};
-pub use records::{RecordDetail, Records};
+pub use records::Records;
 
 /// The idempotency engine: a store, the policy every idempotent operation follows, and the
 /// settings of its faces. Built once with [`Builder`], shared by every face.

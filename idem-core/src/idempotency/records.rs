@@ -4,14 +4,12 @@
 
 use std::sync::Arc;
 
-use bytes::Bytes;
-
 use super::Idempotency;
 use crate::clock::Timestamp;
 use crate::engine::Engine;
 use crate::error::StoreError;
 use crate::key::RecordKey;
-use crate::store::records::{Forgotten, RecordFilter, RecordInfo, RecordState, RecordStats};
+use crate::store::records::{Forgotten, Record, RecordFilter, RecordState, RecordStats};
 
 /// How many records one store call of [`Records::purge`] deletes.
 const PURGE_BATCH: u32 = 1_000;
@@ -69,17 +67,6 @@ pub struct Records {
     engine: Arc<Engine>,
 }
 
-/// One record and its stored payload, from [`Records::show`].
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct RecordDetail {
-    /// What the store keeps about it.
-    pub info: RecordInfo,
-    /// The stored payload, once completed: for an HTTP endpoint an encoded
-    /// `StoredResponse`, for the programmatic API the serialised output.
-    pub payload: Option<Bytes>,
-}
-
 impl Records {
     /// Now, on the engine's clock: what record states are judged against.
     pub fn now(&self) -> Timestamp {
@@ -87,19 +74,14 @@ impl Records {
     }
 
     /// Up to `limit` records `filter` selects, the oldest first.
-    pub async fn list(
-        &self,
-        filter: &RecordFilter,
-        limit: u32,
-    ) -> Result<Vec<RecordInfo>, StoreError> {
+    pub async fn list(&self, filter: &RecordFilter, limit: u32) -> Result<Vec<Record>, StoreError> {
         let store = self.engine.operators();
         store.list_records(filter, self.now(), limit).await
     }
 
     /// The record under `key` with its payload, in any state; `None` when there is none.
-    pub async fn show(&self, key: &RecordKey) -> Result<Option<RecordDetail>, StoreError> {
-        let found = self.engine.operators().read_record(key).await?;
-        Ok(found.map(|(info, payload)| RecordDetail { info, payload }))
+    pub async fn show(&self, key: &RecordKey) -> Result<Option<Record>, StoreError> {
+        self.engine.operators().read_record(key).await
     }
 
     /// Deletes the record under `key`, so the next request with its key runs again; refuses

@@ -35,7 +35,7 @@ impl Operation<'_> {
     ///   back and the call fails with [`OperationError::LeaseLost`].
     ///
     /// The claim commits on its own first, as with `commits = "two"` on an HTTP endpoint
-    /// ([`Commits`](crate::engine::Commits)); the transaction begins at the first `Tx::conn`; a
+    /// ([`AtomicCommits`](crate::engine::AtomicCommits)); the transaction begins at the first `Tx::conn`; a
     /// closure that never calls it writes
     /// nothing and its output is stored as in [`run`](Operation::run). The engine's store must
     /// lend transactions on `DB` (`SqliteStore` for `sqlx::Sqlite`, `PostgresStore` for

@@ -14,8 +14,8 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use crate::engine::{
-    Answer, Attempt, Commits, InFlightMode, InvocationDeadline, Kept, Lending, OpName, RolledBack,
-    Verdict,
+    Answer, AtomicCommits, Attempt, InFlightMode, InvocationDeadline, Kept, Lending, OpName,
+    RolledBack, Verdict,
 };
 use crate::error::KeyError;
 use crate::fingerprint::{Fingerprint, Previous, Version};
@@ -227,7 +227,7 @@ impl Operation<'_> {
             },
             lending,
             // The claim commits on its own first: the closure may never begin its transaction.
-            commits: Commits::Two,
+            commits: AtomicCommits::Two,
             deadline: self.deadline,
         })
     }

@@ -5,16 +5,15 @@
 
 use std::future::Future;
 
-use bytes::Bytes;
-
 use super::BoxFuture;
-use super::records::{Forgotten, RecordFilter, RecordInfo, RecordStats};
+use super::records::{Forgotten, Record, RecordFilter, RecordStats};
 use crate::clock::Timestamp;
 use crate::error::StoreError;
 use crate::key::RecordKey;
 
-/// What [`Admin::read_record`] finds: the record and its payload once completed.
-pub type Found = Option<(RecordInfo, Option<Bytes>)>;
+/// What [`Admin::read_record`] finds: the record, with its [`payload`](Record::payload) once
+/// completed.
+pub type Found = Option<Record>;
 
 /// Operators' reads and deletes of a store's records.
 pub trait Admin: Send + Sync + 'static {
@@ -25,7 +24,7 @@ pub trait Admin: Send + Sync + 'static {
         filter: &RecordFilter,
         now: Timestamp,
         limit: u32,
-    ) -> impl Future<Output = Result<Vec<RecordInfo>, StoreError>> + Send;
+    ) -> impl Future<Output = Result<Vec<Record>, StoreError>> + Send;
 
     /// The record under `key`, in any state (expired ones too, until removed), with its payload
     /// once completed.
@@ -37,7 +36,7 @@ pub trait Admin: Send + Sync + 'static {
     /// Deletes the record under `key` so the next request with its key runs again.
     ///
     /// Without `force`, a record whose owner holds a lease live at `now`
-    /// ([`RecordInfo::is_leased`]) is left alone and reported as [`Forgotten::Leased`]; the
+    /// ([`Record::is_leased`]) is left alone and reported as [`Forgotten::Leased`]; the
     /// check and the delete are one atomic step. With `force` it is deleted anyway, and its owner
     /// is fenced out: its completion, renewal or release finds no record of its own
     /// ([`Fence::Lost`](super::Fence::Lost)) and changes nothing, even once a new request has
@@ -78,7 +77,7 @@ pub trait DynAdmin: Send + Sync + 'static {
         filter: &'a RecordFilter,
         now: Timestamp,
         limit: u32,
-    ) -> BoxFuture<'a, Result<Vec<RecordInfo>, StoreError>>;
+    ) -> BoxFuture<'a, Result<Vec<Record>, StoreError>>;
     fn read_record<'a>(&'a self, key: &'a RecordKey) -> BoxFuture<'a, Result<Found, StoreError>>;
     fn forget_record<'a>(
         &'a self,
@@ -105,7 +104,7 @@ impl<T: Admin> DynAdmin for T {
         filter: &'a RecordFilter,
         now: Timestamp,
         limit: u32,
-    ) -> BoxFuture<'a, Result<Vec<RecordInfo>, StoreError>> {
+    ) -> BoxFuture<'a, Result<Vec<Record>, StoreError>> {
         Box::pin(Admin::list_records(self, filter, now, limit))
     }
     fn read_record<'a>(&'a self, key: &'a RecordKey) -> BoxFuture<'a, Result<Found, StoreError>> {

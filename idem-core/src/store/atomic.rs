@@ -31,7 +31,7 @@ pub trait OpenTransaction: Send + 'static {
         completion: Completion<'a>,
     ) -> BoxFuture<'a, Result<Fence, StoreError>>;
 
-    /// Commits the transaction alone (a request without an idempotency key). A transaction
+    /// AtomicCommits the transaction alone (a request without an idempotency key). A transaction
     /// that holds a claim refuses: it commits only with its record.
     fn commit(self: Box<Self>) -> BoxFuture<'static, Result<(), StoreError>>;
 

@@ -6,6 +6,8 @@
 
 use std::collections::BTreeMap;
 
+use bytes::Bytes;
+
 use crate::clock::Timestamp;
 use crate::key::RecordKey;
 
@@ -60,7 +62,7 @@ impl std::str::FromStr for RecordState {
 /// creation time of 0).
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
-pub struct RecordInfo {
+pub struct Record {
     /// The record's key (a hash: the client's key is never stored).
     pub key: RecordKey,
     /// The operation (endpoint) it belongs to.
@@ -81,9 +83,14 @@ pub struct RecordInfo {
     pub lease_until: Option<Timestamp>,
     /// When it stops existing for requests.
     pub expires_at: Timestamp,
+    /// The stored payload, once completed (for an HTTP endpoint an encoded `StoredResponse`, for
+    /// the programmatic API the serialised output). Only a read of one record
+    /// ([`Admin::read_record`](super::Admin::read_record), `Records::show`) fills it in:
+    /// listings leave it `None`.
+    pub payload: Option<Bytes>,
 }
 
-impl RecordInfo {
+impl Record {
     /// A record as a store read it: `lease_until` is kept only while it is in flight.
     #[allow(clippy::too_many_arguments)]
     pub fn new(
@@ -106,7 +113,14 @@ impl RecordInfo {
             completed_at: times.completed_at.filter(|_| completed),
             lease_until: (!completed).then_some(times.lease_until),
             expires_at: times.expires_at,
+            payload: None,
         }
+    }
+
+    /// The record with `payload`, as [`Admin::read_record`](super::Admin::read_record) returns
+    /// it: the stored payload once completed, `None` while in flight.
+    pub fn with_payload(self, payload: Option<Bytes>) -> Self {
+        Self { payload, ..self }
     }
 
     /// The record's state at `now`.
@@ -127,7 +141,7 @@ impl RecordInfo {
     }
 }
 
-/// The times a store reads back for [`RecordInfo::new`].
+/// The times a store reads back for [`Record::new`].
 #[derive(Debug, Clone, Copy)]
 pub struct RecordTimes {
     /// When the record was claimed.
@@ -207,7 +221,7 @@ impl RecordFilter {
     }
 
     /// Whether `record` is selected at `now`: the rule every store follows.
-    pub fn matches(&self, record: &RecordInfo, now: Timestamp) -> bool {
+    pub fn matches(&self, record: &Record, now: Timestamp) -> bool {
         let is = |want: &Option<String>, have: &str| want.as_deref().is_none_or(|w| w == have);
         is(&self.operation, &record.operation)
             && is(&self.scope, &record.scope)
@@ -229,9 +243,9 @@ pub enum Forgotten {
     /// The record was deleted: the next request with its key runs again. Its owner, if one was
     /// still running, is fenced out: its completion finds no record of its own and stores
     /// nothing.
-    Deleted(RecordInfo),
+    Deleted(Record),
     /// An owner still holds a live lease; nothing was deleted (only without `force`).
-    Leased(RecordInfo),
+    Leased(Record),
     /// No record under that key.
     Absent,
 }
@@ -254,7 +268,7 @@ impl RecordStats {
     }
 
     /// Counts `record` as of `now`.
-    pub fn add(&mut self, record: &RecordInfo, now: Timestamp) {
+    pub fn add(&mut self, record: &Record, now: Timestamp) {
         let state = record.state(now);
         self.add_count(&record.operation, state, 1);
         if state == RecordState::InFlight {
@@ -296,7 +310,7 @@ impl RecordStats {
 #[derive(Debug)]
 pub struct Oldest {
     limit: usize,
-    found: Vec<RecordInfo>,
+    found: Vec<Record>,
 }
 
 impl Oldest {
@@ -309,7 +323,7 @@ impl Oldest {
     }
 
     /// Takes `record` into account.
-    pub fn offer(&mut self, record: RecordInfo) {
+    pub fn offer(&mut self, record: Record) {
         self.found.push(record);
         if self.found.len() >= self.limit.saturating_mul(2).max(256) {
             self.keep_oldest();
@@ -317,7 +331,7 @@ impl Oldest {
     }
 
     /// The oldest `limit` records offered, oldest first.
-    pub fn into_vec(mut self) -> Vec<RecordInfo> {
+    pub fn into_vec(mut self) -> Vec<Record> {
         self.keep_oldest();
         self.found
     }
@@ -341,7 +355,7 @@ mod tests {
                 lease_until: Timestamp::from_millis(0),
                 expires_at: Timestamp::from_millis(1),
             };
-            RecordInfo::new(
+            Record::new(
                 RecordKey::from_bytes([n; 32]),
                 "",
                 "",
@@ -375,7 +389,7 @@ mod tests {
             };
             let mut key = [0u8; 32];
             key[..8].copy_from_slice(&n.to_be_bytes());
-            let info = RecordInfo::new(RecordKey::from_bytes(key), "", "", "", false, None, times);
+            let info = Record::new(RecordKey::from_bytes(key), "", "", "", false, None, times);
             oldest.offer(info);
             assert!(oldest.found.len() < 256, "{}", oldest.found.len());
         }

@@ -11,7 +11,7 @@ use idem_core::clock::Timestamp;
 use idem_core::error::StoreError;
 use idem_core::fingerprint::Fingerprint;
 use idem_core::key::{RecordKey, unhex};
-use idem_core::store::records::{RecordInfo, RecordTimes};
+use idem_core::store::records::{Record, RecordTimes};
 use idem_core::store::{ClaimRequest, LeaseToken};
 
 /// An item: attribute name to value.
@@ -203,8 +203,8 @@ impl Stored {
     }
 
     /// What an operator reads of it.
-    pub(super) fn info(&self) -> RecordInfo {
-        RecordInfo::new(
+    pub(super) fn info(&self) -> Record {
+        Record::new(
             self.key,
             &self.operation,
             &self.scope,

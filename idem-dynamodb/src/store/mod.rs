@@ -10,12 +10,11 @@ use aws_sdk_dynamodb::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_dynamodb::operation::delete_item::DeleteItemError;
 use aws_sdk_dynamodb::operation::put_item::PutItemError;
 use aws_sdk_dynamodb::types::ReturnValuesOnConditionCheckFailure;
-use bytes::Bytes;
 
 use idem_core::clock::Timestamp;
 use idem_core::error::StoreError;
 use idem_core::key::RecordKey;
-use idem_core::store::records::{Forgotten, RecordFilter, RecordInfo, RecordStats};
+use idem_core::store::records::{Forgotten, Record, RecordFilter, RecordStats};
 use idem_core::store::{
     Admin, Capabilities, Claim, ClaimRequest, Completion, Fence, LeaseToken, Store,
 };
@@ -323,14 +322,11 @@ impl Admin for DynamoDbStore {
         filter: &RecordFilter,
         now: Timestamp,
         limit: u32,
-    ) -> Result<Vec<RecordInfo>, StoreError> {
+    ) -> Result<Vec<Record>, StoreError> {
         self.list(filter, now, limit).await
     }
 
-    async fn read_record(
-        &self,
-        key: &RecordKey,
-    ) -> Result<Option<(RecordInfo, Option<Bytes>)>, StoreError> {
+    async fn read_record(&self, key: &RecordKey) -> Result<Option<Record>, StoreError> {
         self.read(key).await
     }
 

@@ -8,7 +8,6 @@
 
 use aws_sdk_dynamodb::operation::delete_item::DeleteItemError;
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue, ReturnValuesOnConditionCheckFailure};
-use bytes::Bytes;
 
 use super::DynamoDbStore;
 use super::error::condition_failed;
@@ -20,7 +19,7 @@ use idem_core::clock::Timestamp;
 use idem_core::error::StoreError;
 use idem_core::key::RecordKey;
 use idem_core::store::records::{
-    Forgotten, Oldest, RecordFilter, RecordInfo, RecordState, RecordStats,
+    Forgotten, Oldest, Record, RecordFilter, RecordState, RecordStats,
 };
 
 /// Where a paged `Scan` is: not started, at a page's last key, or done.
@@ -66,7 +65,7 @@ impl DynamoDbStore {
         filter: &RecordFilter,
         now: Timestamp,
         limit: u32,
-    ) -> Result<Vec<RecordInfo>, StoreError> {
+    ) -> Result<Vec<Record>, StoreError> {
         if limit == 0 {
             return Ok(Vec::new());
         }
@@ -82,10 +81,7 @@ impl DynamoDbStore {
         Ok(oldest.into_vec())
     }
 
-    pub(super) async fn read(
-        &self,
-        key: &RecordKey,
-    ) -> Result<Option<(RecordInfo, Option<Bytes>)>, StoreError> {
+    pub(super) async fn read(&self, key: &RecordKey) -> Result<Option<Record>, StoreError> {
         let got = self
             .client
             .get_item()
@@ -101,14 +97,14 @@ impl DynamoDbStore {
         let stored = Stored::decode(item)?;
         let info = stored.info();
         if !stored.completed {
-            return Ok(Some((info, None)));
+            return Ok(Some(info));
         }
         let payload = stored.payload.ok_or_else(|| {
             StoreError::Corrupt(
                 format!("item {}: completed without a payload", key.to_hex()).into(),
             )
         })?;
-        Ok(Some((info, Some(payload))))
+        Ok(Some(info.with_payload(Some(payload))))
     }
 
     pub(super) async fn forget(

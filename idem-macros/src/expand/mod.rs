@@ -92,7 +92,7 @@ fn expand(handler: &Handler, config: &validate::Config) -> TokenStream {
     // Left out unless given, so most expansions read as before.
     let commits = config
         .two_commits
-        .then(|| quote!(.with_commits(#p::Commits::Two)));
+        .then(|| quote!(.with_commits(#p::AtomicCommits::Two)));
     let stable_name = config.name.as_ref().map(|name| quote!(.with_name(#name)));
     let call = handler::call_fn(handler);
     let arguments = checks::arguments_fn(handler, handler.known_state(config.state.as_ref()));

@@ -27,7 +27,7 @@ const RETIRING: u8 = 3;
 /// A record as stored.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) enum Stored {
-    Live(Record),
+    Live(LiveRecord),
     /// Released or forgotten: the key is free.
     Tombstone,
     /// About to be deleted by a purge, which marked it at `since`: see `BucketStore`'s
@@ -38,7 +38,7 @@ pub(super) enum Stored {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) struct Record {
+pub(super) struct LiveRecord {
     pub(super) fingerprint: Fingerprint,
     pub(super) token: LeaseToken,
     pub(super) lease_until: Timestamp,
@@ -160,7 +160,7 @@ pub(super) fn decode(bytes: &[u8]) -> Result<Stored, StoreError> {
         }),
         _ => return Err(corrupt("unknown record state")),
     };
-    Ok(Stored::Live(Record {
+    Ok(Stored::Live(LiveRecord {
         fingerprint,
         token,
         lease_until,
@@ -212,8 +212,8 @@ mod tests {
         Stored::Live(live(completed))
     }
 
-    fn live(completed: Option<Completed>) -> Record {
-        Record {
+    fn live(completed: Option<Completed>) -> LiveRecord {
+        LiveRecord {
             fingerprint: Fingerprint::from_bytes([7; 32]),
             token: LeaseToken::from_i64(-42),
             lease_until: Timestamp::from_millis(1_000),
@@ -293,8 +293,8 @@ mod tests {
         bytes
     }
 
-    fn without_scope(record: Record) -> Stored {
-        Stored::Live(Record {
+    fn without_scope(record: LiveRecord) -> Stored {
+        Stored::Live(LiveRecord {
             scope: String::new(),
             scope_value: String::new(),
             ..record

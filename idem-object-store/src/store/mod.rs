@@ -13,7 +13,7 @@ use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload,
 use idem_core::clock::Timestamp;
 use idem_core::error::StoreError;
 use idem_core::key::RecordKey;
-use idem_core::store::records::{Forgotten, RecordFilter, RecordInfo, RecordStats};
+use idem_core::store::records::{Forgotten, Record, RecordFilter, RecordStats};
 use idem_core::store::{
     Admin, Capabilities, Claim, ClaimRequest, Completion, Fence, LeaseToken, Store,
 };
@@ -21,7 +21,7 @@ use idem_core::store::{
 mod format;
 mod records;
 
-use format::{Completed, Record, Stored, decode, encode};
+use format::{Completed, LiveRecord, Stored, decode, encode};
 
 /// How many times an operation re-reads a record that changed under it before giving up.
 const ATTEMPTS: usize = 16;
@@ -49,7 +49,7 @@ const RETIRING_WAIT: Duration = Duration::from_millis(500);
 /// claims are atomic per key and writes are fenced, as on the SQL stores.
 ///
 /// Beside the fingerprint, lease token and times the engine needs, each record keeps what
-/// operators read ([`RecordInfo`]): its operation, scope and scope value, its creation time,
+/// operators read ([`Record`]): its operation, scope and scope value, its creation time,
 /// lease and expiry, and once completed its completion time, status code and payload. Records
 /// written by the previous release (record format version 1, which had no scope) still replay,
 /// and show an empty scope and scope value; a process of that release cannot read a record
@@ -248,7 +248,7 @@ impl BucketStore {
         &self,
         key: &RecordKey,
         token: LeaseToken,
-        change: impl Fn(Record) -> Stored,
+        change: impl Fn(LiveRecord) -> Stored,
     ) -> Result<Fence, StoreError> {
         let path = self.path(key);
         for _ in 0..ATTEMPTS {
@@ -273,7 +273,7 @@ fn contended() -> StoreError {
 impl Store for BucketStore {
     async fn claim(&self, req: ClaimRequest<'_>) -> Result<Claim, StoreError> {
         let path = self.path(req.key);
-        let fresh = Stored::Live(Record {
+        let fresh = Stored::Live(LiveRecord {
             fingerprint: *req.fingerprint,
             token: req.token,
             lease_until: req.lease_until,
@@ -328,7 +328,7 @@ impl Store for BucketStore {
                 });
             }
             // The same request, whose owner's lease lapsed: take it over.
-            let taken = Stored::Live(Record {
+            let taken = Stored::Live(LiveRecord {
                 token: req.token,
                 lease_until: req.lease_until,
                 expires_at: req.expires_at,
@@ -349,7 +349,7 @@ impl Store for BucketStore {
     ) -> Result<Fence, StoreError> {
         let payload = Bytes::copy_from_slice(completion.payload);
         self.fenced(key, token, |record| {
-            Stored::Live(Record {
+            Stored::Live(LiveRecord {
                 expires_at: completion.expires_at,
                 completed: Some(Completed {
                     at: completion.completed_at,
@@ -373,7 +373,7 @@ impl Store for BucketStore {
         lease_until: Timestamp,
     ) -> Result<Fence, StoreError> {
         self.fenced(key, token, |record| {
-            Stored::Live(Record {
+            Stored::Live(LiveRecord {
                 lease_until,
                 ..record
             })
@@ -419,14 +419,11 @@ impl Admin for BucketStore {
         filter: &RecordFilter,
         now: Timestamp,
         limit: u32,
-    ) -> Result<Vec<RecordInfo>, StoreError> {
+    ) -> Result<Vec<Record>, StoreError> {
         self.list(filter, now, limit).await
     }
 
-    async fn read_record(
-        &self,
-        key: &RecordKey,
-    ) -> Result<Option<(RecordInfo, Option<Bytes>)>, StoreError> {
+    async fn read_record(&self, key: &RecordKey) -> Result<Option<Record>, StoreError> {
         self.read_one(key).await
     }
 

@@ -5,18 +5,17 @@
 use std::future::ready;
 use std::pin::pin;
 
-use bytes::Bytes;
 use futures_util::{Stream, TryStreamExt};
 use object_store::UpdateVersion;
 use object_store::path::Path;
 
-use super::format::{Record, Stored};
+use super::format::{LiveRecord, Stored};
 use super::{ATTEMPTS, BucketStore, contended};
 use idem_core::clock::Timestamp;
 use idem_core::error::StoreError;
 use idem_core::key::RecordKey;
 use idem_core::store::records::{
-    Forgotten, Oldest, RecordFilter, RecordInfo, RecordState, RecordStats, RecordTimes,
+    Forgotten, Oldest, Record, RecordFilter, RecordState, RecordStats, RecordTimes,
 };
 
 /// How many objects a listing reads at once.
@@ -32,9 +31,9 @@ pub(super) struct Scanned {
 }
 
 /// What an operator sees of a live record.
-fn info(key: &RecordKey, record: &Record) -> RecordInfo {
+fn info(key: &RecordKey, record: &LiveRecord) -> Record {
     let completed = record.completed.as_ref();
-    RecordInfo::new(
+    Record::new(
         *key,
         record.operation.as_str(),
         record.scope.as_str(),
@@ -113,7 +112,7 @@ impl BucketStore {
         &'a self,
         filter: &'a RecordFilter,
         now: Timestamp,
-    ) -> impl Stream<Item = Result<(RecordInfo, Scanned), StoreError>> + Send + 'a {
+    ) -> impl Stream<Item = Result<(Record, Scanned), StoreError>> + Send + 'a {
         self.scan().try_filter_map(move |scanned| {
             let selected = match &scanned.stored {
                 Stored::Live(record) => Some(info(&scanned.key, record))
@@ -130,7 +129,7 @@ impl BucketStore {
         filter: &RecordFilter,
         now: Timestamp,
         limit: u32,
-    ) -> Result<Vec<RecordInfo>, StoreError> {
+    ) -> Result<Vec<Record>, StoreError> {
         let mut oldest = Oldest::new(limit);
         let mut records = pin!(self.selected(filter, now));
         while let Some((info, _)) = records.try_next().await? {
@@ -139,14 +138,11 @@ impl BucketStore {
         Ok(oldest.into_vec())
     }
 
-    pub(super) async fn read_one(
-        &self,
-        key: &RecordKey,
-    ) -> Result<Option<(RecordInfo, Option<Bytes>)>, StoreError> {
+    pub(super) async fn read_one(&self, key: &RecordKey) -> Result<Option<Record>, StoreError> {
         Ok(match self.read(&self.path(key)).await? {
             Some((Stored::Live(record), _)) => {
                 let payload = record.completed.as_ref().map(|c| c.payload.clone());
-                Some((info(key, &record), payload))
+                Some(info(key, &record).with_payload(payload))
             }
             _ => None,
         })

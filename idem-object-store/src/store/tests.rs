@@ -145,7 +145,7 @@ async fn a_claim_never_writes_over_a_record_being_deleted_until_its_purge_is_sur
 async fn a_takeover_keeps_the_scope_and_a_new_claim_of_an_expired_record_writes_its_own() {
     let (store, _) = store().await;
     let scope_of = async |store: &BucketStore| {
-        let (record, _) = store.read_record(&key(1)).await.unwrap().unwrap();
+        let record = store.read_record(&key(1)).await.unwrap().unwrap();
         (record.scope, record.scope_value, record.created_at)
     };
     let acme = ("org", "acme");

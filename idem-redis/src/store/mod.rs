@@ -4,13 +4,12 @@ use std::fmt;
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
-use bytes::Bytes;
 use redis::{RedisError, Script, Value};
 
 use idem_core::clock::Timestamp;
 use idem_core::error::StoreError;
 use idem_core::key::{RecordKey, hex};
-use idem_core::store::records::{Forgotten, RecordFilter, RecordInfo, RecordStats};
+use idem_core::store::records::{Forgotten, Record, RecordFilter, RecordStats};
 use idem_core::store::{
     Admin, Capabilities, Claim, ClaimRequest, Completion, Fence, LeaseToken, Store,
 };
@@ -359,14 +358,11 @@ impl Admin for RedisStore {
         filter: &RecordFilter,
         now: Timestamp,
         limit: u32,
-    ) -> Result<Vec<RecordInfo>, StoreError> {
+    ) -> Result<Vec<Record>, StoreError> {
         self.list(filter, now, limit).await
     }
 
-    async fn read_record(
-        &self,
-        key: &RecordKey,
-    ) -> Result<Option<(RecordInfo, Option<Bytes>)>, StoreError> {
+    async fn read_record(&self, key: &RecordKey) -> Result<Option<Record>, StoreError> {
         self.read(key).await
     }
 

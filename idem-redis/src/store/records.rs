@@ -20,7 +20,7 @@ use idem_core::clock::Timestamp;
 use idem_core::error::StoreError;
 use idem_core::key::RecordKey;
 use idem_core::store::records::{
-    Forgotten, Oldest, RecordFilter, RecordInfo, RecordState, RecordStats, RecordTimes,
+    Forgotten, Oldest, Record, RecordFilter, RecordState, RecordStats, RecordTimes,
 };
 
 static FORGET: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("forget.lua")));
@@ -49,7 +49,7 @@ const AT_ONCE: usize = 256;
 /// A record as a walk read it: what operators see, and the lease token a purge's delete checks.
 #[derive(Debug)]
 struct Stored {
-    info: RecordInfo,
+    info: Record,
     token: Vec<u8>,
 }
 
@@ -59,7 +59,7 @@ impl RedisStore {
         filter: &RecordFilter,
         now: Timestamp,
         limit: u32,
-    ) -> Result<Vec<RecordInfo>, StoreError> {
+    ) -> Result<Vec<Record>, StoreError> {
         if limit == 0 {
             return Ok(Vec::new());
         }
@@ -75,10 +75,7 @@ impl RedisStore {
         Ok(oldest.into_vec())
     }
 
-    pub(super) async fn read(
-        &self,
-        key: &RecordKey,
-    ) -> Result<Option<(RecordInfo, Option<Bytes>)>, StoreError> {
+    pub(super) async fn read(&self, key: &RecordKey) -> Result<Option<Record>, StoreError> {
         let name = self.record_key(key);
         let mut hmget = redis::cmd("HMGET");
         hmget.arg(&name).arg(&FIELDS[..]).arg("payload");
@@ -90,12 +87,12 @@ impl RedisStore {
             return Ok(None);
         };
         if !stored.info.completed {
-            return Ok(Some((stored.info, None)));
+            return Ok(Some(stored.info));
         }
         let payload = payload.ok_or_else(|| {
             StoreError::Corrupt(format!("record {name}: completed without a payload").into())
         })?;
-        Ok(Some((stored.info, Some(Bytes::from(payload)))))
+        Ok(Some(stored.info.with_payload(Some(Bytes::from(payload)))))
     }
 
     pub(super) async fn forget(
@@ -357,7 +354,7 @@ fn decode(key: RecordKey, values: &[Option<Vec<u8>>]) -> Result<Option<Stored>, 
                 .ok_or_else(|| corrupt("status is not a status code".to_owned()))?,
         ),
     };
-    let info = RecordInfo::new(
+    let info = Record::new(
         key,
         text("operation")?,
         text("scope")?,
@@ -404,7 +401,7 @@ mod tests {
             .collect()
     }
 
-    fn info(changes: &[(&str, Option<&[u8]>)]) -> RecordInfo {
+    fn info(changes: &[(&str, Option<&[u8]>)]) -> Record {
         decode(KEY, &hash(changes)).unwrap().unwrap().info
     }
 
@@ -419,8 +416,7 @@ mod tests {
             lease_until: t(31000),
             expires_at: t(86_402_000),
         };
-        let expected =
-            RecordInfo::new(KEY, "charges.create", "org", "acme", true, Some(201), times);
+        let expected = Record::new(KEY, "charges.create", "org", "acme", true, Some(201), times);
         assert_eq!(done.info, expected);
         let running = info(&[
             ("state", Some(b"in_flight")),

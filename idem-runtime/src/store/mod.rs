@@ -20,6 +20,9 @@
 /// The fingerprint a [`ClaimRequest`] carries: a digest of the request that tells a retry from a
 /// key reused for another request.
 pub use idem_core::fingerprint::Fingerprint;
+/// The key a store keeps a record under: derived from the scope, its value, the operation and
+/// the client's [`IdempotencyKey`](crate::IdempotencyKey), never the client's key in clear.
+pub use idem_core::key::RecordKey;
 pub use idem_core::store::{
     Admin, BoxFuture, Capabilities, Claim, ClaimRequest, Completion, DynAdmin, DynStore, Fence,
     Found, LeaseToken, MemoryStore, ReadInProcess, Store, records,

@@ -3,7 +3,6 @@
 use std::fmt;
 use std::sync::Arc;
 
-use bytes::Bytes;
 use sqlx::postgres::PgPoolOptions;
 use sqlx::{AssertSqlSafe, PgPool};
 
@@ -12,7 +11,7 @@ use crate::sql::{RecordStatements, fence, held_by};
 use idem_core::clock::Timestamp;
 use idem_core::error::StoreError;
 use idem_core::key::RecordKey;
-use idem_core::store::records::{Forgotten, RecordFilter, RecordInfo, RecordStats};
+use idem_core::store::records::{Forgotten, Record, RecordFilter, RecordStats};
 use idem_core::store::{
     Admin, BoxFuture, Capabilities, Claim, ClaimRequest, Completion, Fence, LeaseToken, Store,
 };
@@ -37,7 +36,7 @@ use schema::{Names, migrate};
 ///
 /// The store offers atomic mode (`Tx<sqlx::Postgres>`): a handler's writes and the
 /// record's completion commit in one transaction on this database. By default
-/// (`Commits::One`) the claim is made in that transaction too, sent with its
+/// (`AtomicCommits::One`) the claim is made in that transaction too, sent with its
 /// `BEGIN` (it takes the key's advisory lock and writes nothing), and the record is written once,
 /// completed, with the `COMMIT`: one commit and one row written per fresh request. The two are
 /// calls of PL/pgSQL functions the store creates in its schema, so that PostgreSQL plans their
@@ -470,14 +469,11 @@ impl Admin for PostgresStore {
         filter: &RecordFilter,
         now: Timestamp,
         limit: u32,
-    ) -> Result<Vec<RecordInfo>, StoreError> {
+    ) -> Result<Vec<Record>, StoreError> {
         self.list(filter, now, limit).await
     }
 
-    async fn read_record(
-        &self,
-        key: &RecordKey,
-    ) -> Result<Option<(RecordInfo, Option<Bytes>)>, StoreError> {
+    async fn read_record(&self, key: &RecordKey) -> Result<Option<Record>, StoreError> {
         self.read(key).await
     }
 

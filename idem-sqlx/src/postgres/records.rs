@@ -4,7 +4,6 @@
 //! holds) and checks each row again as it deletes it, so a record that changed in between
 //! (expired and claimed anew) is left alone.
 
-use bytes::Bytes;
 use sqlx::AssertSqlSafe;
 
 use super::PostgresStore;
@@ -15,7 +14,7 @@ use crate::sql::{
 use idem_core::clock::Timestamp;
 use idem_core::error::StoreError;
 use idem_core::key::RecordKey;
-use idem_core::store::records::{Forgotten, RecordFilter, RecordInfo, RecordStats};
+use idem_core::store::records::{Forgotten, Record, RecordFilter, RecordStats};
 
 impl PostgresStore {
     pub(super) async fn list(
@@ -23,7 +22,7 @@ impl PostgresStore {
         filter: &RecordFilter,
         now: Timestamp,
         limit: u32,
-    ) -> Result<Vec<RecordInfo>, StoreError> {
+    ) -> Result<Vec<Record>, StoreError> {
         let rows: Vec<InfoRow> = bind_filter!(
             sqlx::query_as(AssertSqlSafe(self.sql.operators.list.clone())),
             FilterArgs::new(filter, now)
@@ -35,10 +34,7 @@ impl PostgresStore {
         rows.into_iter().map(record_info).collect()
     }
 
-    pub(super) async fn read(
-        &self,
-        key: &RecordKey,
-    ) -> Result<Option<(RecordInfo, Option<Bytes>)>, StoreError> {
+    pub(super) async fn read(&self, key: &RecordKey) -> Result<Option<Record>, StoreError> {
         self.read_row(key).await?.map(read_row).transpose()
     }
 

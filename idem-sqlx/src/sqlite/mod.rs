@@ -3,7 +3,6 @@
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
-use bytes::Bytes;
 use sqlx::SqlitePool;
 
 use crate::atomic::AtomicStore;
@@ -11,7 +10,7 @@ use crate::sql::{RecordStatements, fence, held_by};
 use idem_core::clock::Timestamp;
 use idem_core::error::StoreError;
 use idem_core::key::RecordKey;
-use idem_core::store::records::{Forgotten, RecordFilter, RecordInfo, RecordStats};
+use idem_core::store::records::{Forgotten, Record, RecordFilter, RecordStats};
 use idem_core::store::{
     Admin, BoxFuture, Capabilities, Claim, ClaimRequest, Completion, Fence, LeaseToken, Store,
 };
@@ -406,14 +405,11 @@ impl Admin for SqliteStore {
         filter: &RecordFilter,
         now: Timestamp,
         limit: u32,
-    ) -> Result<Vec<RecordInfo>, StoreError> {
+    ) -> Result<Vec<Record>, StoreError> {
         self.list(filter, now, limit).await
     }
 
-    async fn read_record(
-        &self,
-        key: &RecordKey,
-    ) -> Result<Option<(RecordInfo, Option<Bytes>)>, StoreError> {
+    async fn read_record(&self, key: &RecordKey) -> Result<Option<Record>, StoreError> {
         self.read(key).await
     }
 

@@ -3,8 +3,6 @@
 //! one writer at a time, so a forget's check and delete, and a purge's selection and delete,
 //! are atomic.
 
-use bytes::Bytes;
-
 use super::schema::while_busy;
 use super::{RECORDS, SqliteStore};
 use crate::sql::{
@@ -14,7 +12,7 @@ use crate::sql::{
 use idem_core::clock::Timestamp;
 use idem_core::error::StoreError;
 use idem_core::key::RecordKey;
-use idem_core::store::records::{Forgotten, RecordFilter, RecordInfo, RecordStats};
+use idem_core::store::records::{Forgotten, Record, RecordFilter, RecordStats};
 
 impl SqliteStore {
     pub(super) async fn list(
@@ -22,7 +20,7 @@ impl SqliteStore {
         filter: &RecordFilter,
         now: Timestamp,
         limit: u32,
-    ) -> Result<Vec<RecordInfo>, StoreError> {
+    ) -> Result<Vec<Record>, StoreError> {
         let rows: Vec<InfoRow> = bind_filter!(
             sqlx::query_as(RECORDS.list.as_ref()),
             FilterArgs::new(filter, now)
@@ -34,10 +32,7 @@ impl SqliteStore {
         rows.into_iter().map(record_info).collect()
     }
 
-    pub(super) async fn read(
-        &self,
-        key: &RecordKey,
-    ) -> Result<Option<(RecordInfo, Option<Bytes>)>, StoreError> {
+    pub(super) async fn read(&self, key: &RecordKey) -> Result<Option<Record>, StoreError> {
         self.read_row(key).await?.map(read_row).transpose()
     }
 

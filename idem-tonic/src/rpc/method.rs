@@ -7,7 +7,7 @@ use http::HeaderName;
 use tonic::metadata::MetadataMap;
 
 use idem_core::endpoint::KeyMode;
-use idem_core::engine::{Commits, InFlightMode, OpName};
+use idem_core::engine::{AtomicCommits, InFlightMode, OpName};
 use idem_core::error::KeyError;
 use idem_core::key::IdempotencyKey;
 
@@ -31,7 +31,7 @@ pub struct GrpcMethod {
     /// `key_metadata = "..."`: the metadata entry holding the key, when not the engine's header.
     key_metadata: Option<&'static str>,
     in_flight: InFlightMode,
-    commits: Commits,
+    commits: AtomicCommits,
     /// The operation's name, once known (it may need the request message's package).
     identity: OnceLock<OpName>,
 }
@@ -50,7 +50,7 @@ impl GrpcMethod {
         key_field: Option<&'static str>,
         key_metadata: Option<&'static str>,
         in_flight: InFlightMode,
-        commits: Commits,
+        commits: AtomicCommits,
     ) -> Self {
         Self {
             handler,
@@ -104,7 +104,7 @@ impl GrpcMethod {
         self.in_flight
     }
 
-    pub(crate) fn commits(&self) -> Commits {
+    pub(crate) fn commits(&self) -> AtomicCommits {
         self.commits
     }
 
@@ -234,7 +234,7 @@ mod tests {
                 Some("request_id"),
                 None,
                 InFlightMode::Reject,
-                Commits::Two,
+                AtomicCommits::Two,
             )
         };
         assert_eq!(

@@ -7,13 +7,14 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use http::StatusCode;
+use idem_runtime::StoredResponse;
 use idem_runtime::clock::Timestamp;
 use idem_runtime::store::Fingerprint;
+use idem_runtime::store::RecordKey;
 use idem_runtime::store::records::{RecordFilter, RecordState};
 use idem_runtime::store::{
     Admin, Claim, ClaimRequest, Completion, LeaseToken, PostgresStore, SqliteStore, Store,
 };
-use idem_runtime::{RecordKey, StoredResponse};
 use idem_tests::db;
 use sha2::{Digest, Sha256};
 use sqlx::{AssertSqlSafe, Row};

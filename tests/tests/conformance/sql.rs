@@ -7,13 +7,14 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::StatusCode;
 use idem_runtime::StoreError;
+use idem_runtime::StoredResponse;
 use idem_runtime::clock::Timestamp;
 use idem_runtime::store::Fingerprint;
+use idem_runtime::store::RecordKey;
 use idem_runtime::store::records::{Forgotten, RecordFilter};
 use idem_runtime::store::{
     Admin, Claim, ClaimRequest, Completion, Fence, LeaseToken, PostgresStore, SqliteStore, Store,
 };
-use idem_runtime::{RecordKey, StoredResponse};
 use idem_tests::db::{self, TestDatabase};
 use idem_tests::{TestStore, postgres_store};
 use sqlx::{AssertSqlSafe, PgPool, SqlitePool};

@@ -9,9 +9,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
+use idem_runtime::StoreError;
 use idem_runtime::store::Fingerprint;
+use idem_runtime::store::RecordKey;
 use idem_runtime::store::{Claim, ClaimRequest, PostgresStore, RedisStore, SqliteStore, Store};
-use idem_runtime::{RecordKey, StoreError};
 use idem_tests::{Hooked, Hooks, TcpProxy};
 use tokio::sync::{Mutex, oneshot, watch};
 

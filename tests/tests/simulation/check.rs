@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 
-use idem_runtime::RecordKey;
+use idem_runtime::store::RecordKey;
 
 use super::app::STORE_TIMEOUT;
 use super::scenario::{FaultKind, Run};

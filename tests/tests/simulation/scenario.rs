@@ -5,7 +5,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use idem_runtime::{IdempotencyKey, RecordKey};
+use idem_runtime::IdempotencyKey;
+use idem_runtime::store::RecordKey;
 
 use super::app;
 use super::client::{self, Job};

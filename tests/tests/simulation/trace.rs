@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::sync::{Arc, Mutex, PoisonError};
 
-use idem_runtime::RecordKey;
+use idem_runtime::store::RecordKey;
 
 /// One thing that happened.
 #[derive(Debug, Clone, PartialEq, Eq)]

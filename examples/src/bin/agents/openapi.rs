@@ -9,7 +9,7 @@
 use axum::body::Bytes;
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
-use idem_runtime::openapi::{IdempotencyDoc, Problem};
+use idem_runtime::openapi::{IdempotencyDoc, ProblemSchema};
 use idem_runtime::{Idempotency, IdempotencyLayer};
 use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityScheme};
 use utoipa::{Modify, OpenApi};
@@ -29,7 +29,7 @@ const AGENT: &str = "agent";
                        stable `code`.",
     ),
     modifiers(&BearerAgent),
-    components(schemas(Problem)),
+    components(schemas(ProblemSchema)),
     tags((name = "dwellers"), (name = "stories"), (name = "operations")),
 )]
 pub(crate) struct ApiDoc;

@@ -14,7 +14,7 @@ use axum::extract::{Extension, Path, State};
 use axum::http::{Method, StatusCode, Uri};
 use axum::routing::get;
 use axum::{Json, Router, middleware};
-use idem_runtime::openapi::Problem;
+use idem_runtime::openapi::ProblemSchema;
 use idem_runtime::{AnyTx, Idempotency};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, OpenApi, ToSchema};
@@ -84,9 +84,9 @@ struct NewAction {
     request_body = NewAction,
     responses(
         (status = 201, description = "The action, numbered among the dweller's.", body = Action),
-        (status = 400, description = "`invalid_request` (the id or `action`) or `invalid_json`.", body = Problem, content_type = PROBLEM),
-        (status = 401, description = "`unauthorized`", body = Problem, content_type = PROBLEM, headers(("WWW-Authenticate" = String))),
-        (status = 415, description = "`unsupported_media_type`: the body is not JSON.", body = Problem, content_type = PROBLEM),
+        (status = 400, description = "`invalid_request` (the id or `action`) or `invalid_json`.", body = ProblemSchema, content_type = PROBLEM),
+        (status = 401, description = "`unauthorized`", body = ProblemSchema, content_type = PROBLEM, headers(("WWW-Authenticate" = String))),
+        (status = 415, description = "`unsupported_media_type`: the body is not JSON.", body = ProblemSchema, content_type = PROBLEM),
     ),
 )]
 async fn act(
@@ -124,8 +124,8 @@ struct Heartbeat {
     params(DwellerId),
     responses(
         (status = 200, description = "The dweller's count of heartbeats.", body = Heartbeat),
-        (status = 400, description = "`invalid_request`: the id.", body = Problem, content_type = PROBLEM),
-        (status = 401, description = "`unauthorized`", body = Problem, content_type = PROBLEM, headers(("WWW-Authenticate" = String))),
+        (status = 400, description = "`invalid_request`: the id.", body = ProblemSchema, content_type = PROBLEM),
+        (status = 401, description = "`unauthorized`", body = ProblemSchema, content_type = PROBLEM, headers(("WWW-Authenticate" = String))),
     ),
 )]
 async fn heartbeat(
@@ -150,9 +150,9 @@ struct NewStory {
     request_body = NewStory,
     responses(
         (status = 201, description = "The story.", body = Story),
-        (status = 400, description = "`invalid_request` (`title` or `body`) or `invalid_json`.", body = Problem, content_type = PROBLEM),
-        (status = 401, description = "`unauthorized`", body = Problem, content_type = PROBLEM, headers(("WWW-Authenticate" = String))),
-        (status = 415, description = "`unsupported_media_type`: the body is not JSON.", body = Problem, content_type = PROBLEM),
+        (status = 400, description = "`invalid_request` (`title` or `body`) or `invalid_json`.", body = ProblemSchema, content_type = PROBLEM),
+        (status = 401, description = "`unauthorized`", body = ProblemSchema, content_type = PROBLEM, headers(("WWW-Authenticate" = String))),
+        (status = 415, description = "`unsupported_media_type`: the body is not JSON.", body = ProblemSchema, content_type = PROBLEM),
     ),
 )]
 async fn create_story(
@@ -189,8 +189,8 @@ struct Dweller {
     params(DwellerId),
     responses(
         (status = 200, description = "The dweller's counts; 0s for a dweller never seen.", body = Dweller),
-        (status = 400, description = "`invalid_request`: the id.", body = Problem, content_type = PROBLEM),
-        (status = 401, description = "`unauthorized`", body = Problem, content_type = PROBLEM, headers(("WWW-Authenticate" = String))),
+        (status = 400, description = "`invalid_request`: the id.", body = ProblemSchema, content_type = PROBLEM),
+        (status = 401, description = "`unauthorized`", body = ProblemSchema, content_type = PROBLEM, headers(("WWW-Authenticate" = String))),
     ),
 )]
 async fn dweller(
@@ -213,7 +213,7 @@ struct Stories {
 #[utoipa::path(get, path = "/stories", tag = "stories", security(("agent" = [])),
     responses(
         (status = 200, description = "The newest stories, newest first.", body = Stories),
-        (status = 401, description = "`unauthorized`", body = Problem, content_type = PROBLEM, headers(("WWW-Authenticate" = String))),
+        (status = 401, description = "`unauthorized`", body = ProblemSchema, content_type = PROBLEM, headers(("WWW-Authenticate" = String))),
     ),
 )]
 async fn list_stories(State(app): State<AppState>) -> Result<Json<Stories>, ApiError> {
@@ -232,7 +232,7 @@ struct Health {
 #[utoipa::path(get, path = "/healthz", tag = "operations",
     responses(
         (status = 200, description = "The database answers.", body = Health),
-        (status = 503, description = "`database_unavailable`", body = Problem, content_type = PROBLEM),
+        (status = 503, description = "`database_unavailable`", body = ProblemSchema, content_type = PROBLEM),
     ),
 )]
 async fn healthz(State(app): State<AppState>) -> Result<Json<Health>, ApiError> {

@@ -75,7 +75,7 @@
 //! in metadata reaches the engine and is answered `INVALID_ARGUMENT`; past that limit HTTP/2
 //! refuses the call itself. A body that is not a valid `CreateTransferRequest` (truncated, a
 //! string that is not UTF-8, a field of another wire type) never reaches the method: the
-//! generated code decodes with `idem_tonic::ProstCodec` (`build.rs`), which answers it
+//! generated code decodes with `idem_runtime::grpc::ProstCodec` (`build.rs`), which answers it
 //! `INVALID_ARGUMENT` where tonic-prost's codec answers `INTERNAL`.
 //!
 //! The engine's `ErrorInfo` has the domain `idem.rs`, the ledger's own `ledger.idem.rs`. A

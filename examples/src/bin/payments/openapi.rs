@@ -12,7 +12,7 @@ use axum::body::Bytes;
 use axum::http::header;
 use axum::response::IntoResponse;
 use idem_runtime::Idempotency;
-use idem_runtime::openapi::{IdempotencyDoc, Problem};
+use idem_runtime::openapi::{IdempotencyDoc, ProblemSchema};
 use serde_json::{Map, Value, json};
 use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityScheme};
 use utoipa::{Modify, OpenApi};
@@ -36,7 +36,7 @@ const API_KEY: &str = "api_key";
                        `code`.",
     ),
     modifiers(&BearerKey),
-    components(schemas(Problem)),
+    components(schemas(ProblemSchema)),
     tags((name = "charges"), (name = "refunds"), (name = "payouts"), (name = "operations")),
 )]
 pub(crate) struct ApiDoc;

@@ -11,7 +11,7 @@
 use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
-use idem_runtime::openapi::Problem;
+use idem_runtime::openapi::ProblemSchema;
 use idem_runtime::{AnyTx, idempotent};
 
 use crate::auth::Org;
@@ -30,11 +30,11 @@ use crate::processor::Processor;
     )),
     responses(
         (status = 201, description = "The refund.", body = Refund),
-        (status = 400, description = "`invalid_request`, `invalid_json` or `invalid_form`; `resource_missing` when `charge` names no charge of this org (`param` names the field).", body = Problem, content_type = PROBLEM),
-        (status = 401, description = "`unauthorized`", body = Problem, content_type = PROBLEM),
-        (status = 409, description = "`charge_not_refundable` (it failed), `charge_already_refunded`, or `refund_exceeds_charge` (with the `remaining` amount).", body = Problem, content_type = PROBLEM),
-        (status = 413, description = "`payload_too_large`", body = Problem, content_type = PROBLEM),
-        (status = 415, description = "`unsupported_media_type`", body = Problem, content_type = PROBLEM),
+        (status = 400, description = "`invalid_request`, `invalid_json` or `invalid_form`; `resource_missing` when `charge` names no charge of this org (`param` names the field).", body = ProblemSchema, content_type = PROBLEM),
+        (status = 401, description = "`unauthorized`", body = ProblemSchema, content_type = PROBLEM),
+        (status = 409, description = "`charge_not_refundable` (it failed), `charge_already_refunded`, or `refund_exceeds_charge` (with the `remaining` amount).", body = ProblemSchema, content_type = PROBLEM),
+        (status = 413, description = "`payload_too_large`", body = ProblemSchema, content_type = PROBLEM),
+        (status = 415, description = "`unsupported_media_type`", body = ProblemSchema, content_type = PROBLEM),
     ),
 )]
 #[idempotent(scope = "org", name = "refunds.create", in_flight = "wait")]
@@ -62,12 +62,12 @@ pub(crate) async fn create_refund(
     ),
     responses(
         (status = 201, description = "The refund.", body = Refund),
-        (status = 400, description = "`invalid_request`, `invalid_json` or `invalid_form`.", body = Problem, content_type = PROBLEM),
-        (status = 401, description = "`unauthorized`", body = Problem, content_type = PROBLEM),
-        (status = 404, description = "`resource_missing`: no such charge in this org.", body = Problem, content_type = PROBLEM),
-        (status = 409, description = "`charge_not_refundable` (it failed), `charge_already_refunded`, or `refund_exceeds_charge` (with the `remaining` amount).", body = Problem, content_type = PROBLEM),
-        (status = 413, description = "`payload_too_large`", body = Problem, content_type = PROBLEM),
-        (status = 415, description = "`unsupported_media_type`", body = Problem, content_type = PROBLEM),
+        (status = 400, description = "`invalid_request`, `invalid_json` or `invalid_form`.", body = ProblemSchema, content_type = PROBLEM),
+        (status = 401, description = "`unauthorized`", body = ProblemSchema, content_type = PROBLEM),
+        (status = 404, description = "`resource_missing`: no such charge in this org.", body = ProblemSchema, content_type = PROBLEM),
+        (status = 409, description = "`charge_not_refundable` (it failed), `charge_already_refunded`, or `refund_exceeds_charge` (with the `remaining` amount).", body = ProblemSchema, content_type = PROBLEM),
+        (status = 413, description = "`payload_too_large`", body = ProblemSchema, content_type = PROBLEM),
+        (status = 415, description = "`unsupported_media_type`", body = ProblemSchema, content_type = PROBLEM),
     ),
 )]
 #[idempotent(scope = "org", name = "charge_refunds.create", in_flight = "wait")]

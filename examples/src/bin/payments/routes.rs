@@ -20,7 +20,7 @@ use axum::http::{Method, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
-use idem_runtime::openapi::Problem;
+use idem_runtime::openapi::ProblemSchema;
 use idem_runtime::{AnyTx, Idempotency, idempotent};
 use utoipa::OpenApi;
 use utoipa_axum::{router::OpenApiRouter, routes};
@@ -91,13 +91,13 @@ pub(crate) fn router(state: AppState) -> Router {
     responses(
         (status = 201, description = "The charge, approved.", body = Charge,
             headers(("Location" = String, description = "`/v1/charges/{id}`"))),
-        (status = 400, description = "`invalid_request` (`param` names the field), `invalid_json` or `invalid_form`.", body = Problem, content_type = PROBLEM),
-        (status = 401, description = "`unauthorized`: no or a malformed API key.", body = Problem, content_type = PROBLEM,
+        (status = 400, description = "`invalid_request` (`param` names the field), `invalid_json` or `invalid_form`.", body = ProblemSchema, content_type = PROBLEM),
+        (status = 401, description = "`unauthorized`: no or a malformed API key.", body = ProblemSchema, content_type = PROBLEM,
             headers(("WWW-Authenticate" = String))),
-        (status = 402, description = "`card_declined`: the charge was recorded as `failed` (its id is in `charge`).", body = Problem, content_type = PROBLEM),
-        (status = 413, description = "`payload_too_large`: the body is over 2 MB.", body = Problem, content_type = PROBLEM),
-        (status = 415, description = "`unsupported_media_type`: the body is neither JSON nor a form.", body = Problem, content_type = PROBLEM),
-        (status = 503, description = "`processor_unavailable`: nothing was charged; a retry runs again.", body = Problem, content_type = PROBLEM,
+        (status = 402, description = "`card_declined`: the charge was recorded as `failed` (its id is in `charge`).", body = ProblemSchema, content_type = PROBLEM),
+        (status = 413, description = "`payload_too_large`: the body is over 2 MB.", body = ProblemSchema, content_type = PROBLEM),
+        (status = 415, description = "`unsupported_media_type`: the body is neither JSON nor a form.", body = ProblemSchema, content_type = PROBLEM),
+        (status = 503, description = "`processor_unavailable`: nothing was charged; a retry runs again.", body = ProblemSchema, content_type = PROBLEM,
             headers(("Retry-After" = u32))),
     ),
 )]
@@ -162,8 +162,8 @@ async fn create_charge(
     ),
     responses(
         (status = 200, description = "The org's charges, newest first.", body = List<Charge>),
-        (status = 400, description = "`invalid_request`: `limit` is not 1 to 100, or `ending_before` was sent (not supported); `resource_missing`: `starting_after` names no charge of this org.", body = Problem, content_type = PROBLEM),
-        (status = 401, description = "`unauthorized`", body = Problem, content_type = PROBLEM),
+        (status = 400, description = "`invalid_request`: `limit` is not 1 to 100, or `ending_before` was sent (not supported); `resource_missing`: `starting_after` names no charge of this org.", body = ProblemSchema, content_type = PROBLEM),
+        (status = 401, description = "`unauthorized`", body = ProblemSchema, content_type = PROBLEM),
     ),
 )]
 async fn list_charges(
@@ -237,8 +237,8 @@ impl Page {
     params(("id" = String, Path, description = "The charge's id, `ch_...`.")),
     responses(
         (status = 200, description = "The charge.", body = Charge),
-        (status = 401, description = "`unauthorized`", body = Problem, content_type = PROBLEM),
-        (status = 404, description = "`resource_missing`: no such charge in this org.", body = Problem, content_type = PROBLEM),
+        (status = 401, description = "`unauthorized`", body = ProblemSchema, content_type = PROBLEM),
+        (status = 404, description = "`resource_missing`: no such charge in this org.", body = ProblemSchema, content_type = PROBLEM),
     ),
 )]
 async fn retrieve_charge(
@@ -270,10 +270,10 @@ async fn retrieve_charge(
     )),
     responses(
         (status = 201, description = "The payout.", body = Payout),
-        (status = 400, description = "`invalid_request`, `invalid_json` or `invalid_form`.", body = Problem, content_type = PROBLEM),
-        (status = 401, description = "`unauthorized`", body = Problem, content_type = PROBLEM),
-        (status = 413, description = "`payload_too_large`", body = Problem, content_type = PROBLEM),
-        (status = 415, description = "`unsupported_media_type`", body = Problem, content_type = PROBLEM),
+        (status = 400, description = "`invalid_request`, `invalid_json` or `invalid_form`.", body = ProblemSchema, content_type = PROBLEM),
+        (status = 401, description = "`unauthorized`", body = ProblemSchema, content_type = PROBLEM),
+        (status = 413, description = "`payload_too_large`", body = ProblemSchema, content_type = PROBLEM),
+        (status = 415, description = "`unsupported_media_type`", body = ProblemSchema, content_type = PROBLEM),
     ),
 )]
 #[idempotent(scope = "org", name = "payouts.create", key = "required")]
@@ -307,7 +307,7 @@ async fn create_payout(
     responses(
         (status = 200, description = "The database answers.", body = serde_json::Value,
             example = json!({ "status": "ok" })),
-        (status = 503, description = "`database_unavailable`", body = Problem, content_type = PROBLEM,
+        (status = 503, description = "`database_unavailable`", body = ProblemSchema, content_type = PROBLEM,
             headers(("Retry-After" = u32))),
     ),
 )]

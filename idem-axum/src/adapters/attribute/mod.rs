@@ -28,7 +28,7 @@ pub use axum::extract::{FromRef, FromRequest, FromRequestParts, Request};
 pub use axum::handler::Handler;
 pub use axum::response::{IntoResponse, Response};
 pub use idem_core::endpoint::{AtomicNeed, Endpoint, KeyMode, Registration};
-pub use idem_core::engine::{Commits, InFlightMode};
+pub use idem_core::engine::{AtomicCommits, InFlightMode};
 pub use inventory;
 
 use crate::http::problem::Problem;

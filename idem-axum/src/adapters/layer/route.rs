@@ -10,7 +10,7 @@ use http::{Method, StatusCode};
 use crate::adapters::flow::{Covered, HttpOperation};
 use crate::http::release::ClientErrors;
 use idem_core::endpoint::{KeyMode, route_identity};
-use idem_core::engine::{Commits, InFlightMode};
+use idem_core::engine::{AtomicCommits, InFlightMode};
 use idem_core::rules::{checked_name, checked_ttl};
 
 /// Everything a layer was configured with.
@@ -180,7 +180,7 @@ impl Config {
             // Whether the handler takes a `Tx` is unknown until it runs: always lend one, and
             // claim before it (two commits).
             lends: true,
-            commits: Commits::Two,
+            commits: AtomicCommits::Two,
             max_request_bytes: self.max_request_bytes.unwrap_or(engine_limit),
         })
     }

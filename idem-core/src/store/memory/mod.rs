@@ -9,7 +9,7 @@ use crate::clock::Timestamp;
 use crate::error::StoreError;
 use crate::fingerprint::Fingerprint;
 use crate::key::RecordKey;
-use crate::store::records::{Forgotten, RecordFilter, RecordInfo, RecordStats};
+use crate::store::records::{Forgotten, Record, RecordFilter, RecordStats};
 use crate::store::{
     Admin, Capabilities, Claim, ClaimRequest, Completion, Fence, LeaseToken, ReadInProcess, Store,
 };
@@ -93,7 +93,7 @@ impl Limits {
 }
 
 #[derive(Debug)]
-struct Record {
+struct Entry {
     fingerprint: Fingerprint,
     token: LeaseToken,
     expires_at: Timestamp,
@@ -105,7 +105,7 @@ struct Record {
     about: records::About,
 }
 
-impl Record {
+impl Entry {
     fn cost(&self) -> usize {
         RECORD_OVERHEAD
             + match &self.state {
@@ -195,7 +195,7 @@ impl MemoryStore {
     }
 
     fn shard_of(key: &RecordKey) -> usize {
-        // Record keys are SHA-256 output: any byte is uniformly distributed.
+        // Entry keys are SHA-256 output: any byte is uniformly distributed.
         usize::from(key.as_bytes()[0]) % SHARDS
     }
 
@@ -332,7 +332,7 @@ impl Store for MemoryStore {
                 }
             });
         }
-        let new = Record {
+        let new = Entry {
             fingerprint: *req.fingerprint,
             token: req.token,
             expires_at: req.expires_at,
@@ -415,14 +415,11 @@ impl Admin for MemoryStore {
         filter: &RecordFilter,
         now: Timestamp,
         limit: u32,
-    ) -> Result<Vec<RecordInfo>, StoreError> {
+    ) -> Result<Vec<Record>, StoreError> {
         Ok(self.list(filter, now, limit))
     }
 
-    async fn read_record(
-        &self,
-        key: &RecordKey,
-    ) -> Result<Option<(RecordInfo, Option<Bytes>)>, StoreError> {
+    async fn read_record(&self, key: &RecordKey) -> Result<Option<Record>, StoreError> {
         Ok(self.read(key))
     }
 
@@ -461,7 +458,7 @@ impl ReadInProcess for MemoryStore {
     ) -> Option<(Bytes, Option<Timestamp>)> {
         let shard = self.lock(Self::shard_of(key));
         match shard.get(key) {
-            Some(Record {
+            Some(Entry {
                 expires_at,
                 state: State::Completed(payload),
                 about,

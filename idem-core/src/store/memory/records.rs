@@ -1,13 +1,11 @@
 //! What operators read of the memory store's records, and the operators' methods: listing,
 //! reading, forgetting and purging records under the shards' locks.
 
-use bytes::Bytes;
-
-use super::{MemoryStore, Record, SHARDS, State};
+use super::{Entry, MemoryStore, SHARDS, State};
 use crate::clock::Timestamp;
 use crate::key::RecordKey;
 use crate::store::records::{
-    Forgotten, RecordFilter, RecordInfo, RecordState, RecordStats, RecordTimes,
+    Forgotten, Record, RecordFilter, RecordState, RecordStats, RecordTimes,
 };
 use crate::store::{ClaimRequest, Completion};
 
@@ -51,14 +49,14 @@ impl About {
     }
 }
 
-fn info(key: &RecordKey, record: &Record) -> RecordInfo {
+fn info(key: &RecordKey, record: &Entry) -> Record {
     let about = &record.about;
     let [operation, scope, scope_value] = about.names();
     let (completed, lease_until) = match record.state {
         State::InFlight { lease_until } => (false, lease_until),
         State::Completed(_) => (true, record.expires_at),
     };
-    RecordInfo::new(
+    Record::new(
         *key,
         operation,
         scope,
@@ -76,7 +74,7 @@ fn info(key: &RecordKey, record: &Record) -> RecordInfo {
 
 impl MemoryStore {
     /// Calls `f` on every record's operator view, one shard locked at a time.
-    fn each(&self, mut f: impl FnMut(RecordInfo)) {
+    fn each(&self, mut f: impl FnMut(Record)) {
         for i in 0..SHARDS {
             for (key, record) in self.lock(i).iter() {
                 f(info(key, record));
@@ -84,12 +82,7 @@ impl MemoryStore {
         }
     }
 
-    pub(super) fn list(
-        &self,
-        filter: &RecordFilter,
-        now: Timestamp,
-        limit: u32,
-    ) -> Vec<RecordInfo> {
+    pub(super) fn list(&self, filter: &RecordFilter, now: Timestamp, limit: u32) -> Vec<Record> {
         let mut found = Vec::new();
         self.each(|record| {
             if filter.matches(&record, now) {
@@ -101,14 +94,14 @@ impl MemoryStore {
         found
     }
 
-    pub(super) fn read(&self, key: &RecordKey) -> Option<(RecordInfo, Option<Bytes>)> {
+    pub(super) fn read(&self, key: &RecordKey) -> Option<Record> {
         let shard = self.lock(Self::shard_of(key));
         let record = shard.get(key)?;
         let payload = match &record.state {
             State::Completed(payload) => Some(payload.clone()),
             State::InFlight { .. } => None,
         };
-        Some((info(key, record), payload))
+        Some(info(key, record).with_payload(payload))
     }
 
     pub(super) fn forget(&self, key: &RecordKey, now: Timestamp, force: bool) -> Forgotten {

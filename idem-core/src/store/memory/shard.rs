@@ -4,18 +4,18 @@
 use std::collections::{BTreeSet, HashMap};
 use std::hash::{BuildHasher, Hasher};
 
-use super::Record;
+use super::Entry;
 use crate::clock::Timestamp;
 use crate::key::RecordKey;
 
 /// A shard's records, and the index the purges read.
 ///
-/// Every record has one entry in `expiries`, at `Record::indexed`, never later than the record
+/// Every record has one entry in `expiries`, at `Entry::indexed`, never later than the record
 /// expires: an entry may be early (a completion moved the expiry later without touching the
 /// index, which saves the hot path a B-tree update), and a purge that meets an early entry moves
 /// it to the record's real expiry.
 pub(super) struct Shard {
-    records: HashMap<RecordKey, Record, Spread>,
+    records: HashMap<RecordKey, Entry, Spread>,
     expiries: BTreeSet<(i64, RecordKey)>,
 }
 
@@ -27,28 +27,28 @@ impl Shard {
         }
     }
 
-    pub(super) fn get(&self, key: &RecordKey) -> Option<&Record> {
+    pub(super) fn get(&self, key: &RecordKey) -> Option<&Entry> {
         self.records.get(key)
     }
 
     /// Every record, in no particular order.
-    pub(super) fn iter(&self) -> impl Iterator<Item = (&RecordKey, &Record)> {
+    pub(super) fn iter(&self) -> impl Iterator<Item = (&RecordKey, &Entry)> {
         self.records.iter()
     }
 
     /// The record, to change anything but its expiry (see [`Shard::set_expiry`]).
-    pub(super) fn get_mut(&mut self, key: &RecordKey) -> Option<&mut Record> {
+    pub(super) fn get_mut(&mut self, key: &RecordKey) -> Option<&mut Entry> {
         self.records.get_mut(key)
     }
 
     /// Adds `record` under `key`, which must be absent.
-    pub(super) fn insert(&mut self, key: RecordKey, mut record: Record) {
+    pub(super) fn insert(&mut self, key: RecordKey, mut record: Entry) {
         record.indexed = record.expires_at.as_millis();
         self.expiries.insert((record.indexed, key));
         self.records.insert(key, record);
     }
 
-    pub(super) fn remove(&mut self, key: &RecordKey) -> Option<Record> {
+    pub(super) fn remove(&mut self, key: &RecordKey) -> Option<Entry> {
         let record = self.records.remove(key)?;
         self.expiries.remove(&(record.indexed, *key));
         Some(record)
@@ -73,7 +73,7 @@ impl Shard {
         &mut self,
         now: Timestamp,
         limit: usize,
-        mut gone: impl FnMut(Record),
+        mut gone: impl FnMut(Entry),
     ) -> usize {
         let mut removed = 0;
         while removed < limit {
@@ -126,7 +126,7 @@ pub(super) struct SpreadHasher(u64);
 
 impl Hasher for SpreadHasher {
     fn write(&mut self, bytes: &[u8]) {
-        // Record keys hash as their 32 bytes (plus a length prefix); 8 bytes per word.
+        // Entry keys hash as their 32 bytes (plus a length prefix); 8 bytes per word.
         let mut words = bytes.chunks_exact(8);
         for word in &mut words {
             let mut le = [0; 8];
@@ -157,7 +157,7 @@ mod tests {
 
     use super::*;
 
-    /// Record keys are SHA-256 outputs: random bytes stand in for them.
+    /// Entry keys are SHA-256 outputs: random bytes stand in for them.
     fn keys(n: usize) -> Vec<RecordKey> {
         let mut rng = fastrand::Rng::with_seed(7);
         (0..n)

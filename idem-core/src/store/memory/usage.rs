@@ -3,7 +3,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
-use super::Record;
+use super::Entry;
 use super::shard::Spread;
 use crate::clock::Timestamp;
 
@@ -78,7 +78,7 @@ impl Room {
 }
 
 impl Usage {
-    pub(super) fn add(&mut self, record: &Record) {
+    pub(super) fn add(&mut self, record: &Entry) {
         let cost = record.cost();
         self.all.add(cost, record.expires_at);
         self.tenants
@@ -87,7 +87,7 @@ impl Usage {
             .add(cost, record.expires_at);
     }
 
-    pub(super) fn remove(&mut self, record: &Record) {
+    pub(super) fn remove(&mut self, record: &Entry) {
         let cost = record.cost();
         self.all.remove(cost, record.expires_at);
         if let Some(room) = self.tenants.get_mut(&record.tenant) {

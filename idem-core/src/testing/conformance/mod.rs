@@ -220,4 +220,4 @@ where
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

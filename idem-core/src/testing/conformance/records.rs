@@ -7,7 +7,7 @@ use bytes::Bytes;
 use super::support::*;
 use crate::clock::Timestamp;
 use crate::key::RecordKey;
-use crate::store::records::{Forgotten, RecordFilter, RecordInfo, RecordState, RecordStats};
+use crate::store::records::{Forgotten, Record, RecordFilter, RecordState, RecordStats};
 use crate::store::{Admin, Claim, ClaimRequest, Completion, Fence, LeaseToken, Store};
 
 /// Who a record belongs to: operation, scope, scope value.
@@ -63,11 +63,11 @@ fn payload(n: u8) -> Vec<u8> {
     vec![n; 40 + usize::from(n)]
 }
 
-async fn list<S: Admin>(store: &S, filter: &RecordFilter, now: Timestamp) -> Vec<RecordInfo> {
+async fn list<S: Admin>(store: &S, filter: &RecordFilter, now: Timestamp) -> Vec<Record> {
     store.list_records(filter, now, 100).await.expect("list")
 }
 
-fn keys(records: &[RecordInfo]) -> Vec<RecordKey> {
+fn keys(records: &[Record]) -> Vec<RecordKey> {
     records.iter().map(|r| r.key).collect()
 }
 
@@ -183,13 +183,13 @@ pub async fn filters_select_by_operation_state_scope_and_age<S: Store + Admin + 
 /// while in flight.
 pub async fn a_record_is_read_with_its_payload<S: Store + Admin + Clone>(store: S) {
     three(&store).await;
-    let (done, payload) = store.read_record(&key(1)).await.unwrap().expect("record 1");
+    let done = store.read_record(&key(1)).await.unwrap().expect("record 1");
     assert_eq!(done.key, key(1));
     assert_eq!(done.status, Some(201));
-    assert_eq!(payload, Some(Bytes::from(self::payload(1))));
-    let (running, payload) = store.read_record(&key(2)).await.unwrap().expect("record 2");
+    assert_eq!(done.payload, Some(Bytes::from(self::payload(1))));
+    let running = store.read_record(&key(2)).await.unwrap().expect("record 2");
     assert_eq!(running.state(at(ms(4000))), RecordState::InFlight);
-    assert_eq!(payload, None, "nothing stored while in flight");
+    assert_eq!(running.payload, None, "nothing stored while in flight");
     assert_eq!(store.read_record(&key(9)).await.unwrap(), None);
     // What one record reads is what a listing shows.
     let listed = list(

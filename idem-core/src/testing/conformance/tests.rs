@@ -7,23 +7,34 @@ use super::*;
 use crate::clock::Timestamp;
 use crate::error::StoreError;
 use crate::key::RecordKey;
-use crate::store::records::{Forgotten, RecordFilter, RecordInfo, RecordStats};
+use crate::store::records::{Forgotten, Record, RecordFilter, RecordStats};
 use crate::store::{
     Capabilities, Claim, ClaimRequest, Completion, Fence, Found, LeaseToken, MemoryStore,
 };
 
-/// The memory store, with a payload limit or a renewal that ignores the fence.
+/// The memory store, with a payload limit, expiry by itself, or a contract it breaks: a renewal
+/// that ignores the fence, claims that take records others hold. The fault suite's tests use it
+/// too.
 #[derive(Clone, Default)]
-struct Altered {
-    inner: MemoryStore,
-    payload_limit: Option<usize>,
+pub(crate) struct Altered {
+    pub(crate) inner: MemoryStore,
+    pub(crate) payload_limit: Option<usize>,
+    /// Offers [`Capabilities::expires_by_itself`].
+    pub(crate) expires_by_itself: bool,
     /// `renew` answers `Held` whoever asks, and changes nothing.
-    unfenced_renewals: bool,
+    pub(crate) unfenced_renewals: bool,
+    /// `claim` acquires a record another owner holds instead of answering `InFlight`.
+    pub(crate) claims_held_records: bool,
 }
 
 impl Store for Altered {
     async fn claim(&self, request: ClaimRequest<'_>) -> Result<Claim, StoreError> {
-        self.inner.claim(request).await
+        match self.inner.claim(request).await? {
+            Claim::InFlight { .. } if self.claims_held_records => {
+                Ok(Claim::Acquired { took_over: true })
+            }
+            claim => Ok(claim),
+        }
     }
 
     async fn complete(
@@ -60,6 +71,9 @@ impl Store for Altered {
         if let Some(limit) = self.payload_limit {
             capabilities.limit_payload(limit);
         }
+        if self.expires_by_itself {
+            capabilities.expires_by_itself();
+        }
     }
 }
 
@@ -69,7 +83,7 @@ impl Admin for Altered {
         filter: &RecordFilter,
         now: Timestamp,
         limit: u32,
-    ) -> Result<Vec<RecordInfo>, StoreError> {
+    ) -> Result<Vec<Record>, StoreError> {
         self.inner.list_records(filter, now, limit).await
     }
 

@@ -1,14 +1,11 @@
 //! The suite itself and its wrapper: the reference store passes every case, and [`Faulty`]
 //! fails, stalls and counts what it is told to and passes on only what keeps calls in its path.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use super::*;
-use crate::clock::Timestamp;
-use crate::error::StoreError;
-use crate::key::RecordKey;
-use crate::store::{Capabilities, Claim, ClaimRequest, Completion, Fence, LeaseToken, MemoryStore};
+use crate::store::{Claim, LeaseToken, MemoryStore};
+use crate::testing::conformance::tests::Altered;
 use crate::testing::{capabilities_of, key, request};
 
 #[tokio::test]
@@ -78,54 +75,6 @@ async fn a_stalled_call_goes_through_when_healed_and_never_if_dropped() {
     assert_eq!(claimed, Claim::Acquired { took_over: false });
 }
 
-/// The memory store, saying it has a payload limit and expires records itself, or claiming
-/// records others hold (no claim is ever refused: what an unsafe store does).
-#[derive(Clone, Default)]
-struct Altered {
-    inner: MemoryStore,
-    limited: bool,
-    claims_held_records: bool,
-}
-
-impl Store for Altered {
-    async fn claim(&self, request: ClaimRequest<'_>) -> Result<Claim, StoreError> {
-        match self.inner.claim(request).await? {
-            Claim::InFlight { .. } if self.claims_held_records => {
-                Ok(Claim::Acquired { took_over: true })
-            }
-            claim => Ok(claim),
-        }
-    }
-    async fn complete(
-        &self,
-        key: &RecordKey,
-        token: LeaseToken,
-        completion: Completion<'_>,
-    ) -> Result<Fence, StoreError> {
-        self.inner.complete(key, token, completion).await
-    }
-    async fn release(&self, key: &RecordKey, token: LeaseToken) -> Result<Fence, StoreError> {
-        self.inner.release(key, token).await
-    }
-    async fn renew(
-        &self,
-        key: &RecordKey,
-        token: LeaseToken,
-        until: Timestamp,
-    ) -> Result<Fence, StoreError> {
-        self.inner.renew(key, token, until).await
-    }
-    async fn purge_expired(&self, now: Timestamp, limit: u32) -> Result<u64, StoreError> {
-        self.inner.purge_expired(now, limit).await
-    }
-    fn offer_capabilities(self: &Arc<Self>, capabilities: &mut Capabilities) {
-        if self.limited {
-            capabilities.limit_payload(1000);
-            capabilities.expires_by_itself();
-        }
-    }
-}
-
 #[test]
 fn the_wrapper_passes_on_limits_and_expiry_and_nothing_that_goes_around_it() {
     let memory = capabilities_of(MemoryStore::new());
@@ -138,7 +87,8 @@ fn the_wrapper_passes_on_limits_and_expiry_and_nothing_that_goes_around_it() {
     assert!(wrapped.admin().is_none() && !wrapped.lends_transactions());
     assert!(wrapped.needs_sweeping());
     let limited = Altered {
-        limited: true,
+        payload_limit: Some(1000),
+        expires_by_itself: true,
         ..Altered::default()
     };
     let limited = capabilities_of(Faulty::new(limited));

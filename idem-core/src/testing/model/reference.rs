@@ -11,7 +11,7 @@ use crate::store::{Claim, Fence};
 
 /// A record as the `Store` documentation defines it.
 #[derive(Debug, Clone)]
-pub(super) struct Record {
+pub(super) struct Modelled {
     fp: u8,
     token: i64,
     pub(super) expires_at: i64,
@@ -25,7 +25,7 @@ pub(super) struct Record {
 /// What every store must answer.
 #[derive(Debug, Default)]
 pub(super) struct Model {
-    pub(super) records: BTreeMap<u8, Record>,
+    pub(super) records: BTreeMap<u8, Modelled>,
 }
 
 impl Model {
@@ -40,7 +40,7 @@ impl Model {
         lease_until: i64,
         expires_at: i64,
     ) -> Claim {
-        let fresh = Record {
+        let fresh = Modelled {
             fp,
             token,
             expires_at,
@@ -73,7 +73,7 @@ impl Model {
 
     /// Applies `f` to the record if `token` owns it in flight (expired or not: fencing is by
     /// token and state alone).
-    pub(super) fn fenced(&mut self, key: u8, token: i64, f: impl FnOnce(&mut Record)) -> Fence {
+    pub(super) fn fenced(&mut self, key: u8, token: i64, f: impl FnOnce(&mut Modelled)) -> Fence {
         match self.records.get_mut(&key) {
             Some(r) if r.token == token && r.lease_until.is_some() => {
                 f(r);
