@@ -65,9 +65,9 @@ pub async fn a_claim_whose_reply_is_lost_is_released<S: Store>(store: S) {
 }
 
 /// A store that stops answering altogether: the caller is refused as unavailable within the
-/// store timeout (the bound is ten times it, see [`STALL_MARGIN`]), the operation not run. The
-/// stalled claim runs on past its caller; once the store answers again it lands and is
-/// released, so the key is usable and the next attempt runs the operation, once.
+/// store timeout (checked against ten times it, a bound for loaded machines), the operation
+/// not run. The stalled claim runs on past its caller; once the store answers again it lands
+/// and is released, so the key is usable and the next attempt runs the operation, once.
 pub async fn a_stalled_store_fails_closed_within_the_store_timeout<S: Store>(store: S) {
     let rig = Rig::with(store, super::rig::LEASE, STALL_TIMEOUT);
     rig.faults.inject_all(&Call::ATTEMPT, Fault::Stall);
