@@ -29,7 +29,7 @@
 //! - [`IdempotencyLayer`]: the tower layer, for every mutating route of a router at once.
 //! - [`Idempotency`]: the engine, built with [`Builder`]: store, scopes, header name, limits.
 //! - [`store`]: the [`Store`](store::Store) contract and the stores: memory, SQLite, PostgreSQL,
-//!   Redis, object storage and DynamoDB, each from a crate of its own (the table below).
+//!   MySQL, Redis, object storage and DynamoDB, each from a crate of its own (the table below).
 //! - [`Rejection`]: the `application/problem+json` answers the engine gives itself.
 //! - [`InvocationDeadline`] and [`Builder::background_work`]: serverless runtimes (AWS Lambda),
 //!   where a process is frozen between requests.
@@ -42,6 +42,7 @@
 //! |---|---|---|
 //! | `sqlite` | `store::SqliteStore`, on sqlx with a bundled SQLite, and atomic mode on it (`Tx<sqlx::Sqlite>`) | `idem-sqlx` |
 //! | `postgres` | `store::PostgresStore`, on sqlx, and atomic mode on it (`Tx<sqlx::Postgres>`) | `idem-sqlx` |
+//! | `mysql` | `store::MySqlStore`, on sqlx, for MySQL and MariaDB, and atomic mode on it (`Tx<sqlx::MySql>`) | `idem-sqlx` |
 //! | `object-store` | `store::BucketStore`: records in an object store (S3, GCS, Azure, in memory) through the `object_store` crate, whose backend features the application enables | `idem-object-store` |
 //! | `redis` | `store::RedisStore`, on the `redis` crate (Lua scripts, a reconnecting connection manager, expiry by Redis); no atomic mode | `idem-redis` |
 //! | `cluster` | `RedisStore::cluster_builder`: the same store on Redis Cluster | `idem-redis` |
@@ -51,7 +52,7 @@
 //! | `lambda` | `lambda::DeadlineLayer`: the same handlers on AWS Lambda with `lambda_http`, each request's lease ending with its invocation | `idem-lambda` |
 //!
 //! None is on by default: the memory store needs none. With both `sqlite` and `postgres`,
-//! `AnyTx` takes whichever store the engine was built with.
+//! `AnyTx` takes whichever store the engine was built with (and MySQL's, with `mysql` too).
 //!
 //! [axum]: https://docs.rs/axum
 #![cfg_attr(docsrs, feature(doc_cfg))]
@@ -59,9 +60,12 @@
 // The facade: the family's crates re-exported where applications look for them, and the glue
 // between two of them that neither depends on the other for: `tx` (the sqlx stores'
 // transactions as an axum extractor) and `grpc_tx` (the same transactions for tonic methods).
-#[cfg(all(feature = "tonic", any(feature = "sqlite", feature = "postgres")))]
+#[cfg(all(
+    feature = "tonic",
+    any(feature = "sqlite", feature = "postgres", feature = "mysql")
+))]
 mod grpc_tx;
-#[cfg(any(feature = "sqlite", feature = "postgres"))]
+#[cfg(any(feature = "sqlite", feature = "postgres", feature = "mysql"))]
 mod tx;
 
 #[cfg(feature = "lambda")]
@@ -81,7 +85,7 @@ pub mod store;
 pub mod grpc {
     #[cfg(all(feature = "sqlite", feature = "postgres"))]
     pub use crate::grpc_tx::any_tx;
-    #[cfg(any(feature = "sqlite", feature = "postgres"))]
+    #[cfg(any(feature = "sqlite", feature = "postgres", feature = "mysql"))]
     pub use crate::grpc_tx::tx;
     /// Makes the `#[idempotent]` methods of a tonic service's `impl` idempotent. See the
     /// [module documentation](self).
@@ -95,8 +99,11 @@ pub mod grpc {
 #[cfg(all(feature = "sqlite", feature = "postgres"))]
 #[cfg_attr(docsrs, doc(cfg(all(feature = "sqlite", feature = "postgres"))))]
 pub use crate::tx::AnyTx;
-#[cfg(any(feature = "sqlite", feature = "postgres"))]
-#[cfg_attr(docsrs, doc(cfg(any(feature = "sqlite", feature = "postgres"))))]
+#[cfg(any(feature = "sqlite", feature = "postgres", feature = "mysql"))]
+#[cfg_attr(
+    docsrs,
+    doc(cfg(any(feature = "sqlite", feature = "postgres", feature = "mysql")))
+)]
 pub use crate::tx::Tx;
 pub use idem_axum::{
     IdempotencyLayer, IdempotencyService, Problem, REPLAYED_HEADER, RouteSettings, StoredResponse,

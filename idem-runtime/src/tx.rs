@@ -196,6 +196,10 @@ pub enum AnyTx {
     Sqlite(Tx<sqlx::Sqlite>),
     /// The engine's store lends PostgreSQL transactions (`PostgresStore`).
     Postgres(Tx<sqlx::Postgres>),
+    /// The engine's store lends MySQL or MariaDB transactions (`MySqlStore`, feature `mysql`).
+    #[cfg(feature = "mysql")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "mysql")))]
+    MySql(Tx<sqlx::MySql>),
     /// The engine's store has no transactions to lend (`MemoryStore`, `RedisStore`): write as
     /// without atomic mode.
     None,
@@ -208,6 +212,8 @@ impl AnyTx {
         match self {
             Self::Sqlite(tx) => Some(tx.downstream_key(purpose)),
             Self::Postgres(tx) => Some(tx.downstream_key(purpose)),
+            #[cfg(feature = "mysql")]
+            Self::MySql(tx) => Some(tx.downstream_key(purpose)),
             Self::None => None,
         }
     }
@@ -225,9 +231,28 @@ impl AnyTx {
             Tx::from_extensions(extensions).map(Self::Postgres)
         } else if atomic::offered::<sqlx::Sqlite>(lending.capabilities()).is_some() {
             Tx::from_extensions(extensions).map(Self::Sqlite)
+        } else if let Some(tx) = Self::mysql(extensions) {
+            tx
         } else {
             Ok(Self::None)
         }
+    }
+}
+
+#[cfg(all(feature = "sqlite", feature = "postgres"))]
+impl AnyTx {
+    /// MySQL's transaction, when the store lends them.
+    #[cfg(feature = "mysql")]
+    fn mysql(extensions: &Extensions) -> Option<Result<Self, Rejection>> {
+        let lending = extensions.get::<Lending>()?;
+        atomic::offered::<sqlx::MySql>(lending.capabilities())?;
+        Some(Tx::from_extensions(extensions).map(Self::MySql))
+    }
+
+    /// Without the `mysql` feature, no store lends MySQL transactions.
+    #[cfg(not(feature = "mysql"))]
+    fn mysql(_: &Extensions) -> Option<Result<Self, Rejection>> {
+        None
     }
 }
 

@@ -5,7 +5,7 @@
 //! with its open transactions as [`ClaimedTransaction`]s.
 //!
 //! A handler in atomic mode takes a `Tx`; its writes and the record's completion
-//! commit in one transaction. The SQLite and PostgreSQL stores implement [`AtomicStore`]; so can
+//! commit in one transaction. The SQLite, PostgreSQL and MySQL stores implement [`AtomicStore`]; so can
 //! a store of your own on one of these databases, by implementing it and offering itself in
 //! [`Store::offer_capabilities`](idem_core::store::Store::offer_capabilities):
 //!
@@ -268,22 +268,23 @@ mod sealed {
     pub trait Sealed {}
 }
 
-/// A database atomic mode can share transactions on: `sqlx::Sqlite` (feature `sqlite`) and
-/// `sqlx::Postgres` (feature `postgres`).
+/// A database atomic mode can share transactions on: `sqlx::Sqlite` (feature `sqlite`),
+/// `sqlx::Postgres` (feature `postgres`) and `sqlx::MySql` (feature `mysql`).
 #[diagnostic::on_unimplemented(
-    message = "`Tx<{Self}>` is not supported: atomic mode runs on `sqlx::Sqlite` or `sqlx::Postgres`",
-    note = "enable the `sqlite` or `postgres` feature of idem-runtime"
+    message = "`Tx<{Self}>` is not supported: atomic mode runs on `sqlx::Sqlite`, `sqlx::Postgres` or `sqlx::MySql`",
+    note = "enable the `sqlite`, `postgres` or `mysql` feature of idem-runtime"
 )]
 pub trait AtomicDatabase: sqlx::Database + sealed::Sealed {
-    /// The database's name in messages (`"SQLite"`, `"PostgreSQL"`).
+    /// The database's name in messages (`"SQLite"`, `"PostgreSQL"`, `"MySQL"`).
     const NAME: &'static str;
     /// How a transaction begins. SQLite takes its single write lock up front (`BEGIN
     /// IMMEDIATE`), so a handler that reads then writes cannot fail with `SQLITE_BUSY` halfway.
     const BEGIN: &'static str;
     /// How a transaction lent to an operation begins: [`BEGIN`](Self::BEGIN), and where the
     /// database has them, timeouts that bound each of its statements and lock waits
-    /// (PostgreSQL's `statement_timeout` and `lock_timeout`; SQLite's connections wait for its
-    /// one lock at most their busy timeout).
+    /// (PostgreSQL's `statement_timeout` and `lock_timeout`; MySQL's lock waits, in whole
+    /// seconds, and MariaDB's `max_statement_time`; SQLite's connections wait for its one lock
+    /// at most their busy timeout).
     #[doc(hidden)]
     fn begin(statement_timeout: Duration) -> std::borrow::Cow<'static, str>;
 }
@@ -312,5 +313,17 @@ impl AtomicDatabase for sqlx::Postgres {
         std::borrow::Cow::Owned(format!(
             "BEGIN; SET LOCAL statement_timeout = {ms}; SET LOCAL lock_timeout = {ms}"
         ))
+    }
+}
+
+#[cfg(feature = "mysql")]
+impl sealed::Sealed for sqlx::MySql {}
+
+#[cfg(feature = "mysql")]
+impl AtomicDatabase for sqlx::MySql {
+    const NAME: &'static str = "MySQL";
+    const BEGIN: &'static str = "BEGIN";
+    fn begin(statement_timeout: Duration) -> std::borrow::Cow<'static, str> {
+        std::borrow::Cow::Owned(crate::mysql::begin(statement_timeout))
     }
 }

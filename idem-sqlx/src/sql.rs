@@ -1,5 +1,10 @@
 //! What the SQL stores share: reading a record that stopped a claim, fenced writes, and the
 //! operators' statements with the decoding of what they read.
+// The MySQL store alone uses the shared statements' parts, not the whole of them.
+#![cfg_attr(
+    not(any(feature = "sqlite", feature = "postgres")),
+    allow(dead_code, unused_imports, unused_macros)
+)]
 
 use std::sync::Arc;
 
@@ -72,9 +77,59 @@ pub(crate) struct RecordStatements {
     pub(crate) stats: Arc<str>,
 }
 
-/// What an operator reads of a row, in the order of [`InfoRow`].
-const COLUMNS: &str = "key, operation, scope, scope_value, state, CAST(status AS integer), \
-     created_at, completed_at, lease_until, expires_at";
+/// What an operator reads of a row, in the order of [`InfoRow`]. `{key}` and the `{read_*}`
+/// placeholders are the [`Dialect`]'s.
+const COLUMNS: &str = "{key}, {read_operation}, {read_scope}, {read_scope_value}, state, \
+     {read_status}, created_at, completed_at, lease_until, expires_at";
+
+/// How one database spells what the operators' statements share: the key column (a reserved
+/// word on MySQL), and how a text column and the status are read back as the types of
+/// [`InfoRow`].
+pub(crate) struct Dialect {
+    /// The key column, quoted if the database needs it.
+    pub(crate) key: &'static str,
+    /// The expression that reads text column `{}` as text.
+    pub(crate) read_text: &'static str,
+    /// The expression that reads the status as a 32-bit integer.
+    pub(crate) read_status: &'static str,
+}
+
+impl Dialect {
+    /// SQLite's and PostgreSQL's: text columns read as they are.
+    pub(crate) const STANDARD: Self = Self {
+        key: "key",
+        read_text: "{}",
+        read_status: "CAST(status AS integer)",
+    };
+
+    /// Fills `template`'s `{filter}`, `{state}`, `{columns}`, `{key}` and `{records}`.
+    pub(crate) fn render(&self, template: &str, records: &str) -> String {
+        let text = |column: &str| self.read_text.replace("{}", column);
+        template
+            .replace("{filter}", FILTER)
+            .replace("{state}", &state_at_now())
+            .replace("{columns}", COLUMNS)
+            .replace("{key}", self.key)
+            .replace("{read_operation}", &text("operation"))
+            .replace("{read_scope}", &text("scope"))
+            .replace("{read_scope_value}", &text("scope_value"))
+            .replace("{read_status}", self.read_status)
+            .replace("{records}", records)
+    }
+}
+
+/// A record's state at `$1`, as `Record::state` says; NULL for a state this build does not
+/// know (decoded as corrupt).
+fn state_at_now() -> String {
+    format!(
+        "(CASE WHEN state NOT IN ('in_flight', 'completed') THEN NULL \
+         WHEN expires_at <= $1 THEN '{expired}' \
+         WHEN state = 'completed' THEN '{completed}' ELSE '{in_flight}' END)",
+        expired = RecordState::Expired.as_str(),
+        completed = RecordState::Completed.as_str(),
+        in_flight = RecordState::InFlight.as_str(),
+    )
+}
 
 /// Which records a [`RecordFilter`] selects, as [`RecordFilter::matches`] says: `$1` now, `$2`
 /// operation, `$3` scope, `$4` scope value, `$5` state (as [`RecordState::as_str`] spells it),
@@ -88,15 +143,15 @@ const FILTER: &str = "($2 IS NULL OR operation = $2)
     AND ($6 IS NULL OR created_at <= $6)
     AND ($7 IS NULL OR (state = 'completed' AND $7 <= completed_at AND completed_at < $8))";
 
-const LIST: &str = "SELECT {columns} FROM {records} WHERE {filter}
-ORDER BY created_at, key LIMIT $9";
+pub(crate) const LIST: &str = "SELECT {columns} FROM {records} WHERE {filter}
+ORDER BY created_at, {key} LIMIT $9";
 
-const READ: &str = "SELECT {columns}, response FROM {records} WHERE key = $1";
+pub(crate) const READ: &str = "SELECT {columns}, response FROM {records} WHERE {key} = $1";
 
 /// Deletes unless an owner's lease is live ([`Record::is_leased`]): in flight, not
 /// expired, lease not lapsed. Check and delete are one statement.
 const FORGET: &str = "DELETE FROM {records}
-WHERE key = $1 AND ($3 OR NOT (state = 'in_flight' AND expires_at > $2 AND lease_until > $2))
+WHERE {key} = $1 AND ($3 OR NOT (state = 'in_flight' AND expires_at > $2 AND lease_until > $2))
 RETURNING {columns}";
 
 /// Oldest first. The selection is materialised before anything is deleted: a subquery under
@@ -106,43 +161,30 @@ RETURNING {columns}";
 /// locked until the statement ends, so none changes between selection and deletion, and a row a
 /// claimer is writing right now is skipped, not waited for. SQLite runs one writer at a time.
 const PURGE: &str = "WITH doomed AS MATERIALIZED (
-    SELECT key FROM {records}
+    SELECT {key} FROM {records}
     WHERE state = 'completed' AND expires_at > $1 AND {filter}
-    ORDER BY created_at, key LIMIT $9
+    ORDER BY created_at, {key} LIMIT $9
     {lock}
 )
 DELETE FROM {records}
-WHERE key IN (SELECT key FROM doomed)
+WHERE {key} IN (SELECT {key} FROM doomed)
   AND state = 'completed' AND expires_at > $1 AND {filter}";
 
 /// Per operation and state: the count, and the oldest creation time (read for in-flight ones).
-const STATS: &str = "SELECT operation, {state}, count(*), MIN(created_at) FROM {records}
+/// Grouped by the column itself, not by how it is read back (on MySQL, as text in a collation
+/// that may fold case).
+pub(crate) const STATS: &str =
+    "SELECT {read_operation}, {state}, count(*), MIN(created_at) FROM {records}
 WHERE {filter}
-GROUP BY 1, 2";
+GROUP BY operation, 2";
 
 impl RecordStatements {
     /// The statements over `records` (a table name as SQL text, quoted where needed), with
     /// `lock` after the purge's selection.
     pub(crate) fn new(records: &str, lock: &str) -> Self {
-        // A record's state at `$1`, as `Record::state` says; NULL for a state this build
-        // does not know (decoded as corrupt).
-        let state = format!(
-            "(CASE WHEN state NOT IN ('in_flight', 'completed') THEN NULL \
-             WHEN expires_at <= $1 THEN '{expired}' \
-             WHEN state = 'completed' THEN '{completed}' ELSE '{in_flight}' END)",
-            expired = RecordState::Expired.as_str(),
-            completed = RecordState::Completed.as_str(),
-            in_flight = RecordState::InFlight.as_str(),
-        );
         let render = |template: &str| {
-            Arc::from(
-                template
-                    .replace("{filter}", FILTER)
-                    .replace("{state}", &state)
-                    .replace("{columns}", COLUMNS)
-                    .replace("{records}", records)
-                    .replace("{lock}", lock),
-            )
+            let template = template.replace("{lock}", lock);
+            Arc::from(Dialect::STANDARD.render(&template, records))
         };
         Self {
             list: render(LIST),

@@ -1,7 +1,7 @@
 //! The store conformance suite against every backend: every case of
 //! [`idem_core::testing::conformance`] (one record's life, purges and concurrent claimers,
 //! payloads, operators' records) runs against each, each test on a store of its own (a
-//! PostgreSQL schema, a SQLite file, a Redis key prefix, a DynamoDB table on the moto server the
+//! PostgreSQL schema, a MySQL database, a SQLite file, a Redis key prefix, a DynamoDB table on the moto server the
 //! harness starts), so they run in parallel. Redis runs twice: on the shared server, and on a one-node
 //! Redis Cluster this process starts. `MemoryStore` is the reference; the others must behave
 //! exactly like it. Times are explicit `Timestamp`s: no sleeps, no timing assertions.
@@ -165,6 +165,7 @@ macro_rules! backend {
 backend!(memory: idem_runtime::store::MemoryStore);
 backend!(sqlite: idem_runtime::store::SqliteStore);
 backend!(postgres: idem_runtime::store::PostgresStore);
+backend!(mysql: idem_runtime::store::MySqlStore);
 backend!(object: idem_runtime::store::BucketStore);
 backend!(redis: idem_runtime::store::RedisStore);
 backend!(redis_cluster: idem_tests::redis::RedisClusterStore);

@@ -1,5 +1,5 @@
 //! Where idempotency records live: the [`Store`] trait and its backends: [`MemoryStore`],
-//! `SqliteStore` (feature `sqlite`), `PostgresStore` (`postgres`), `BucketStore`
+//! `SqliteStore` (feature `sqlite`), `PostgresStore` (`postgres`), `MySqlStore` (`mysql`), `BucketStore`
 //! (`object-store`), `RedisStore` (`redis`) and `DynamoDbStore` (`dynamodb`).
 //!
 //! A record moves through two states. A *claim* creates it **in flight**, owned by one request
@@ -28,8 +28,11 @@ pub use idem_core::store::{
     Found, LeaseToken, MemoryStore, ReadInProcess, Store, records,
 };
 
-#[cfg(any(feature = "sqlite", feature = "postgres"))]
-#[cfg_attr(docsrs, doc(cfg(any(feature = "sqlite", feature = "postgres"))))]
+#[cfg(any(feature = "sqlite", feature = "postgres", feature = "mysql"))]
+#[cfg_attr(
+    docsrs,
+    doc(cfg(any(feature = "sqlite", feature = "postgres", feature = "mysql")))
+)]
 pub use idem_sqlx::atomic;
 
 #[cfg(feature = "dynamodb")]
@@ -41,6 +44,9 @@ pub use idem_object_store::BucketStore;
 #[cfg(feature = "redis")]
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub use idem_redis::{RedisStore, RedisStoreBuilder};
+#[cfg(feature = "mysql")]
+#[cfg_attr(docsrs, doc(cfg(feature = "mysql")))]
+pub use idem_sqlx::{MySqlStore, MySqlStoreBuilder};
 #[cfg(feature = "postgres")]
 #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
 pub use idem_sqlx::{PostgresStore, PostgresStoreBuilder};
