@@ -12,7 +12,8 @@ use idem_runtime::store::records::RecordState;
 #[derive(Debug, Parser)]
 #[command(name = "idem", version, max_term_width = 100)]
 pub(crate) struct Cli {
-    /// The store: sqlite://FILE, postgres://..., redis://HOST:PORT/DB (port and database
+    /// The store: sqlite://FILE, postgres://..., mysql://USER@HOST/DATABASE (MySQL or MariaDB),
+    /// redis://HOST:PORT/DB (port and database
     /// optional), s3://BUCKET/PREFIX (records under PREFIX, default `idem`; the client from the
     /// AWS_* variables), dynamodb://TABLE (the client from the AWS environment: AWS_REGION,
     /// AWS_ENDPOINT_URL, credentials, AWS_PROFILE). Redis Cluster: --cluster, with one or more
@@ -24,7 +25,7 @@ pub(crate) struct Cli {
     #[arg(long, default_value = "idem", global = true)]
     pub(crate) schema: String,
 
-    /// PostgreSQL: the records table.
+    /// PostgreSQL and MySQL: the records table.
     #[arg(long, default_value = "idempotency_records", global = true)]
     pub(crate) table: String,
 

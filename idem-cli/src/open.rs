@@ -4,7 +4,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use idem_runtime::store::{BucketStore, DynamoDbStore, PostgresStore, RedisStore, SqliteStore};
+use idem_runtime::store::{
+    BucketStore, DynamoDbStore, MySqlStore, PostgresStore, RedisStore, SqliteStore,
+};
 use idem_runtime::{Idempotency, Records, StoreError};
 use object_store::ObjectStore;
 use object_store::aws::AmazonS3Builder;
@@ -15,8 +17,8 @@ use crate::fail::Failure;
 /// The records of the store `cli.store` names.
 ///
 /// Opening a SQL store applies its pending migrations, as an application starting on it would
-/// (the schema changes are additive); a SQLite file, or a PostgreSQL schema or records table,
-/// that does not exist is refused rather than created.
+/// (the schema changes are additive); a SQLite file, a PostgreSQL schema, a MySQL database, or
+/// a records table, that does not exist is refused rather than created.
 pub(crate) async fn records(cli: &Cli) -> Result<Records, Failure> {
     let url = cli.store.as_str();
     let builder = Idempotency::builder().store_timeout(cli.timeout);
@@ -36,12 +38,18 @@ pub(crate) async fn records(cli: &Cli) -> Result<Records, Failure> {
                 .await?;
             builder.store(store)
         }
+        "mysql" => {
+            let pool = mysql_pool(url, cli.timeout).await?;
+            mysql_records_exist(&pool, &cli.table).await?;
+            builder.store(MySqlStore::builder(pool).table(&cli.table).build().await?)
+        }
         "redis" | "rediss" => builder.store(redis(cli, url).await?),
         "s3" => builder.store(bucket(url).await?),
         "dynamodb" => builder.store(dynamodb(url, cli.timeout).await?),
         _ => {
             return Err(Failure::Usage(format!(
-                "unknown store URL `{url}`: use sqlite://FILE, postgres://..., redis://HOST, \
+                "unknown store URL `{url}`: use sqlite://FILE, postgres://..., mysql://.../DATABASE, \
+                 redis://HOST, \
                  s3://BUCKET/PREFIX, dynamodb://TABLE"
             )));
         }
@@ -140,6 +148,70 @@ async fn postgres_records_exist(
     if !has_table {
         return Err(Failure::Usage(format!(
             "no table `{table}` in schema `{schema}` (--table): idem creates none"
+        )));
+    }
+    Ok(())
+}
+
+/// One connection to the URL's database, which must exist: a server that refuses the
+/// connection is reported at once with the reason; an unknown database (MySQL's error 1049) is
+/// refused (exit 2), naming it.
+async fn mysql_pool(url: &str, timeout: Duration) -> Result<sqlx::MySqlPool, Failure> {
+    use sqlx::Connection;
+
+    let options = url
+        .parse::<sqlx::mysql::MySqlConnectOptions>()
+        .map_err(|e| Failure::Usage(format!("bad MySQL URL: {e}")))?;
+    let Some(database) = options.get_database().map(str::to_owned) else {
+        return Err(Failure::Usage(
+            "no database in the MySQL URL: use mysql://USER@HOST/DATABASE".to_owned(),
+        ));
+    };
+    let first = tokio::time::timeout(timeout, sqlx::MySqlConnection::connect_with(&options))
+        .await
+        .map_err(|_| Failure::Timeout(timeout))?;
+    match first {
+        Ok(first) => {
+            // The check's connection goes; the pool opens its own when first used.
+            let _ = first.close().await;
+        }
+        Err(error) if mysql_error_number(&error) == Some(UNKNOWN_DATABASE) => {
+            return Err(Failure::Usage(format!(
+                "no database `{database}` on this MySQL server: idem creates none"
+            )));
+        }
+        Err(error) => return Err(Failure::Store(StoreError::unavailable(error))),
+    }
+    Ok(sqlx::mysql::MySqlPoolOptions::new()
+        .max_connections(1)
+        .acquire_timeout(timeout)
+        .connect_lazy_with(options))
+}
+
+/// MySQL's ER_BAD_DB_ERROR.
+const UNKNOWN_DATABASE: u16 = 1049;
+
+fn mysql_error_number(error: &sqlx::Error) -> Option<u16> {
+    error
+        .as_database_error()?
+        .try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>()
+        .map(sqlx::mysql::MySqlDatabaseError::number)
+}
+
+/// Refuses (exit 2) a records table the URL's database does not hold, naming it: a typo in
+/// `--table` must not create one and report no records.
+async fn mysql_records_exist(pool: &sqlx::MySqlPool, table: &str) -> Result<(), Failure> {
+    let (tables,): (i64,) = sqlx::query_as(
+        "SELECT COUNT(*) FROM information_schema.TABLES \
+         WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ?",
+    )
+    .bind(table)
+    .fetch_one(pool)
+    .await
+    .map_err(|e| Failure::Store(StoreError::unavailable(e)))?;
+    if tables == 0 {
+        return Err(Failure::Usage(format!(
+            "no table `{table}` in this MySQL database (--table): idem creates none"
         )));
     }
     Ok(())

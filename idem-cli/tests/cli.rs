@@ -106,6 +106,64 @@ async fn a_missing_postgres_schema_or_table_is_refused_and_not_created() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_mysql() {
+    let store = idem_tests::mysql_store().await;
+    let database = store_database(&store).await;
+    let target = Target::new(&idem_tests::mysql::mysql_url_of(&database))
+        .arg("--table")
+        .arg(store.table());
+    operators_see_explain_and_fix(store.clone(), target).await;
+    idem_tests::mysql::drop_mysql_store(&store).await;
+}
+
+/// The database a test store's pool is connected to.
+async fn store_database(store: &idem_runtime::store::MySqlStore) -> String {
+    sqlx::query_scalar("SELECT CONVERT(DATABASE() USING utf8mb4)")
+        .fetch_one(store.pool())
+        .await
+        .unwrap()
+}
+
+/// A misspelt database or `--table` is refused (exit 2), naming it, and nothing is created.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_mysql_database_or_table_is_refused_and_not_created() {
+    let store = idem_tests::mysql_store().await;
+    let database = store_database(&store).await;
+    let typo = format!("{}_typo", store.table());
+    let ran = Target::new(&idem_tests::mysql::mysql_url_of(&database))
+        .arg("--table")
+        .arg(&typo)
+        .expect(2, &["ls"])
+        .await;
+    assert!(
+        ran.stderr.contains(&format!("no table `{typo}`")),
+        "{ran:?}"
+    );
+    let database_typo = format!("{database}_typo");
+    let ran = Target::new(&idem_tests::mysql::mysql_url_of(&database_typo))
+        .expect(2, &["stats"])
+        .await;
+    assert!(
+        ran.stderr
+            .contains(&format!("no database `{database_typo}`")),
+        "{ran:?}"
+    );
+    let (databases, tables): (i64, i64) = sqlx::query_as(
+        "SELECT (SELECT COUNT(*) FROM information_schema.SCHEMATA WHERE SCHEMA_NAME = ?), \
+                (SELECT COUNT(*) FROM information_schema.TABLES \
+                 WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ?)",
+    )
+    .bind(&database_typo)
+    .bind(&database)
+    .bind(&typo)
+    .fetch_one(store.pool())
+    .await
+    .unwrap();
+    assert_eq!((databases, tables), (0, 0), "nothing was created");
+    idem_tests::mysql::drop_mysql_store(&store).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_redis() {
     let store = idem_tests::redis_store().await;
     let prefix = store.prefix().to_owned();

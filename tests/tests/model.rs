@@ -51,6 +51,7 @@ backends! {
     memory: idem_runtime::store::MemoryStore => 512;
     sqlite: idem_runtime::store::SqliteStore => 96;
     postgres: idem_runtime::store::PostgresStore => 96;
+    mysql: idem_runtime::store::MySqlStore => 96;
     redis: idem_runtime::store::RedisStore => 96;
     bucket: idem_runtime::store::BucketStore => 96;
     dynamodb: idem_runtime::store::DynamoDbStore => 96;

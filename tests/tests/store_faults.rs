@@ -2,7 +2,7 @@
 //! that fail, lose their replies or stall; completions and releases lost to a blink or a stall;
 //! renewals that fail; many callers of one key while the store flaps) runs through the real
 //! engine on each store, behind the suite's fault-injecting wrapper, each case on a store of its
-//! own (a PostgreSQL schema, a SQLite file, a Redis key prefix, a DynamoDB table and an S3
+//! own (a PostgreSQL schema, a MySQL database, a SQLite file, a Redis key prefix, a DynamoDB table and an S3
 //! prefix on the moto server the harness starts), discarded afterwards. `MemoryStore` is the
 //! reference.
 //!
@@ -20,7 +20,8 @@ use std::sync::{Arc, Mutex};
 
 use idem_core::testing::faults;
 use idem_runtime::store::{
-    BucketStore, DynamoDbStore, MemoryStore, PostgresStore, RedisStore, SqliteStore, Store,
+    BucketStore, DynamoDbStore, MemoryStore, MySqlStore, PostgresStore, RedisStore, SqliteStore,
+    Store,
 };
 use idem_tests::TestStore;
 use idem_tests::db::unique_name;
@@ -82,6 +83,11 @@ async fn sqlite() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres() {
     every_case::<PostgresStore>().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mysql() {
+    every_case::<MySqlStore>().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
