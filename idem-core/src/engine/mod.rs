@@ -64,7 +64,10 @@ impl Engine {
     ) -> Arc<Self> {
         let claim_deadline = policy.lease.max(policy.store_timeout);
         Arc::new(Self {
-            store: Arc::new(Timed::new(store, policy.store_timeout, claim_deadline)),
+            store: Arc::new(
+                Timed::new(store, policy.store_timeout, claim_deadline)
+                    .reading_with(capabilities.admin().cloned()),
+            ),
             store_name,
             capabilities: Arc::new(capabilities),
             clock,

@@ -71,6 +71,20 @@ impl Retry {
             .unwrap_or(Err(StoreError::Timeout(within)))
     }
 
+    /// What a write fenced out of the record means. A completion fenced out by its own result
+    /// had landed on an earlier try whose answer was lost: the result is stored, and retries
+    /// replay it ([`Fence::Held`]). Otherwise another owner holds the record, or nobody does:
+    /// [`Fence::Lost`].
+    async fn fenced_out(&self) -> Fence {
+        match &self.pending {
+            Some(pending) if self.store.holds(&self.key, &pending.payload).await => {
+                tracing::info!(key = %self.key.prefix(), "an idempotency result had been stored before the store's answer was lost");
+                Fence::Held
+            }
+            _ => Fence::Lost,
+        }
+    }
+
     /// Tries after `backoff`, then twice as long each time up to [`Self::MAX`].
     async fn retry(&self, mut backoff: Duration) -> Result<Fence, StoreError> {
         loop {
@@ -85,8 +99,9 @@ impl Retry {
                 None => self.store.release(&self.key, self.token).await,
             };
             let error = match result {
-                // A result whose record was lost: the caller says so, in the words of every path.
-                Ok(Fence::Lost) if self.pending.is_some() => return Ok(Fence::Lost),
+                // A result whose record was lost: the caller says so, in the words of every
+                // path (unless the record holds this very result).
+                Ok(Fence::Lost) if self.pending.is_some() => return Ok(self.fenced_out().await),
                 Ok(fence) => {
                     tracing::info!(key = %self.key.prefix(), ?fence, "settled an idempotency record after a store failure");
                     return Ok(fence);
@@ -111,8 +126,9 @@ impl Retry {
                 continue;
             };
             if let Ok(Fence::Lost) = self.store.renew(&self.key, self.token, until).await {
-                // Another owner holds the record now (we were cut off longer than the lease).
-                return Ok(Fence::Lost);
+                // Another owner holds the record now (we were cut off longer than the lease),
+                // or the completion tried last landed.
+                return Ok(self.fenced_out().await);
             }
         }
     }
@@ -146,7 +162,7 @@ mod tests {
     use super::*;
     use crate::clock::SystemClock;
     use crate::key::IdempotencyKey;
-    use crate::store::{Claim, ClaimRequest, MemoryStore, Store};
+    use crate::store::{Admin, Claim, ClaimRequest, MemoryStore, Store};
     use crate::testing::faults::{Call, Fault, Faulty};
 
     /// The memory store behind the fault suite's wrapper, holding `key()` under [`TOKEN`]
@@ -300,5 +316,72 @@ mod tests {
             .expect("the retry gives up at once");
         assert_eq!(store.faults().calls(Call::Complete), 1);
         assert_eq!(store.faults().calls(Call::Renew), 0);
+    }
+
+    /// A retry of `store`'s pending completion of `payload`, through an engine's view of the
+    /// store that reads records when `reads` (as every built-in store offers).
+    fn completing(store: &Faulty<MemoryStore>, payload: &'static [u8], reads: bool) -> Retry {
+        let now = SystemClock.now();
+        let admin: Option<Arc<dyn crate::store::DynAdmin>> =
+            reads.then(|| Arc::new(store.inner().clone()) as _);
+        Retry {
+            store: Arc::new(Timed::new(Arc::new(store.clone()), HOUR, HOUR).reading_with(admin)),
+            clock: Arc::new(SystemClock),
+            terms: LeaseTerms::configured(Duration::from_secs(30)),
+            key: key(),
+            token: TOKEN,
+            until: now.after(HOUR),
+            pending: Some(Completing {
+                payload: Bytes::from_static(payload),
+                status: Some(201),
+                completed_at: now,
+                expires_at: now.after(HOUR),
+            }),
+            operation: "retry.tests".into(),
+        }
+    }
+
+    /// A completion the store applied but whose answer was lost is fenced out by its own result
+    /// when tried again: that is a stored result, not a lost one (no `result lost` warning or
+    /// count), when the store's records can be read.
+    #[tokio::test(start_paused = true)]
+    async fn a_completion_whose_answer_was_lost_is_not_a_lost_result() {
+        let store = holding().await;
+        store
+            .faults()
+            .inject_next(Call::Complete, Fault::LoseReply, 1);
+        let settled = completing(&store, b"charged", true).run_within(HOUR).await;
+        assert_eq!(settled.unwrap(), Fence::Held);
+        // The renewal between tries found the record completed, and the record read back
+        // showed this result: no second completion was needed.
+        assert_eq!(store.faults().calls(Call::Complete), 1);
+        let record = store.inner().read_record(&key()).await.unwrap().unwrap();
+        assert_eq!(record.payload.as_deref(), Some(&b"charged"[..]));
+    }
+
+    /// Without a way to read the record, or when the record holds another result (an owner
+    /// that took over), the retry's fence stays lost: the result is reported lost.
+    #[tokio::test(start_paused = true)]
+    async fn a_completion_fenced_out_by_another_result_is_lost() {
+        let store = holding().await;
+        store
+            .faults()
+            .inject_next(Call::Complete, Fault::LoseReply, 1);
+        let unread = completing(&store, b"charged", false).run_within(HOUR).await;
+        assert_eq!(unread.unwrap(), Fence::Lost);
+
+        let store = holding().await;
+        store
+            .faults()
+            .inject_next(Call::Complete, Fault::LoseReply, 1);
+        // What the first try stored differs from what the second carries: as if another owner's
+        // result were there.
+        let first = completing(&store, b"another owner's", true);
+        let _ = first
+            .store
+            .complete(&key(), TOKEN, first.pending.as_ref().unwrap().completion())
+            .await;
+        let other = completing(&store, b"charged", true).run_within(HOUR).await;
+        assert_eq!(other.unwrap(), Fence::Lost);
     }
 }

@@ -25,6 +25,9 @@ pub(crate) struct Timed {
     inner: Arc<dyn DynStore>,
     timeout: Duration,
     claim: Duration,
+    /// The store's operator methods, when it offers them: how a completion whose reply was lost
+    /// is told from a result that was lost ([`holds`](Self::holds)).
+    admin: Option<Arc<dyn DynAdmin>>,
 }
 
 impl Timed {
@@ -33,6 +36,27 @@ impl Timed {
             inner,
             timeout,
             claim,
+            admin: None,
+        }
+    }
+
+    /// The same, reading records through `admin` where the store offers it.
+    pub(crate) fn reading_with(mut self, admin: Option<Arc<dyn DynAdmin>>) -> Self {
+        self.admin = admin;
+        self
+    }
+
+    /// Whether the record under `key` is completed with `payload`: a completion that the store
+    /// applied but whose reply was lost, retried, is fenced out by its own result, and this
+    /// tells that from a record another owner took over. `false` when the store cannot be read
+    /// (no operator methods, or a failure): the result then counts as lost, the safe side.
+    pub(crate) async fn holds(&self, key: &RecordKey, payload: &[u8]) -> bool {
+        let Some(admin) = &self.admin else {
+            return false;
+        };
+        match bounded(self.timeout, admin.read_record(key)).await {
+            Ok(Some(record)) => record.completed && record.payload.as_deref() == Some(payload),
+            Ok(None) | Err(_) => false,
         }
     }
 
