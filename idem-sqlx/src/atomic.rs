@@ -323,7 +323,32 @@ impl sealed::Sealed for sqlx::MySql {}
 impl AtomicDatabase for sqlx::MySql {
     const NAME: &'static str = "MySQL";
     const BEGIN: &'static str = "BEGIN";
+    /// The session's lock waits (and, on MariaDB, its statements) bounded by the transaction's
+    /// statement timeout, then `BEGIN` and the savepoint [`MYSQL_SAVEPOINT`], which the
+    /// completion checks is still there. The session settings outlive the transaction on the
+    /// pooled connection.
     fn begin(statement_timeout: Duration) -> std::borrow::Cow<'static, str> {
-        std::borrow::Cow::Owned(crate::mysql::begin(statement_timeout))
+        std::borrow::Cow::Owned(format!(
+            "{}; BEGIN; SAVEPOINT {MYSQL_SAVEPOINT}",
+            mysql_session_timeouts(statement_timeout)
+        ))
     }
+}
+
+/// The savepoint a transaction lent on MySQL begins with: gone when InnoDB rolled the
+/// transaction back under the handler (a deadlock), which the completion checks first.
+#[cfg(feature = "mysql")]
+pub(crate) const MYSQL_SAVEPOINT: &str = "idem_tx";
+
+#[cfg(feature = "mysql")]
+/// The statement that bounds a session's lock waits (whole seconds, at least one) and, on
+/// MariaDB (inside its executable comment), each statement's running time.
+pub(crate) fn mysql_session_timeouts(timeout: Duration) -> String {
+    let seconds = timeout.as_secs() + u64::from(timeout.subsec_nanos() > 0);
+    format!(
+        "SET SESSION innodb_lock_wait_timeout = {seconds}, lock_wait_timeout = {seconds} \
+         /*M!100100 , max_statement_time = {statement:.3} */",
+        seconds = seconds.max(1),
+        statement = timeout.as_secs_f64().max(0.001),
+    )
 }

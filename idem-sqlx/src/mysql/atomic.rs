@@ -5,36 +5,21 @@
 //! `innodb_rollback_on_timeout` when a lock wait times out; the session then goes on in
 //! autocommit. A handler that swallowed that error and answered 2xx would otherwise have its
 //! response stored, in autocommit, beside writes that rolled back. The lent transaction begins
-//! with a savepoint ([`SAVEPOINT`]); the completion releases it first, and a savepoint that is
+//! with a savepoint (`idem_tx`); the completion releases it first, and a savepoint that is
 //! gone means the transaction was rolled back under the handler: nothing is stored, the
 //! transaction is dropped, and the request is answered 503 (the key released, so a retry runs
 //! the operation on a database its first attempt left untouched).
 
-use std::time::Duration;
-
 use sqlx::{Executor, MySqlConnection};
 
-use super::{MySqlStore, error_number, session_timeouts};
-use crate::atomic::AtomicStore;
+use super::{MySqlStore, error_number};
+use crate::atomic::{AtomicStore, MYSQL_SAVEPOINT as SAVEPOINT};
 use idem_core::error::StoreError;
 use idem_core::key::RecordKey;
 use idem_core::store::{BoxFuture, Completion, Fence, LeaseToken};
 
-/// The savepoint a lent transaction begins with; the completion checks it is still there.
-pub(crate) const SAVEPOINT: &str = "idem_tx";
-
 /// ER_SP_DOES_NOT_EXIST: the savepoint is gone, with the transaction that held it.
 const NO_SUCH_SAVEPOINT: u16 = 1305;
-
-/// How a transaction lent to a handler begins: the session's lock waits (and, on MariaDB, its
-/// statements) bounded by the transaction's statement timeout, then `BEGIN` and the savepoint.
-/// The session settings outlive the transaction on the pooled connection.
-pub(crate) fn begin(statement_timeout: Duration) -> String {
-    format!(
-        "{}; BEGIN; SAVEPOINT {SAVEPOINT}",
-        session_timeouts(statement_timeout)
-    )
-}
 
 impl MySqlStore {
     /// Completes the record in the lent transaction `conn` is in, if it is still open.
@@ -77,20 +62,5 @@ impl AtomicStore<sqlx::MySql> for MySqlStore {
         completion: Completion<'a>,
     ) -> BoxFuture<'a, Result<Fence, StoreError>> {
         Box::pin(self.complete_in_lent(conn, key, token, completion))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_lent_transaction_begins_with_its_savepoint_last() {
-        let sql = begin(Duration::from_secs(5));
-        assert!(sql.ends_with("BEGIN; SAVEPOINT idem_tx"), "{sql}");
-        assert!(
-            sql.starts_with("SET SESSION innodb_lock_wait_timeout = 5"),
-            "{sql}"
-        );
     }
 }

@@ -7,6 +7,7 @@ use std::time::Duration;
 use sqlx::mysql::MySqlPoolOptions;
 use sqlx::{AssertSqlSafe, Executor, MySqlPool};
 
+use crate::atomic::mysql_session_timeouts as session_timeouts;
 use crate::sql::Dialect;
 use idem_core::error::StoreError;
 
@@ -16,7 +17,6 @@ mod records;
 mod schema;
 mod store;
 
-pub(crate) use atomic::begin;
 use positional::Positional;
 use schema::{Names, migrate};
 
@@ -154,18 +154,6 @@ impl MySqlStore {
     pub fn table(&self) -> &str {
         &self.sql.table
     }
-}
-
-/// The statement that bounds a session's lock waits (whole seconds, at least one) and, on
-/// MariaDB (inside its executable comment), each statement's running time.
-pub(super) fn session_timeouts(timeout: Duration) -> String {
-    let seconds = timeout.as_secs() + u64::from(timeout.subsec_nanos() > 0);
-    format!(
-        "SET SESSION innodb_lock_wait_timeout = {seconds}, lock_wait_timeout = {seconds} \
-         /*M!100100 , max_statement_time = {statement:.3} */",
-        seconds = seconds.max(1),
-        statement = timeout.as_secs_f64().max(0.001),
-    )
 }
 
 impl fmt::Debug for MySqlStore {
