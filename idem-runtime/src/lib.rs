@@ -50,6 +50,7 @@
 //! | `tonic` | `grpc`: `#[idempotent]` on the methods of a tonic service | `idem-tonic` |
 //! | `utoipa` | `openapi::IdempotencyDoc`: the key header and the engine's answers in a utoipa OpenAPI document | |
 //! | `lambda` | `lambda::DeadlineLayer`: the same handlers on AWS Lambda with `lambda_http`, each request's lease ending with its invocation | `idem-lambda` |
+//! | `nats` | `nats::Consumer`: NATS JetStream messages processed once per key, acked once stored; atomic mode with a `Tx` | `idem-nats` |
 //!
 //! None is on by default: the memory store needs none. With both `sqlite` and `postgres`,
 //! `AnyTx` takes whichever store the engine was built with (and MySQL's, with `mysql` too).
@@ -73,6 +74,18 @@ mod tx;
 pub mod lambda {
     #![doc = include_str!("docs/lambda.md")]
     pub use idem_lambda::{DeadlineLayer, DeadlineService, deadline_of, invocation_deadline};
+}
+#[cfg(feature = "nats")]
+#[cfg_attr(docsrs, doc(cfg(feature = "nats")))]
+pub mod nats {
+    //! Idempotent NATS JetStream consumers, from `idem-nats`: each message's handler runs at
+    //! most once per key and the message is acked once its output is stored. A handler taking
+    //! a `Tx` (features `sqlite`, `postgres`) runs in atomic mode through
+    //! [`Consumer::run_atomic`]: its writes commit with the key's record.
+    pub use idem_nats::{
+        ConsumeError, Consumer, Counts, Delivery, HandlerError, KeyFrom, KeySource, Keyless,
+        NATS_MSG_ID,
+    };
 }
 #[cfg(feature = "utoipa")]
 #[cfg_attr(docsrs, doc(cfg(feature = "utoipa")))]

@@ -1,0 +1,151 @@
+//! The two ways a handler runs through the programmatic API: plain (`Operation::run`) and
+//! atomic (`Operation::run_atomic`, the handler handed a lent transaction), each under the
+//! handler deadline, with a panic caught as a failure.
+
+use std::fmt;
+use std::future::Future;
+use std::marker::PhantomData;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use idem_core::operation::{Lent, OperationError, Outcome};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use crate::message::{Delivery, HandlerError, PayloadDigest};
+use crate::settings::Settings;
+
+/// Why a run of the handler did not produce an output.
+#[derive(Debug)]
+pub(crate) enum Failure<E> {
+    /// The handler's own error.
+    Handler(HandlerError<E>),
+    /// It outlived the consumer's handler deadline and was stopped.
+    Deadline(Duration),
+    /// It panicked.
+    Panicked,
+}
+
+impl<E: fmt::Display> fmt::Display for Failure<E> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Handler(error) => write!(f, "{error}"),
+            Self::Deadline(limit) => write!(f, "the handler ran longer than {limit:?}"),
+            Self::Panicked => f.write_str("the handler panicked"),
+        }
+    }
+}
+
+/// What the engine answered for one delivery.
+pub(crate) type Ran<T, E> = Result<Outcome<T>, OperationError<Failure<E>>>;
+
+/// A run of the handler through the engine, boxed: one allocation per delivery.
+pub(crate) type Running<T, E> = Pin<Box<dyn Future<Output = Ran<T, E>> + Send>>;
+
+/// The types a handler's closure is generic over, held without owning any.
+pub(crate) type Types<Args> = PhantomData<fn() -> Args>;
+
+/// One delivery to run: its key (or a throw-away one), its payload's fingerprint, itself.
+pub(crate) struct Run {
+    pub(crate) settings: Arc<Settings>,
+    pub(crate) key: String,
+    pub(crate) protected: bool,
+    pub(crate) digest: PayloadDigest,
+    pub(crate) delivery: Delivery,
+}
+
+/// A handler, plain or atomic, as the consumer runs it.
+pub(crate) trait Work: Send + Sync + 'static {
+    /// What the handler returns, stored with the key's record.
+    type Output: Serialize + DeserializeOwned + Send + 'static;
+    /// Why it fails.
+    type Error: fmt::Display + Send + 'static;
+
+    /// Runs `run` through the engine: once per key, or the stored output.
+    fn run(&self, run: Run) -> Running<Self::Output, Self::Error>;
+}
+
+/// A handler taking the delivery alone.
+pub(crate) struct Plain<H, Fut, T, E> {
+    pub(crate) handler: Arc<H>,
+    pub(crate) types: Types<(Fut, T, E)>,
+}
+
+impl<H, Fut, T, E> Work for Plain<H, Fut, T, E>
+where
+    H: Fn(Delivery) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<T, HandlerError<E>>> + Send + 'static,
+    T: Serialize + DeserializeOwned + Send + 'static,
+    E: fmt::Display + Send + 'static,
+{
+    type Output = T;
+    type Error = E;
+
+    fn run(&self, run: Run) -> Running<T, E> {
+        let handler = Arc::clone(&self.handler);
+        Box::pin(async move {
+            let limit = run.settings.handler_timeout;
+            let delivery = run.delivery;
+            run.settings
+                .operation(run.protected)
+                .run(run.key, run.digest, move |_| {
+                    guarded(handler(delivery), limit)
+                })
+                .await
+        })
+    }
+}
+
+/// A handler taking a lent transaction and the delivery.
+pub(crate) struct Atomic<H, L, Fut, T, E> {
+    pub(crate) handler: Arc<H>,
+    pub(crate) types: Types<(L, Fut, T, E)>,
+}
+
+impl<H, L, Fut, T, E> Work for Atomic<H, L, Fut, T, E>
+where
+    H: Fn(L, Delivery) -> Fut + Send + Sync + 'static,
+    L: Lent,
+    Fut: Future<Output = Result<T, HandlerError<E>>> + Send + 'static,
+    T: Serialize + DeserializeOwned + Send + 'static,
+    E: fmt::Display + Send + 'static,
+{
+    type Output = T;
+    type Error = E;
+
+    fn run(&self, run: Run) -> Running<T, E> {
+        let handler = Arc::clone(&self.handler);
+        Box::pin(async move {
+            let limit = run.settings.handler_timeout;
+            let delivery = run.delivery;
+            run.settings
+                .operation(run.protected)
+                .run_atomic::<L, _, _, _, _, _, _>(run.key, run.digest, move |tx, _| {
+                    guarded(handler(tx, delivery), limit)
+                })
+                .await
+        })
+    }
+}
+
+/// Runs `handler` on a task of its own, so a panic is a failure like another, and stops it at
+/// `limit`: its future (and the transaction it holds) is dropped before the failure is
+/// returned, so the engine rolls back a transaction nobody still writes through.
+async fn guarded<T, E, Fut>(handler: Fut, limit: Duration) -> Result<T, Failure<E>>
+where
+    Fut: Future<Output = Result<T, HandlerError<E>>> + Send + 'static,
+    T: Send + 'static,
+    E: Send + 'static,
+{
+    let mut task = tokio::spawn(handler);
+    match tokio::time::timeout(limit, &mut task).await {
+        Ok(Ok(result)) => result.map_err(Failure::Handler),
+        Ok(Err(_panicked)) => Err(Failure::Panicked),
+        Err(_elapsed) => {
+            task.abort();
+            let _ = task.await;
+            Err(Failure::Deadline(limit))
+        }
+    }
+}
