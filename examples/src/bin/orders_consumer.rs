@@ -1,0 +1,266 @@
+//! `orders-consumer`: a NATS JetStream consumer that records each order once, whatever the
+//! broker redelivers and however many copies of it run, with `idem_runtime::nats::Consumer` in
+//! atomic mode: the order's row and the message's idempotency record commit in one transaction.
+//!
+//! Each message is JSON, `{"order_id": "o-1", "amount": 100}`, keyed by its `Idempotency-Key`
+//! header (else `Nats-Msg-Id`, else its stream sequence). A message that is not such an order
+//! is poison: terminated, never retried.
+//!
+//! | variable | meaning | default |
+//! |---|---|---|
+//! | `BROKER_URL` | the broker: `nats://HOST:PORT` | `nats://127.0.0.1:4222` |
+//! | `STREAM` | the stream, created if missing (file storage, subjects `[SUBJECT]`) | `ORDERS` |
+//! | `SUBJECT` | the subject it captures | `orders.created` |
+//! | `DURABLE` | the durable pull consumer, created if missing (explicit acks, no delivery limit) | `orders-consumer` |
+//! | `ACK_WAIT_MS` | JetStream's ack wait for that consumer | `30000` |
+//! | `DATABASE_URL` | the `orders` table and the records: `sqlite://FILE` (created if missing) or `postgres://...` | `sqlite://orders-consumer.db` |
+//! | `CONCURRENCY` | messages handled at once | `8` |
+//! | `HANDLER_TIMEOUT_MS` | the handler's deadline: past it the transaction rolls back and the message is handed back | `30000` |
+//! | `SLOW_MS` | a sleep inside the handler, in its transaction, after its insert | `0` |
+//! | `IDEM_LEASE_MS` | how soon the key of a process that died mid-handler may be taken over | `30000` |
+//!
+//! `amqp://` URLs (RabbitMQ) are refused: this build consumes from NATS JetStream only.
+//! SIGTERM (or Ctrl-C) stops pulling, lets the running messages finish, and exits 0.
+
+use std::process::ExitCode;
+use std::str::FromStr;
+use std::time::Duration;
+
+use async_nats::jetstream::{self, consumer, stream};
+use idem_runtime::nats::{Consumer, Delivery, HandlerError};
+use idem_runtime::store::{PostgresStore, SqliteStore};
+use idem_runtime::{Idempotency, Tx};
+use serde::Deserialize;
+use sqlx::postgres::PgPoolOptions;
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions};
+use sqlx::{PgPool, Postgres, Sqlite, SqlitePool};
+use tokio::signal::unix::{SignalKind, signal};
+use tracing_subscriber::EnvFilter;
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// An order, as published.
+#[derive(Debug, Deserialize)]
+struct Order {
+    order_id: String,
+    amount: i64,
+}
+
+/// The variables above, read once.
+struct Config {
+    broker: String,
+    stream: String,
+    subject: String,
+    durable: String,
+    ack_wait: Duration,
+    database_url: String,
+    concurrency: usize,
+    handler_timeout: Duration,
+    slow: Duration,
+    lease: Duration,
+}
+
+fn var(name: &str, default: &str) -> String {
+    std::env::var(name).unwrap_or_else(|_| default.to_owned())
+}
+
+fn millis(name: &str, default: u64) -> Result<Duration, BoxError> {
+    let value = var(name, &default.to_string());
+    let ms: u64 = value
+        .parse()
+        .map_err(|_| format!("{name} must be a whole number of milliseconds, got `{value}`"))?;
+    Ok(Duration::from_millis(ms))
+}
+
+impl Config {
+    fn from_env() -> Result<Self, BoxError> {
+        let concurrency = var("CONCURRENCY", "8");
+        Ok(Self {
+            broker: var("BROKER_URL", "nats://127.0.0.1:4222"),
+            stream: var("STREAM", "ORDERS"),
+            subject: var("SUBJECT", "orders.created"),
+            durable: var("DURABLE", "orders-consumer"),
+            ack_wait: millis("ACK_WAIT_MS", 30_000)?,
+            database_url: var("DATABASE_URL", "sqlite://orders-consumer.db"),
+            concurrency: concurrency
+                .parse()
+                .ok()
+                .filter(|&n: &usize| n > 0)
+                .ok_or_else(|| {
+                    format!("CONCURRENCY must be a positive number, got `{concurrency}`")
+                })?,
+            handler_timeout: millis("HANDLER_TIMEOUT_MS", 30_000)?,
+            slow: millis("SLOW_MS", 0)?,
+            lease: millis("IDEM_LEASE_MS", 30_000)?,
+        })
+    }
+}
+
+/// Where the orders and the records are.
+enum Db {
+    Sqlite(SqlitePool),
+    Postgres(PgPool),
+}
+
+impl Db {
+    /// Opens `url` (a SQLite file is created if missing) and creates the `orders` table: no
+    /// unique constraint, so a second run of one message would show as a second row.
+    async fn open(url: &str) -> Result<Self, BoxError> {
+        if url.starts_with("sqlite:") {
+            let options = SqliteConnectOptions::from_str(url)?
+                .create_if_missing(true)
+                .journal_mode(SqliteJournalMode::Wal)
+                .busy_timeout(Duration::from_secs(10));
+            let pool = SqlitePoolOptions::new()
+                .max_connections(8)
+                .connect_with(options)
+                .await?;
+            sqlx::query(
+                "CREATE TABLE IF NOT EXISTS orders (id INTEGER PRIMARY KEY AUTOINCREMENT, \
+                 order_id TEXT NOT NULL, amount INTEGER NOT NULL, message_key TEXT)",
+            )
+            .execute(&pool)
+            .await?;
+            Ok(Self::Sqlite(pool))
+        } else {
+            let pool = PgPoolOptions::new()
+                .max_connections(16)
+                .acquire_timeout(Duration::from_secs(5))
+                .connect(url)
+                .await?;
+            sqlx::query(
+                "CREATE TABLE IF NOT EXISTS orders (id BIGSERIAL PRIMARY KEY, \
+                 order_id TEXT NOT NULL, amount BIGINT NOT NULL, message_key TEXT)",
+            )
+            .execute(&pool)
+            .await?;
+            Ok(Self::Postgres(pool))
+        }
+    }
+}
+
+/// The order in a delivery, or poison.
+fn order(delivery: &Delivery) -> Result<Order, HandlerError<String>> {
+    delivery
+        .json::<Order>()
+        .map_err(|error| HandlerError::poison(format!("not an order: {error}")))
+}
+
+/// The handler for one database: the order's row is inserted in the lent transaction, then
+/// `slow` is slept in it; the row commits with the message's record.
+macro_rules! handler {
+    ($db:ty, $insert:literal, $slow:expr) => {{
+        let slow = $slow;
+        move |mut tx: Tx<$db>, delivery: Delivery| async move {
+            let order = order(&delivery)?;
+            let retry = |error: sqlx::Error| HandlerError::retry(error.to_string());
+            sqlx::query($insert)
+                .bind(&order.order_id)
+                .bind(order.amount)
+                .bind(delivery.key.as_deref())
+                .execute(tx.conn().await.map_err(retry)?)
+                .await
+                .map_err(retry)?;
+            tokio::time::sleep(slow).await;
+            tracing::info!(order_id = %order.order_id, amount = order.amount, "order recorded");
+            Ok::<_, HandlerError<String>>(order.amount)
+        }
+    }};
+}
+
+async fn run(config: Config) -> Result<(), BoxError> {
+    if !config.broker.starts_with("nats://") {
+        return Err(format!(
+            "BROKER_URL must be a nats:// URL (this build consumes from NATS JetStream only), got `{}`",
+            config.broker
+        )
+        .into());
+    }
+    let db = Db::open(&config.database_url)
+        .await
+        .map_err(|e| format!("cannot open DATABASE_URL: {e}"))?;
+    let builder = Idempotency::builder()
+        .lease(config.lease)
+        .transaction_timeout(config.handler_timeout + Duration::from_secs(1));
+    let idempotency = match &db {
+        Db::Sqlite(pool) => builder.store(SqliteStore::from_pool(pool.clone()).await?),
+        Db::Postgres(pool) => builder.store(PostgresStore::from_pool(pool.clone()).await?),
+    }
+    .build()?;
+
+    let client = async_nats::connect(config.broker.trim_start_matches("nats://"))
+        .await
+        .map_err(|e| format!("cannot connect to BROKER_URL: {e}"))?;
+    let jetstream = jetstream::new(client);
+    let stream = jetstream
+        .get_or_create_stream(stream::Config {
+            name: config.stream.clone(),
+            subjects: vec![config.subject.clone()],
+            storage: stream::StorageType::File,
+            ..Default::default()
+        })
+        .await?;
+    let durable: consumer::PullConsumer = stream
+        .get_or_create_consumer(
+            &config.durable,
+            consumer::pull::Config {
+                durable_name: Some(config.durable.clone()),
+                ack_policy: consumer::AckPolicy::Explicit,
+                ack_wait: config.ack_wait,
+                max_deliver: -1,
+                ..Default::default()
+            },
+        )
+        .await?;
+    tracing::info!(stream = %config.stream, durable = %config.durable, "orders-consumer ready");
+
+    let consumer = Consumer::new(idempotency, "orders.create")
+        .concurrency(config.concurrency)
+        .handler_timeout(config.handler_timeout);
+    let mut term = signal(SignalKind::terminate())?;
+    let stop = async move {
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = tokio::signal::ctrl_c() => {}
+        }
+    };
+    let counts = match db {
+        Db::Sqlite(_) => {
+            let handler = handler!(
+                Sqlite,
+                "INSERT INTO orders (order_id, amount, message_key) VALUES (?, ?, ?)",
+                config.slow
+            );
+            consumer.run_atomic(&durable, handler, stop).await?
+        }
+        Db::Postgres(_) => {
+            let handler = handler!(
+                Postgres,
+                "INSERT INTO orders (order_id, amount, message_key) VALUES ($1, $2, $3)",
+                config.slow
+            );
+            consumer.run_atomic(&durable, handler, stop).await?
+        }
+    };
+    tracing::info!(?counts, "orders-consumer stopped");
+    Ok(())
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
+        .with_ansi(false)
+        .init();
+    let outcome = match Config::from_env() {
+        Ok(config) => run(config).await,
+        Err(error) => Err(error),
+    };
+    match outcome {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("orders-consumer: {error}");
+            ExitCode::FAILURE
+        }
+    }
+}
