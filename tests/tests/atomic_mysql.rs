@@ -1,60 +1,64 @@
-//! Atomic mode on MySQL/MariaDB (`Tx<sqlx::MySql>`, two commits): a handler's writes and the
-//! stored response commit together, counted in a real business table; a 5xx rolls them back;
-//! and a transaction InnoDB rolls back under the handler (a deadlock it lost, whose error the
-//! handler swallowed) stores nothing and is answered 503, so the retry executes once.
+//! Atomic mode on MySQL/MariaDB (`Tx<sqlx::MySql>`, two commits): the generic suite (writes and
+//! the stored response commit together, counted in a real business table; panics, 5xx and a
+//! failed commit leave nothing; a displaced or forgotten owner rolls back), and a transaction
+//! InnoDB rolls back under the handler (a deadlock it lost, whose error the handler swallowed),
+//! which stores nothing and is answered 503, so the retry executes once.
 //!
 //! ```text
 //! cargo nextest run -p idem-tests --test atomic_mysql
 //! ```
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
-use std::time::Duration;
+include!("atomic/suite.rs");
 
-use axum::body::Body;
-use axum::extract::{FromRef, State};
-use axum::http::{Request, StatusCode};
-use axum::routing::post;
-use axum::{Json, Router};
-use idem_runtime::store::MySqlStore;
-use idem_runtime::{Idempotency, Tx, idempotent};
-use idem_tests::mysql::{drop_database, mysql_database, mysql_url_of};
-use serde_json::Value;
-use sqlx::{Connection, Executor, MySqlPool};
-use tokio::sync::Notify;
-use tower::ServiceExt;
+atomic_suite!(mysql, mysql, sqlx::MySql, MySql, "two", false);
 
-const PLAIN: u8 = 0;
-const SERVER_ERROR: u8 = 1;
-/// Locks row 1 of `locks`, says so, then waits for row 2, which the test holds: a deadlock the
-/// handler loses. It swallows the error and answers 201.
-const DEADLOCK: u8 = 2;
+/// A transaction InnoDB ends under the handler.
+mod deadlock {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
+    use std::time::Duration;
 
-#[derive(Clone, FromRef)]
-struct App {
-    idem: Idempotency,
-    calls: Arc<AtomicUsize>,
-    mode: Arc<AtomicU8>,
-    locked: Arc<Notify>,
-}
+    use axum::body::Body;
+    use axum::extract::{FromRef, State};
+    use axum::http::{Request, StatusCode};
+    use axum::routing::post;
+    use axum::{Json, Router};
+    use idem_runtime::store::MySqlStore;
+    use idem_runtime::{Idempotency, Tx, idempotent};
+    use idem_tests::mysql::{drop_database, mysql_database, mysql_url_of};
+    use serde_json::Value;
+    use sqlx::{Connection, Executor, MySqlPool};
+    use tokio::sync::Notify;
+    use tower::ServiceExt;
 
-#[idempotent(scope = "global", commits = "two")]
-async fn create_item(
-    State(calls): State<Arc<AtomicUsize>>,
-    State(mode): State<Arc<AtomicU8>>,
-    State(locked): State<Arc<Notify>>,
-    mut tx: Tx<sqlx::MySql>,
-) -> (StatusCode, Json<Value>) {
-    let call = calls.fetch_add(1, Ordering::SeqCst) + 1;
-    let conn = tx.conn().await.expect("begin");
-    sqlx::query("INSERT INTO items (name) VALUES (?)")
-        .bind("item")
-        .execute(&mut *conn)
-        .await
-        .expect("insert");
-    match mode.swap(PLAIN, Ordering::SeqCst) {
-        SERVER_ERROR => return (StatusCode::INTERNAL_SERVER_ERROR, Json(Value::Null)),
-        DEADLOCK => {
+    const PLAIN: u8 = 0;
+    /// Locks row 1 of `locks`, says so, then waits for row 2, which the test holds: a deadlock the
+    /// handler loses. It swallows the error and answers 201.
+    const DEADLOCK: u8 = 1;
+
+    #[derive(Clone, FromRef)]
+    struct App {
+        idem: Idempotency,
+        calls: Arc<AtomicUsize>,
+        mode: Arc<AtomicU8>,
+        locked: Arc<Notify>,
+    }
+
+    #[idempotent(scope = "global", commits = "two")]
+    async fn create_item(
+        State(calls): State<Arc<AtomicUsize>>,
+        State(mode): State<Arc<AtomicU8>>,
+        State(locked): State<Arc<Notify>>,
+        mut tx: Tx<sqlx::MySql>,
+    ) -> (StatusCode, Json<Value>) {
+        let call = calls.fetch_add(1, Ordering::SeqCst) + 1;
+        let conn = tx.conn().await.expect("begin");
+        sqlx::query("INSERT INTO items (name) VALUES (?)")
+            .bind("item")
+            .execute(&mut *conn)
+            .await
+            .expect("insert");
+        if mode.swap(PLAIN, Ordering::SeqCst) == DEADLOCK {
             conn.execute("UPDATE locks SET n = n + 1 WHERE id = 1")
                 .await
                 .expect("row 1");
@@ -68,148 +72,123 @@ async fn create_item(
                 "the handler's transaction is the deadlock victim"
             );
         }
-        _ => {}
-    }
-    (
-        StatusCode::CREATED,
-        Json(serde_json::json!({ "call": call })),
-    )
-}
-
-struct Harness {
-    router: Router,
-    app: App,
-    pool: MySqlPool,
-    database: String,
-}
-
-impl Harness {
-    async fn new() -> Self {
-        let database = mysql_database().await;
-        let store = MySqlStore::connect(&mysql_url_of(&database)).await.unwrap();
-        let pool = store.pool().clone();
-        for ddl in [
-            "CREATE TABLE items (id BIGINT AUTO_INCREMENT PRIMARY KEY, name TEXT NOT NULL)",
-            "CREATE TABLE locks (id INT PRIMARY KEY, n INT NOT NULL)",
-            "INSERT INTO locks VALUES (1, 0), (2, 0)",
-            "CREATE TABLE ballast (id INT PRIMARY KEY)",
-        ] {
-            pool.execute(ddl).await.unwrap();
-        }
-        let idem = Idempotency::builder().store(store).build().unwrap();
-        let app = App {
-            idem,
-            calls: Arc::default(),
-            mode: Arc::default(),
-            locked: Arc::default(),
-        };
-        let router = Router::new()
-            .route("/items", post(create_item))
-            .with_state(app.clone());
-        Self {
-            router,
-            app,
-            pool,
-            database,
-        }
-    }
-
-    async fn send(&self, key: &str) -> StatusCode {
-        send(&self.router, key).await
-    }
-
-    async fn items(&self) -> i64 {
-        sqlx::query_scalar("SELECT COUNT(*) FROM items")
-            .fetch_one(&self.pool)
-            .await
-            .unwrap()
-    }
-
-    async fn finish(self) {
-        self.pool.close().await;
-        drop_database(&self.database).await;
-    }
-}
-
-async fn send(router: &Router, key: &str) -> StatusCode {
-    let request = Request::post("/items")
-        .header("idempotency-key", key)
-        .body(Body::empty())
-        .unwrap();
-    tokio::time::timeout(Duration::from_secs(60), router.clone().oneshot(request))
-        .await
-        .expect("answered")
-        .unwrap()
-        .status()
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn writes_and_the_response_commit_together() {
-    let h = Harness::new().await;
-    assert_eq!(h.send("k").await, StatusCode::CREATED);
-    assert_eq!(h.send("k").await, StatusCode::CREATED, "replayed");
-    assert_eq!(h.items().await, 1, "a replay writes nothing");
-    assert_eq!(h.app.calls.load(Ordering::SeqCst), 1);
-    h.finish().await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_server_error_rolls_the_writes_back_and_frees_the_key() {
-    let h = Harness::new().await;
-    h.app.mode.store(SERVER_ERROR, Ordering::SeqCst);
-    assert_eq!(h.send("k").await, StatusCode::INTERNAL_SERVER_ERROR);
-    assert_eq!(h.items().await, 0);
-    assert_eq!(h.send("k").await, StatusCode::CREATED);
-    assert_eq!(h.items().await, 1);
-    h.finish().await;
-}
-
-/// The handler's transaction loses a deadlock; InnoDB rolls all of it back and the session goes
-/// on in autocommit. The handler ignores the error and answers 201: that answer must not be
-/// stored, since its write is gone. The request is answered 503, and the retry executes once.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_transaction_rolled_back_by_a_deadlock_stores_nothing_and_answers_503() {
-    let h = Harness::new().await;
-    h.app.mode.store(DEADLOCK, Ordering::SeqCst);
-    // The other transaction: heavier (InnoDB picks the lighter one as the victim), holding row 2.
-    let mut other = sqlx::MySqlConnection::connect(&mysql_url_of(&h.database))
-        .await
-        .unwrap();
-    other.execute("BEGIN").await.unwrap();
-    other
-        .execute(
-            "INSERT INTO ballast (id) SELECT seq FROM seq_1_to_200 \
-             /* MariaDB's sequence engine */",
+        (
+            StatusCode::CREATED,
+            Json(serde_json::json!({ "call": call })),
         )
-        .await
-        .unwrap();
-    other
-        .execute("UPDATE locks SET n = n + 1 WHERE id = 2")
-        .await
-        .unwrap();
-    let router = h.router.clone();
-    let request = tokio::spawn(async move { send(&router, "k").await });
-    h.app.locked.notified().await;
-    // Waits for row 1, which the handler holds while it waits for row 2: InnoDB breaks the cycle
-    // by rolling the handler's transaction back, and this update goes through.
-    other
-        .execute("UPDATE locks SET n = n + 1 WHERE id = 1")
-        .await
-        .unwrap();
-    other.execute("COMMIT").await.unwrap();
-    assert_eq!(
-        request.await.unwrap(),
-        StatusCode::SERVICE_UNAVAILABLE,
-        "never the handler's 201 over writes that rolled back"
-    );
-    assert_eq!(h.items().await, 0, "nothing of the attempt committed");
-    assert_eq!(
-        h.send("k").await,
-        StatusCode::CREATED,
-        "the key was released"
-    );
-    assert_eq!(h.send("k").await, StatusCode::CREATED, "replayed");
-    assert_eq!(h.items().await, 1, "executed once");
-    assert_eq!(h.app.calls.load(Ordering::SeqCst), 2);
-    h.finish().await;
+    }
+
+    struct Harness {
+        router: Router,
+        app: App,
+        pool: MySqlPool,
+        database: String,
+    }
+
+    impl Harness {
+        async fn new() -> Self {
+            let database = mysql_database().await;
+            let store = MySqlStore::connect(&mysql_url_of(&database)).await.unwrap();
+            let pool = store.pool().clone();
+            for ddl in [
+                "CREATE TABLE items (id BIGINT AUTO_INCREMENT PRIMARY KEY, name TEXT NOT NULL)",
+                "CREATE TABLE locks (id INT PRIMARY KEY, n INT NOT NULL)",
+                "INSERT INTO locks VALUES (1, 0), (2, 0)",
+                "CREATE TABLE ballast (id INT PRIMARY KEY)",
+            ] {
+                pool.execute(ddl).await.unwrap();
+            }
+            let idem = Idempotency::builder().store(store).build().unwrap();
+            let app = App {
+                idem,
+                calls: Arc::default(),
+                mode: Arc::default(),
+                locked: Arc::default(),
+            };
+            let router = Router::new()
+                .route("/items", post(create_item))
+                .with_state(app.clone());
+            Self {
+                router,
+                app,
+                pool,
+                database,
+            }
+        }
+
+        async fn send(&self, key: &str) -> StatusCode {
+            send(&self.router, key).await
+        }
+
+        async fn items(&self) -> i64 {
+            sqlx::query_scalar("SELECT COUNT(*) FROM items")
+                .fetch_one(&self.pool)
+                .await
+                .unwrap()
+        }
+
+        async fn finish(self) {
+            self.pool.close().await;
+            drop_database(&self.database).await;
+        }
+    }
+
+    async fn send(router: &Router, key: &str) -> StatusCode {
+        let request = Request::post("/items")
+            .header("idempotency-key", key)
+            .body(Body::empty())
+            .unwrap();
+        tokio::time::timeout(Duration::from_secs(60), router.clone().oneshot(request))
+            .await
+            .expect("answered")
+            .unwrap()
+            .status()
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_transaction_rolled_back_by_a_deadlock_stores_nothing_and_answers_503() {
+        let h = Harness::new().await;
+        h.app.mode.store(DEADLOCK, Ordering::SeqCst);
+        // The other transaction: heavier (InnoDB picks the lighter one as the victim), holding row 2.
+        let mut other = sqlx::MySqlConnection::connect(&mysql_url_of(&h.database))
+            .await
+            .unwrap();
+        other.execute("BEGIN").await.unwrap();
+        other
+            .execute(
+                "INSERT INTO ballast (id) SELECT seq FROM seq_1_to_200 \
+                 /* MariaDB's sequence engine */",
+            )
+            .await
+            .unwrap();
+        other
+            .execute("UPDATE locks SET n = n + 1 WHERE id = 2")
+            .await
+            .unwrap();
+        let router = h.router.clone();
+        let request = tokio::spawn(async move { send(&router, "k").await });
+        h.app.locked.notified().await;
+        // Waits for row 1, which the handler holds while it waits for row 2: InnoDB breaks the cycle
+        // by rolling the handler's transaction back, and this update goes through.
+        other
+            .execute("UPDATE locks SET n = n + 1 WHERE id = 1")
+            .await
+            .unwrap();
+        other.execute("COMMIT").await.unwrap();
+        assert_eq!(
+            request.await.unwrap(),
+            StatusCode::SERVICE_UNAVAILABLE,
+            "never the handler's 201 over writes that rolled back"
+        );
+        assert_eq!(h.items().await, 0, "nothing of the attempt committed");
+        assert_eq!(
+            h.send("k").await,
+            StatusCode::CREATED,
+            "the key was released"
+        );
+        assert_eq!(h.send("k").await, StatusCode::CREATED, "replayed");
+        assert_eq!(h.items().await, 1, "executed once");
+        assert_eq!(h.app.calls.load(Ordering::SeqCst), 2);
+        h.finish().await;
+    }
 }

@@ -4,13 +4,13 @@
 include!("atomic/suite.rs");
 
 // One commit (the default): the claim rides in the handler's transaction.
-atomic_suite!(postgres, postgres, sqlx::Postgres, false, "one", true);
+atomic_suite!(postgres, postgres, sqlx::Postgres, Postgres, "one", true);
 // Two commits: the claim commits before the handler runs.
 atomic_suite!(
     postgres_two_commits,
     postgres,
     sqlx::Postgres,
-    false,
+    Postgres,
     "two",
     false
 );

@@ -3,4 +3,4 @@
 
 include!("atomic/suite.rs");
 
-atomic_suite!(sqlite, sqlite, sqlx::Sqlite, true, "one", false);
+atomic_suite!(sqlite, sqlite, sqlx::Sqlite, Sqlite, "one", false);

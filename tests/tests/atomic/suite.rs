@@ -1,6 +1,7 @@
-// The atomic-mode suite, included by `atomic_sqlite.rs` and `atomic_postgres.rs`: one test
-// binary per database, because an engine refuses to build while an endpoint in its binary takes a
-// `Tx` for another database than its store's.
+// The atomic-mode suite, included by `atomic_sqlite.rs`, `atomic_postgres.rs` and
+// `atomic_mysql.rs`: one test binary per database, because an engine refuses to build while an
+// endpoint in its binary takes a `Tx` for another database than its store's. The few statements
+// of its own it sends differ by database: `stores::Dialect` and `stores::Doom` hold them.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
@@ -11,8 +12,8 @@ use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use axum::response::{IntoResponse, Response};
 use http_body_util::BodyExt;
-use serde_json::Value;
 use idem_tests::Gate;
+use serde_json::Value;
 use tower::ServiceExt;
 
 /// What the handler does wrong after its write, once.
@@ -22,7 +23,9 @@ struct Faults(Arc<AtomicU8>);
 const NONE: u8 = 0;
 const PANIC: u8 = 1;
 const SERVER_ERROR: u8 = 2;
-/// Writes a row violating a deferred foreign key: the failure surfaces at COMMIT.
+/// Leaves the transaction unable to commit: on PostgreSQL and SQLite a row violating a deferred
+/// foreign key, whose failure surfaces at COMMIT; MySQL checks every constraint at once, so there
+/// the server ends the handler's session after its write (see `stores::Doom`).
 const COMMIT_FAILS: u8 = 3;
 
 impl Faults {
@@ -36,7 +39,6 @@ impl Faults {
 
 #[derive(Clone, Default)]
 struct Calls(Arc<AtomicUsize>);
-
 
 struct Reply {
     status: StatusCode,
@@ -65,10 +67,11 @@ fn respond(status: StatusCode, body: Value) -> Response {
     (status, axum::Json(body)).into_response()
 }
 
-/// `$store` names the backend in `stores`; `$commits` is the handler's `commits` argument; `$one_commit` whether the claim then rides
-/// in the handler's transaction (PostgreSQL with `"one"`).
+/// `$store` names the backend in `stores`, `$dialect` its `stores::Dialect`; `$commits` is the
+/// handler's `commits` argument; `$one_commit` whether the claim then rides in the handler's
+/// transaction (PostgreSQL with `"one"`).
 macro_rules! atomic_suite {
-    ($backend:ident, $store:ident, $db:ty, $is_sqlite:expr, $commits:tt, $one_commit:expr) => {
+    ($backend:ident, $store:ident, $db:ty, $dialect:ident, $commits:tt, $one_commit:expr) => {
         mod $backend {
             use super::*;
             use axum::Json;
@@ -77,7 +80,8 @@ macro_rules! atomic_suite {
             use idem_runtime::clock::ManualClock;
             use idem_runtime::{Idempotency, Tx, idempotent};
 
-            const SQLITE: bool = $is_sqlite;
+            const DIALECT: crate::stores::Dialect = crate::stores::Dialect::$dialect;
+            const SQLITE: bool = matches!(DIALECT, crate::stores::Dialect::Sqlite);
             const ONE_COMMIT: bool = $one_commit;
 
             #[derive(Clone, FromRef)]
@@ -103,7 +107,7 @@ macro_rules! atomic_suite {
                 }
                 let name = body["name"].as_str().unwrap_or("item").to_owned();
                 let conn = tx.conn().await.expect("begin");
-                sqlx::query("INSERT INTO items (name) VALUES ($1)")
+                sqlx::query(DIALECT.insert_item())
                     .bind(&name)
                     .execute(&mut *conn)
                     .await
@@ -113,12 +117,7 @@ macro_rules! atomic_suite {
                     SERVER_ERROR => {
                         return respond(StatusCode::INTERNAL_SERVER_ERROR, Value::Null);
                     }
-                    COMMIT_FAILS => {
-                        sqlx::query("INSERT INTO children (parent_id) VALUES (424242)")
-                            .execute(&mut *conn)
-                            .await
-                            .expect("a deferred constraint accepts the row until COMMIT");
-                    }
+                    COMMIT_FAILS => crate::stores::Doom::doom(&mut *conn).await,
                     _ => {}
                 }
                 if body["gate"] == "after" {
@@ -155,7 +154,7 @@ macro_rules! atomic_suite {
             async fn harness() -> Harness {
                 let clock = ManualClock::new();
                 let (store, pool, cleanup) = crate::stores::$store().await;
-                for ddl in crate::stores::ddl(SQLITE) {
+                for ddl in DIALECT.ddl() {
                     sqlx::raw_sql(sqlx::AssertSqlSafe(ddl.to_owned())).execute(&pool).await.unwrap();
                 }
                 let idem = Idempotency::builder()
@@ -411,26 +410,89 @@ mod stores {
     use std::future::Future;
     use std::pin::Pin;
 
-    use idem_runtime::store::{PostgresStore, SqliteStore};
+    use idem_runtime::store::{MySqlStore, PostgresStore, SqliteStore};
 
     pub(crate) type Cleanup = Box<dyn FnOnce() -> Pin<Box<dyn Future<Output = ()> + Send>> + Send>;
 
+    /// The suite's own statements, per database.
     #[allow(dead_code)]
-    pub(crate) fn ddl(sqlite: bool) -> [&'static str; 3] {
-        if sqlite {
-            [
-                "CREATE TABLE items (id INTEGER PRIMARY KEY, name TEXT NOT NULL)",
-                "CREATE TABLE parents (id INTEGER PRIMARY KEY)",
-                "CREATE TABLE children (parent_id INTEGER NOT NULL \
-                 REFERENCES parents (id) DEFERRABLE INITIALLY DEFERRED)",
-            ]
-        } else {
-            [
-                "CREATE TABLE items (id BIGSERIAL PRIMARY KEY, name TEXT NOT NULL)",
-                "CREATE TABLE parents (id BIGINT PRIMARY KEY)",
-                "CREATE TABLE children (parent_id BIGINT NOT NULL \
-                 REFERENCES parents (id) DEFERRABLE INITIALLY DEFERRED)",
-            ]
+    #[derive(Clone, Copy)]
+    pub(crate) enum Dialect {
+        Sqlite,
+        Postgres,
+        MySql,
+    }
+
+    impl Dialect {
+        /// The business tables: `items`, and on the databases with deferred constraints the
+        /// `parents` and `children` that `Doom` breaks.
+        pub(crate) const fn ddl(self) -> &'static [&'static str] {
+            match self {
+                Self::Sqlite => &[
+                    "CREATE TABLE items (id INTEGER PRIMARY KEY, name TEXT NOT NULL)",
+                    "CREATE TABLE parents (id INTEGER PRIMARY KEY)",
+                    "CREATE TABLE children (parent_id INTEGER NOT NULL \
+                     REFERENCES parents (id) DEFERRABLE INITIALLY DEFERRED)",
+                ],
+                Self::Postgres => &[
+                    "CREATE TABLE items (id BIGSERIAL PRIMARY KEY, name TEXT NOT NULL)",
+                    "CREATE TABLE parents (id BIGINT PRIMARY KEY)",
+                    "CREATE TABLE children (parent_id BIGINT NOT NULL \
+                     REFERENCES parents (id) DEFERRABLE INITIALLY DEFERRED)",
+                ],
+                Self::MySql => &[
+                    "CREATE TABLE items (id BIGINT AUTO_INCREMENT PRIMARY KEY, name TEXT NOT NULL)",
+                ],
+            }
+        }
+
+        /// Inserts one item, its name bound as the only parameter.
+        pub(crate) const fn insert_item(self) -> &'static str {
+            match self {
+                Self::Sqlite | Self::Postgres => "INSERT INTO items (name) VALUES ($1)",
+                Self::MySql => "INSERT INTO items (name) VALUES (?)",
+            }
+        }
+    }
+
+    /// Leaves the handler's transaction unable to commit, after its write.
+    pub(crate) trait Doom {
+        fn doom(&mut self) -> impl Future<Output = ()> + Send;
+    }
+
+    /// A row violating a deferred foreign key, accepted until COMMIT.
+    const ORPHAN: &str = "INSERT INTO children (parent_id) VALUES (424242)";
+
+    impl Doom for sqlx::PgConnection {
+        async fn doom(&mut self) {
+            sqlx::query(ORPHAN)
+                .execute(self)
+                .await
+                .expect("deferred until COMMIT");
+        }
+    }
+
+    impl Doom for sqlx::SqliteConnection {
+        async fn doom(&mut self) {
+            sqlx::query(ORPHAN)
+                .execute(self)
+                .await
+                .expect("deferred until COMMIT");
+        }
+    }
+
+    /// MySQL checks every constraint at once: the server ends the session instead (its
+    /// transaction rolls back), as a connection lost before COMMIT would.
+    impl Doom for sqlx::MySqlConnection {
+        async fn doom(&mut self) {
+            let id: u64 = sqlx::query_scalar("SELECT CONNECTION_ID()")
+                .fetch_one(&mut *self)
+                .await
+                .expect("the session's id");
+            let killed = sqlx::raw_sql(sqlx::AssertSqlSafe(format!("KILL CONNECTION {id}")))
+                .execute(self)
+                .await;
+            assert!(killed.is_err(), "a session killed is told so");
         }
     }
 
@@ -461,5 +523,17 @@ mod stores {
         let pool = store.pool().clone();
         (store, pool, cleanup)
     }
-}
 
+    #[allow(dead_code)]
+    pub(crate) async fn mysql() -> (MySqlStore, sqlx::MySqlPool, Cleanup) {
+        // A database of its own, holding the business table beside the store's, as an
+        // application's would.
+        let store = idem_tests::mysql::mysql_store().await;
+        let pool = store.pool().clone();
+        let doomed = store.clone();
+        let cleanup: Cleanup = Box::new(move || {
+            Box::pin(async move { idem_tests::mysql::drop_mysql_store(&doomed).await })
+        });
+        (store, pool, cleanup)
+    }
+}
