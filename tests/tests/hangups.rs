@@ -1,5 +1,6 @@
 //! The engine owns each operation from its claim to its stored result, whatever its client does.
-//! On every store (DynamoDB on the moto server the harness starts), through both HTTP adapters (and the programmatic API for hang-ups):
+//! On every store (MySQL on the MariaDB server, DynamoDB on the moto server the harness
+//! starts), through both HTTP adapters (and the programmatic API for hang-ups):
 //!
 //! - **A client that hangs up never makes an operation run twice.** Handlers insert into a
 //!   PostgreSQL table that another session holds locked; their clients give up while every
@@ -42,6 +43,7 @@ enum Kind {
     Memory,
     Sqlite,
     Postgres,
+    MySql,
     Redis,
     Bucket,
     DynamoDb,
@@ -120,6 +122,11 @@ async fn store(kind: Kind, builder: Builder) -> (Builder, Stall) {
         Kind::Postgres => {
             let store = idem_tests::postgres_store().await;
             let stall = Stall::postgres(&store);
+            (builder.store(store), stall)
+        }
+        Kind::MySql => {
+            let store = idem_tests::mysql::mysql_store().await;
+            let stall = Stall::mysql(&store).await;
             (builder.store(store), stall)
         }
         Kind::Redis => {
@@ -428,6 +435,7 @@ stores!(
     Memory => memory,
     Sqlite => sqlite,
     Postgres => postgres,
+    MySql => mysql,
     Redis => redis,
     Bucket => bucket,
     DynamoDb => dynamodb,

@@ -1,6 +1,7 @@
 //! A store that stalls on demand while a claim is on its way, each through a real seam where it
 //! has one: a lock held by another session on the SQL stores (`SHARE` mode on PostgreSQL, so
-//! the claim is planned and then waits to write; SQLite's write lock), a reply held back on the
+//! the claim is planned and then waits to write; SQLite's write lock; `LOCK TABLES .. READ` on
+//! MySQL, where the claim's `INSERT` waits for the table), a reply held back on the
 //! wire (Redis). The memory and object stores have no wire here, so a wrapper stands for one: a
 //! claim sent is applied once the stall ends, whether or not its caller still waits, as a
 //! request already on its way to S3 would be.
@@ -12,7 +13,9 @@ use std::time::Duration;
 use idem_runtime::StoreError;
 use idem_runtime::store::Fingerprint;
 use idem_runtime::store::RecordKey;
-use idem_runtime::store::{Claim, ClaimRequest, PostgresStore, RedisStore, SqliteStore, Store};
+use idem_runtime::store::{
+    Claim, ClaimRequest, MySqlStore, PostgresStore, RedisStore, SqliteStore, Store,
+};
 use idem_tests::{Hooked, Hooks, TcpProxy};
 use tokio::sync::{Mutex, oneshot, watch};
 
@@ -32,6 +35,11 @@ pub(crate) enum Stall {
     Postgres {
         table: String,
         holder: Mutex<Option<sqlx::Transaction<'static, sqlx::Postgres>>>,
+    },
+    /// A connection of its own holds the records table with `LOCK TABLES .. READ`.
+    MySql {
+        table: String,
+        holder: Mutex<Option<sqlx::MySqlConnection>>,
     },
     /// The next reply is held back.
     Redis(TcpProxy),
@@ -68,6 +76,17 @@ impl Stall {
     pub(crate) fn postgres(store: &PostgresStore) -> Self {
         Self::Postgres {
             table: format!("\"{}\".\"{}\"", store.schema(), store.table()),
+            holder: Mutex::new(None),
+        }
+    }
+
+    pub(crate) async fn mysql(store: &MySqlStore) -> Self {
+        let database: String = sqlx::query_scalar("SELECT CONVERT(DATABASE() USING utf8mb4)")
+            .fetch_one(store.pool())
+            .await
+            .expect("the store's database");
+        Self::MySql {
+            table: format!("`{database}`.`{}`", store.table()),
             holder: Mutex::new(None),
         }
     }
@@ -109,6 +128,16 @@ impl Stall {
                     .unwrap();
                 *holder.lock().await = Some(tx);
             }
+            Self::MySql { table, holder } => {
+                let url = idem_tests::mysql::mysql_url();
+                let mut conn = sqlx::MySqlConnection::connect(&url).await.unwrap();
+                let lock = format!("LOCK TABLES {table} READ");
+                sqlx::raw_sql(sqlx::AssertSqlSafe(lock))
+                    .execute(&mut conn)
+                    .await
+                    .unwrap();
+                *holder.lock().await = Some(conn);
+            }
             Self::Redis(proxy) => proxy.delay_next_reply(HELD),
         }
     }
@@ -126,6 +155,13 @@ impl Stall {
             Self::Postgres { holder, .. } => {
                 let tx = holder.lock().await.take();
                 tx.expect("started").rollback().await.unwrap();
+            }
+            Self::MySql { holder, .. } => {
+                let mut conn = holder.lock().await.take().expect("started");
+                sqlx::raw_sql("UNLOCK TABLES")
+                    .execute(&mut conn)
+                    .await
+                    .unwrap();
             }
             Self::Redis(_) => {}
         }
