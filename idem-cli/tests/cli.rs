@@ -347,6 +347,7 @@ async fn bad_arguments_exit_2() {
         "redis://127.0.0.1:1",
         "sqlite://missing.db",
         "postgres://127.0.0.1:1/app",
+        "mysql://127.0.0.1:1/app",
         "s3://bucket",
         "dynamodb://table",
     ] {
@@ -356,7 +357,8 @@ async fn bad_arguments_exit_2() {
             assert!(ran.stderr.contains("--timeout"), "{url} {timeout}: {ran:?}");
         }
     }
-    let unknown = Target::new("mysql://db/app").expect(2, &["ls"]).await;
+    // MySQL is a store now: a scheme no store answers to stands for the unknown.
+    let unknown = Target::new("mongodb://db/app").expect(2, &["ls"]).await;
     assert!(
         unknown.stderr.starts_with("idem: unknown store URL"),
         "{unknown:?}"
