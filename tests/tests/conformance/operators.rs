@@ -1,7 +1,8 @@
 //! What operators rely on in the SQL stores: records written by the first release (schema 1)
 //! keep replaying after the upgrade and are listed with the fields they never had empty, and
 //! the README's two questions ("which keys are stuck in flight, per endpoint?", "how many
-//! completed in the last hour?") are one query each.
+//! completed in the last hour?") are one query each, on MySQL too (whose store is newer than
+//! the first release, so it has no upgrade to prove).
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -314,4 +315,32 @@ async fn postgres_operators_query_stuck_and_recent_records_in_one_statement_each
     .unwrap();
     assert_eq!(recent, 1);
     db::drop_postgres_store(&store).await;
+}
+
+/// The same two questions on MySQL: text is kept as bytes (`CONVERT(.. USING utf8mb4)` reads it
+/// back), the clock is `UNIX_TIMESTAMP(NOW(3))`.
+#[tokio::test]
+async fn mysql_operators_query_stuck_and_recent_records_in_one_statement_each() {
+    use idem_tests::TestStore;
+    let store = idem_tests::mysql::mysql_store().await;
+    operator_fixture(&store).await;
+    let stuck: Vec<(String, i64)> = sqlx::query_as(
+        "SELECT CONVERT(operation USING utf8mb4) AS operation, COUNT(*) \
+         FROM idempotency_records \
+         WHERE state = 'in_flight' AND lease_until < UNIX_TIMESTAMP(NOW(3)) * 1000 \
+         GROUP BY operation",
+    )
+    .fetch_all(store.pool())
+    .await
+    .unwrap();
+    assert_eq!(stuck, [("a".to_owned(), 2)]);
+    let recent: i64 = sqlx::query_scalar(
+        "SELECT COUNT(*) FROM idempotency_records \
+         WHERE state = 'completed' AND completed_at >= (UNIX_TIMESTAMP(NOW(3)) - 3600) * 1000",
+    )
+    .fetch_one(store.pool())
+    .await
+    .unwrap();
+    assert_eq!(recent, 1);
+    store.discard().await;
 }

@@ -1,6 +1,12 @@
 //! What only the SQL stores have: embedded migrations in their own table, connection settings,
 //! configurable names, backend errors reported as `StoreError::Unavailable` and corrupt rows as
-//! `StoreError::Corrupt`, and the scope a claim keeps for operators.
+//! `StoreError::Corrupt`, and the scope a claim keeps for operators. SQLite's cases and what
+//! every SQL store shares are here; PostgreSQL's and MySQL's in `sql/`.
+
+#[path = "sql/mysql.rs"]
+mod mysql;
+#[path = "sql/postgres.rs"]
+mod postgres;
 
 use std::time::Duration;
 
@@ -13,11 +19,11 @@ use idem_runtime::store::Fingerprint;
 use idem_runtime::store::RecordKey;
 use idem_runtime::store::records::{Forgotten, RecordFilter};
 use idem_runtime::store::{
-    Admin, Claim, ClaimRequest, Completion, Fence, LeaseToken, PostgresStore, SqliteStore, Store,
+    Admin, Claim, ClaimRequest, Completion, Fence, LeaseToken, SqliteStore, Store,
 };
-use idem_tests::db::{self, TestDatabase};
-use idem_tests::{TestStore, postgres_store};
-use sqlx::{AssertSqlSafe, PgPool, SqlitePool};
+use idem_tests::TestStore;
+use idem_tests::db;
+use sqlx::SqlitePool;
 
 const NOW: Timestamp = Timestamp::from_millis(1_750_000_000_000);
 const KEY: RecordKey = RecordKey::from_bytes([7; 32]);
@@ -73,6 +79,38 @@ async fn replays_one(store: &impl Store) {
             completed_at: Some(NOW.after(Duration::from_millis(250))),
         }
     );
+}
+
+/// Two stores on one database or schema, with tables of their own: a record in the first is no
+/// record in the second.
+async fn records_are_per_table(first: &impl Store, second: &impl Store) {
+    store_one(first).await;
+    assert_eq!(
+        second.claim(request(2)).await.unwrap(),
+        Claim::Acquired { took_over: false },
+        "records are per table"
+    );
+}
+
+fn is_unavailable<T: std::fmt::Debug>(result: Result<T, StoreError>) {
+    assert!(
+        matches!(result, Err(StoreError::Unavailable(_))),
+        "expected Unavailable, got {result:?}"
+    );
+}
+
+/// A store whose database or schema was dropped under it answers `Unavailable`.
+async fn a_dropped_database_is_unavailable(store: &impl Store) {
+    is_unavailable(store.claim(request(1)).await);
+    is_unavailable(store.renew(&KEY, LeaseToken::from_i64(1), NOW).await);
+}
+
+/// A store whose records table was dropped under it answers `Unavailable`, to the engine and
+/// to operators.
+async fn a_dropped_table_is_unavailable(store: &(impl Store + Admin)) {
+    is_unavailable(store.claim(request(1)).await);
+    is_unavailable(store.purge_expired(NOW, 10).await);
+    is_unavailable(store.read_record(&KEY).await);
 }
 
 fn is_migration_error(result: Result<impl std::fmt::Debug, StoreError>, version: i64) -> bool {
@@ -235,218 +273,6 @@ async fn sqlite_errors_are_unavailable() {
 mod sqlite_settings;
 
 // ---------------------------------------------------------------------------------------------
-// PostgreSQL
-
-async fn count(pool: &PgPool, sql: String) -> i64 {
-    sqlx::query_scalar(AssertSqlSafe(sql))
-        .fetch_one(pool)
-        .await
-        .unwrap()
-}
-
-#[tokio::test]
-async fn postgres_connect_uses_the_idem_schema_and_its_own_migrations_table() {
-    let database = TestDatabase::create().await;
-    let store = PostgresStore::connect(&database.url).await.unwrap();
-    assert_eq!(store.schema(), "idem");
-    let timeouts: (String, String) = sqlx::query_as(
-        "SELECT current_setting('statement_timeout'), current_setting('lock_timeout')",
-    )
-    .fetch_one(store.pool())
-    .await
-    .unwrap();
-    assert_eq!(
-        timeouts,
-        ("5s".to_owned(), "5s".to_owned()),
-        "a stalled database fails statements server-side"
-    );
-    assert_eq!(store.table(), "idempotency_records");
-    store_one(&store).await;
-    let pool = store.pool();
-    let present =
-        |name: &str| format!("SELECT count(*) FROM pg_class WHERE oid = to_regclass('{name}')");
-    assert_eq!(count(pool, present("idem.idempotency_records")).await, 1);
-    assert_eq!(
-        count(pool, present("idem.idempotency_records_expires_at")).await,
-        1
-    );
-    assert_eq!(count(pool, present("idem.idem_migrations")).await, 1);
-    assert_eq!(
-        count(
-            pool,
-            "SELECT count(*) FROM pg_class WHERE relname = '_sqlx_migrations'".into()
-        )
-        .await,
-        0
-    );
-    assert_eq!(
-        count(
-            pool,
-            "SELECT count(*) FROM pg_tables WHERE schemaname = 'public'".into()
-        )
-        .await,
-        0,
-        "nothing in the app's schema"
-    );
-    assert_eq!(
-        count(
-            pool,
-            "SELECT count(*) FROM idem.idem_migrations WHERE records_table = 'idempotency_records'"
-                .into()
-        )
-        .await,
-        4
-    );
-    pool.close().await;
-    database.drop().await;
-}
-
-#[tokio::test]
-async fn postgres_restart_applies_nothing_and_keeps_records() {
-    let store = postgres_store().await;
-    store_one(&store).await;
-    let restarted = PostgresStore::builder(db::postgres_pool().await)
-        .schema(store.schema())
-        .build()
-        .await
-        .unwrap();
-    replays_one(&restarted).await;
-    let migrations = format!(
-        "SELECT count(*) FROM \"{}\".idem_migrations",
-        store.schema()
-    );
-    assert_eq!(count(store.pool(), migrations).await, 4);
-    restarted.pool().close().await;
-    store.discard().await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn postgres_instances_starting_at_once_migrate_once() {
-    let schema = db::unique_name();
-    let starters: Vec<_> = (0..8)
-        .map(|_| {
-            let schema = schema.clone();
-            tokio::spawn(async move {
-                let pool = db::postgres_pool().await;
-                PostgresStore::builder(pool).schema(schema).build().await
-            })
-        })
-        .collect();
-    let mut stores = Vec::new();
-    for starter in starters {
-        stores.push(starter.await.unwrap().expect("every instance starts"));
-    }
-    let migrations = format!("SELECT count(*) FROM \"{schema}\".idem_migrations");
-    assert_eq!(count(stores[0].pool(), migrations).await, 4);
-    store_one(&stores[0]).await;
-    replays_one(&stores[7]).await;
-    for store in &stores[1..] {
-        store.pool().close().await;
-    }
-    stores.swap_remove(0).discard().await;
-}
-
-#[tokio::test]
-async fn postgres_stores_can_share_a_schema_with_their_own_tables() {
-    let first = postgres_store().await;
-    let second = PostgresStore::builder(first.pool().clone())
-        .schema(first.schema())
-        .table("Other_Records")
-        .build()
-        .await
-        .unwrap();
-    assert_eq!(second.table(), "Other_Records");
-    store_one(&first).await;
-    assert_eq!(
-        second.claim(request(2)).await.unwrap(),
-        Claim::Acquired { took_over: false },
-        "records are per table"
-    );
-    let migrations = format!(
-        "SELECT count(*) FROM \"{}\".idem_migrations",
-        first.schema()
-    );
-    assert_eq!(
-        count(first.pool(), migrations).await,
-        8,
-        "four migrations per table"
-    );
-    first.discard().await;
-}
-
-#[tokio::test]
-async fn postgres_rejects_invalid_names_before_touching_the_database() {
-    let pool = db::postgres_pool().await;
-    for (schema, table) in [
-        ("idem\"; DROP SCHEMA public; --", "t"),
-        ("idem-test", "t"),
-        ("idem", "records.v2"),
-        ("idem", ""),
-        ("9lives", "t"),
-    ] {
-        let built = PostgresStore::builder(pool.clone())
-            .schema(schema)
-            .table(table)
-            .build()
-            .await;
-        assert!(
-            matches!(built, Err(StoreError::Config(_))),
-            "{schema:?}.{table:?}"
-        );
-    }
-    let schemas =
-        "SELECT count(*) FROM pg_namespace WHERE nspname LIKE 'idem-%' OR nspname LIKE '9%'";
-    assert_eq!(count(&pool, schemas.into()).await, 0);
-}
-
-#[tokio::test]
-async fn postgres_refuses_an_edited_migration() {
-    let store = postgres_store().await;
-    let edit = format!(
-        "UPDATE \"{}\".idem_migrations SET checksum = '\\x00'",
-        store.schema()
-    );
-    sqlx::raw_sql(AssertSqlSafe(edit))
-        .execute(store.pool())
-        .await
-        .unwrap();
-    let restarted = PostgresStore::builder(store.pool().clone())
-        .schema(store.schema())
-        .build()
-        .await;
-    assert!(is_migration_error(restarted, 1));
-    store.discard().await;
-}
-
-#[tokio::test]
-async fn postgres_errors_are_unavailable() {
-    let store = postgres_store().await;
-    store.clone().discard().await;
-    assert!(matches!(
-        store.claim(request(1)).await,
-        Err(StoreError::Unavailable(_))
-    ));
-    let done = store.renew(&KEY, LeaseToken::from_i64(1), NOW).await;
-    assert!(matches!(done, Err(StoreError::Unavailable(_))));
-    // And a missing table (dropped under a running store) is a backend error too.
-    let store = postgres_store().await;
-    let drop = format!("DROP TABLE \"{}\".idempotency_records", store.schema());
-    sqlx::raw_sql(AssertSqlSafe(drop))
-        .execute(store.pool())
-        .await
-        .unwrap();
-    assert!(matches!(
-        store.claim(request(1)).await,
-        Err(StoreError::Unavailable(_))
-    ));
-    assert!(matches!(
-        store.purge_expired(NOW, 10).await,
-        Err(StoreError::Unavailable(_))
-    ));
-    store.discard().await;
-}
-
-// ---------------------------------------------------------------------------------------------
 // Both: what a claim keeps for operators, and corrupt rows
 
 /// A claim of [`KEY`] at `now` in `scope`, `scope_value`, leased for 30 s, live for an hour.
@@ -518,13 +344,6 @@ async fn sqlite_claims_keep_the_scope_of_the_record_they_take() {
     store.discard().await;
 }
 
-#[tokio::test]
-async fn postgres_claims_keep_the_scope_of_the_record_they_take() {
-    let store = postgres_store().await;
-    claims_keep_the_scope_of_the_record_they_take(&store).await;
-    store.discard().await;
-}
-
 /// A row no release writes is reported as corrupt by every operator method that reads it.
 fn is_corrupt<T: std::fmt::Debug>(result: Result<T, StoreError>) {
     assert!(
@@ -547,22 +366,6 @@ async fn sqlite_corrupt_rows_are_errors_not_panics() {
     let store = db::sqlite_store().await;
     store_one(&store).await;
     sqlx::query("UPDATE idem_records SET status = 70000")
-        .execute(store.pool())
-        .await
-        .unwrap();
-    corrupt_rows_are_errors(&store).await;
-    store.discard().await;
-}
-
-#[tokio::test]
-async fn postgres_corrupt_rows_are_errors_not_panics() {
-    let store = postgres_store().await;
-    store_one(&store).await;
-    let corrupt = format!(
-        "UPDATE \"{}\".idempotency_records SET status = -1",
-        store.schema()
-    );
-    sqlx::raw_sql(AssertSqlSafe(corrupt))
         .execute(store.pool())
         .await
         .unwrap();
