@@ -65,10 +65,7 @@ mod tests {
     #[test]
     fn header_values_are_checked_too() {
         let ok = HeaderValue::from_static("order-7");
-        assert_eq!(
-            from_header(&ok).unwrap().as_str(),
-            "order-7"
-        );
+        assert_eq!(from_header(&ok).unwrap().as_str(), "order-7");
         let spaced = HeaderValue::from_static("two words");
         assert!(from_header(&spaced).is_err());
         let opaque = HeaderValue::from_bytes(b"caf\xe9").unwrap();
@@ -77,10 +74,7 @@ mod tests {
             Err(KeyError::InvalidCharacter { position: 3 })
         );
         let quoted = HeaderValue::from_static("\"order-7\"");
-        assert_eq!(
-            from_header(&quoted).unwrap().as_str(),
-            "order-7"
-        );
+        assert_eq!(from_header(&quoted).unwrap().as_str(), "order-7");
     }
 
     #[test]
