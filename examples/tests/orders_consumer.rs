@@ -120,11 +120,7 @@ async fn a_consumer_killed_mid_handler_leaves_nothing_and_the_redelivery_records
     let mut first = start(&topic, &db.url(), &slow).await;
     topic.publish(Some("kill-1"), &order("o-kill", 7)).await;
     // Delivered and not acked: the handler has inserted its row and sleeps in its transaction.
-    let deadline = std::time::Instant::now() + STEP;
-    while topic.backlog().await.map(|(_, waiting, _)| waiting) != Some(1) {
-        assert!(std::time::Instant::now() < deadline, "never delivered");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    topic.wait_in_hand(1).await;
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert_eq!(first.kill().signal(), Some(SIGKILL));
     assert!(
@@ -142,6 +138,20 @@ async fn a_consumer_killed_mid_handler_leaves_nothing_and_the_redelivery_records
     topic.wait_drained(STEP).await;
     assert_once(&orders(&db.url()).await, ["o-kill".to_owned()]);
     second.assert_said("order recorded");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn sigterm_mid_handler_lets_it_finish_acks_it_and_exits_0() {
+    let (topic, db) = (Topic::new(NATS).await, SqliteFile::new());
+    let mut consumer = start(&topic, &db.url(), &[("SLOW_MS", "2000")]).await;
+    topic.publish(Some("term-1"), &order("o-term", 3)).await;
+    topic.wait_in_hand(1).await;
+    let status = consumer.terminate();
+    assert_eq!(status.code(), Some(0), "{}", consumer.output());
+    // Finished and answered before the exit: committed, and nothing left for anyone else.
+    assert_once(&orders(&db.url()).await, ["o-term".to_owned()]);
+    assert_eq!(topic.backlog().await, Some((0, 0, 0)));
+    consumer.assert_said("processed: 1");
 }
 
 #[tokio::test(flavor = "multi_thread")]

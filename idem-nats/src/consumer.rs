@@ -31,6 +31,8 @@ use crate::work::{Atomic, Plain, Work};
 const PULL_WAIT: Duration = Duration::from_secs(2);
 /// How long to wait before pulling again after the broker refused a pull (it is restarting).
 const PULL_RETRY: Duration = Duration::from_millis(500);
+/// How long a stop waits for the last answers to reach the server.
+const FLUSH_WAIT: Duration = Duration::from_secs(5);
 /// JetStream's default ack wait, when the consumer's info says none.
 const DEFAULT_ACK_WAIT: Duration = Duration::from_secs(30);
 
@@ -237,6 +239,9 @@ impl Consumer {
         let mut running = JoinSet::new();
         let mut stop = std::pin::pin!(stop.fuse());
         let mut stopping = false;
+        // The connection the answers go out on, flushed before returning: a process that exits
+        // right after `run` must not leave its last acks in the client's buffer.
+        let mut client = None;
         while !stopping {
             let first = tokio::select! {
                 _ = &mut stop => break,
@@ -274,6 +279,7 @@ impl Consumer {
                         break;
                     }
                 };
+                client.get_or_insert_with(|| message.context.client());
                 if stopping {
                     // Pulled after the stop: handed back for another consumer at once.
                     let _ = message.ack_with(AckKind::Nak(None)).await;
@@ -303,6 +309,14 @@ impl Consumer {
             "stopping: letting the running messages finish"
         );
         while running.join_next().await.is_some() {}
+        if let Some(client) = client {
+            let flushed = tokio::time::timeout(FLUSH_WAIT, client.flush()).await;
+            if !matches!(flushed, Ok(Ok(()))) {
+                tracing::warn!(
+                    "the last answers may not have reached JetStream; it redelivers those"
+                );
+            }
+        }
         Ok(self.counts())
     }
 }

@@ -128,6 +128,15 @@ impl Topic {
         Some((info.num_pending, info.num_ack_pending, info.num_redelivered))
     }
 
+    /// Waits until `n` messages are delivered and not yet answered (in a handler's hands).
+    pub(crate) async fn wait_in_hand(&self, n: usize) {
+        let deadline = Instant::now() + STEP;
+        while self.backlog().await.map(|(_, waiting, _)| waiting) != Some(n) {
+            assert!(Instant::now() < deadline, "never delivered");
+            tokio::time::sleep(POLL).await;
+        }
+    }
+
     /// Waits until every message has been answered: nothing pending, nothing awaiting an ack.
     pub(crate) async fn wait_drained(&self, within: Duration) {
         let deadline = Instant::now() + within;
