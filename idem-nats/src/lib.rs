@@ -11,7 +11,7 @@
 //! use std::time::Duration;
 //! use idem_core::idempotency::Idempotency;
 //! use idem_core::store::MemoryStore;
-//! use idem_nats::{Consumer, Delivery, HandlerError};
+//! use idem_nats::{Consumer, Delivery, HandlerError, Options};
 //!
 //! #[derive(serde::Deserialize)]
 //! struct Order { order_id: String, amount: i64 }
@@ -22,9 +22,11 @@
 //! let orders = jetstream.get_stream("ORDERS").await?
 //!     .get_consumer::<async_nats::jetstream::consumer::pull::Config>("orders-consumer").await?;
 //!
-//! let consumer = Consumer::new(idempotency, "orders.create")
-//!     .concurrency(8)
-//!     .handler_timeout(Duration::from_secs(10));
+//! let consumer = Consumer::new(
+//!     Options::new(idempotency, "orders.create")
+//!         .concurrency(8)
+//!         .handler_timeout(Duration::from_secs(10)),
+//! );
 //! let counts = consumer
 //!     .run(&orders, |delivery: Delivery| async move {
 //!         let order: Order = delivery.json().map_err(HandlerError::poison)?;
@@ -50,9 +52,9 @@
 //! | complete, same payload | does not run | `+ACK` |
 //! | complete or running, another payload | does not run; WARN | `+TERM` |
 //! | running in another delivery | does not run | `-NAK` with the engine's `retry_after` as delay |
-//! | the handler fails, panics or outlives [`Consumer::handler_timeout`] | the key is released (atomic mode: rolled back) | `-NAK` with [`Consumer::retry_delay`] |
+//! | the handler fails, panics or outlives [`Options::handler_timeout`] | the key is released (atomic mode: rolled back) | `-NAK` with [`Options::retry_delay`] |
 //! | the handler answers [`HandlerError::Poison`] | the key is released; WARN | `+TERM` |
-//! | the store fails | does not run (fail closed) | `-NAK` with [`Consumer::retry_delay`] |
+//! | the store fails | does not run (fail closed) | `-NAK` with [`Options::retry_delay`] |
 //! | no key ([`KeyFrom::Publisher`] only) | [`Keyless`]: does not run, WARN; or runs unprotected | `+TERM`; or as above |
 //!
 //! While the handler runs, the consumer sends `+WPI` (in progress) every third of the
@@ -63,21 +65,16 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 // The layers, bottom up: `key` (where a message's key comes from), `message` (what a handler
-// sees and answers), `counts`, `settings`; `work` (a handler through the engine), `process`
-// (one delivery, start to ack), `consumer` (the pull loop).
-mod counts;
+// sees); `process` (one delivery, start to ack, on idem-consumer's handler runs and answers),
+// `consumer` (the pull loop).
 mod key;
 mod message;
-mod settings;
-
-mod work;
 
 mod process;
 
 mod consumer;
 
-pub use consumer::{ConsumeError, Consumer};
-pub use counts::Counts;
+pub use consumer::Consumer;
+pub use idem_consumer::{ConsumeError, Counts, HandlerError, Keyless, Options};
 pub use key::{KeyFrom, KeySource, NATS_MSG_ID};
-pub use message::{Delivery, HandlerError};
-pub use settings::Keyless;
+pub use message::Delivery;

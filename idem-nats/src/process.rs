@@ -5,20 +5,18 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_nats::jetstream::{self, AckKind};
-use idem_core::operation::{OperationError, Outcome};
+use idem_consumer::{Answer, Counters, Ended, Keyless, Options, PayloadDigest, Run, Work, judge};
 use tokio::time::{Instant, interval_at};
 
-use crate::counts::{Counters, Ended};
-use crate::key::{self, KeySource};
-use crate::message::{Delivery, HandlerError, PayloadDigest};
-use crate::settings::{Keyless, Settings};
-use crate::work::{Failure, Ran, Run, Work};
+use crate::key::{self, KeyFrom, KeySource};
+use crate::message::{DIGEST_DOMAIN, Delivery};
 
 /// Processes one delivery and answers the broker: ack once the output is stored (or was stored
 /// before), `nak` with a delay when the key runs elsewhere or the run failed, `AckTerm` when no
 /// delivery can succeed.
-pub(crate) async fn process<W: Work>(
-    settings: &Arc<Settings>,
+pub(crate) async fn process<W: Work<Delivery>>(
+    options: &Arc<Options>,
+    key_from: KeyFrom,
     counters: &Counters,
     work: &W,
     message: jetstream::Message,
@@ -32,15 +30,15 @@ pub(crate) async fn process<W: Work>(
     };
     let (stream, sequence, delivered) =
         (info.stream.to_owned(), info.stream_sequence, info.delivered);
-    let key_header = settings.idempotency.header_name().as_str().to_owned();
+    let key_header = options.idempotency().header_name().as_str().to_owned();
     let derived = key::derive(
-        settings.key_from,
+        key_from,
         &key_header,
         message.headers.as_ref(),
         &stream,
         sequence,
     );
-    let (key, source, protected) = match (derived, settings.keyless) {
+    let (key, source, protected) = match (derived, options.keyless_policy()) {
         (Some((key, source)), _) => (key, source, true),
         (None, Keyless::Unprotected) => {
             counters.unprotected();
@@ -69,16 +67,19 @@ pub(crate) async fn process<W: Work>(
         delivered,
     };
     let run = Run {
-        settings: Arc::clone(settings),
+        options: Arc::clone(options),
         key: key.clone(),
         protected,
-        digest: PayloadDigest::of(&message.payload),
+        digest: PayloadDigest::of(DIGEST_DOMAIN, &message.payload),
         delivery,
     };
     let ran = with_heartbeats(&message, counters, work.run(run), heartbeat).await;
     let span = tracing::info_span!("delivery", %stream, sequence, delivered, key = %key, source = source.as_str());
-    let (ended, kind) = span.in_scope(|| judge(settings, ran));
-    counters.ended(ended);
+    let kind = match span.in_scope(|| judge(options, counters, ran)) {
+        Answer::Retry(delay) => AckKind::Nak(Some(delay)),
+        Answer::Terminate => AckKind::Term,
+        Answer::Ack => AckKind::Ack,
+    };
     answer(&message, counters, kind).await;
 }
 
@@ -96,52 +97,6 @@ async fn with_heartbeats<T>(
         tokio::select! {
             ran = &mut run => return ran,
             _ = beats.tick() => answer(message, counters, AckKind::Progress).await,
-        }
-    }
-}
-
-/// How the delivery ended, and what the broker is told, logged.
-fn judge<T, E: std::fmt::Display>(settings: &Settings, ran: Ran<T, E>) -> (Ended, AckKind) {
-    let again = AckKind::Nak(Some(settings.retry_delay));
-    match ran {
-        Ok(Outcome::Fresh(_)) => {
-            tracing::debug!("message processed");
-            (Ended::Processed, AckKind::Ack)
-        }
-        Ok(Outcome::Replayed(_)) => {
-            tracing::info!("message skipped: its key was processed before");
-            (Ended::Replayed, AckKind::Ack)
-        }
-        Err(OperationError::InFlight { retry_after }) => {
-            tracing::debug!("message handed back: its key is being processed elsewhere");
-            (Ended::HandedBack, AckKind::Nak(Some(retry_after)))
-        }
-        Err(OperationError::Conflict) => {
-            tracing::warn!(
-                "message terminated: its idempotency key was used before with another payload"
-            );
-            (Ended::KeyReused, AckKind::Term)
-        }
-        Err(OperationError::Failed(Failure::Handler(HandlerError::Poison(error)))) => {
-            tracing::warn!(%error, "message terminated: the handler says no delivery can succeed");
-            (Ended::Poison, AckKind::Term)
-        }
-        Err(OperationError::InvalidKey(error)) => {
-            tracing::warn!(%error, "message terminated: its idempotency key is invalid");
-            (Ended::Keyless, AckKind::Term)
-        }
-        // The record is complete, but its output is not this program's type: the work was done.
-        Err(OperationError::Corrupt(error)) => {
-            tracing::warn!(%error, "message acked: processed before, its stored output does not decode");
-            (Ended::Replayed, AckKind::Ack)
-        }
-        Err(OperationError::Failed(failure)) => {
-            tracing::warn!(error = %failure, "message handed back: the handler failed");
-            (Ended::Failed, again)
-        }
-        Err(error) => {
-            tracing::warn!(%error, "message handed back: it was not processed");
-            (Ended::Failed, again)
         }
     }
 }

@@ -12,7 +12,7 @@ use async_nats::jetstream::{self, consumer, stream};
 use bytes::Bytes;
 use idem_core::idempotency::Idempotency;
 use idem_core::store::MemoryStore;
-use idem_nats::{Consumer, Counts, Delivery, HandlerError, KeyFrom, KeySource, Keyless};
+use idem_nats::{Consumer, Counts, Delivery, HandlerError, KeyFrom, KeySource, Keyless, Options};
 
 const NATS: &str = "127.0.0.1:4222";
 const WITHIN: Duration = Duration::from_secs(30);
@@ -116,11 +116,13 @@ impl Drop for Topic {
     }
 }
 
-fn engine() -> Idempotency {
-    Idempotency::builder()
+/// Options for `operation` on an engine of its own, records in memory.
+fn options(operation: &'static str) -> Options {
+    let engine = Idempotency::builder()
         .store(MemoryStore::new())
         .build()
-        .expect("an engine")
+        .expect("an engine");
+    Options::new(engine, operation)
 }
 
 /// A handler that counts its runs and answers where its key came from.
@@ -149,7 +151,7 @@ async fn a_delivery_whose_key_runs_elsewhere_is_handed_back_then_skipped() {
     topic
         .publish(&[("Idempotency-Key", "k-1")], r#"{ "a": 1 }"#)
         .await;
-    let consumer = Consumer::new(engine(), "test.inflight").concurrency(2);
+    let consumer = Consumer::new(options("test.inflight").concurrency(2));
     let counts = topic
         .consume(&consumer, counting(&runs, Duration::from_secs(1)), |c| {
             c.processed + c.replayed == 2
@@ -168,7 +170,7 @@ async fn keyless_messages_are_terminated_unless_run_unprotected() {
     topic
         .publish(&[("Nats-Msg-Id", "m-1")], "keyed by its id")
         .await;
-    let consumer = Consumer::new(engine(), "test.keyless").key_from(KeyFrom::Publisher);
+    let consumer = Consumer::new(options("test.keyless")).key_from(KeyFrom::Publisher);
     let counts = topic
         .consume(&consumer, counting(&runs, Duration::ZERO), |c| {
             c.keyless == 1 && c.processed == 1
@@ -182,9 +184,8 @@ async fn keyless_messages_are_terminated_unless_run_unprotected() {
     assert_eq!(counts.keyless, 1, "{counts:?}");
 
     topic.publish(&[], "no key, run unprotected").await;
-    let consumer = Consumer::new(engine(), "test.keyless")
-        .key_from(KeyFrom::Publisher)
-        .keyless(Keyless::Unprotected);
+    let unprotected = options("test.keyless").keyless(Keyless::Unprotected);
+    let consumer = Consumer::new(unprotected).key_from(KeyFrom::Publisher);
     let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
     let sources = Arc::clone(&seen);
     let handler = move |delivery: Delivery| {
@@ -209,7 +210,7 @@ async fn a_key_the_rules_refuse_is_terminated_and_the_sequence_keys_the_rest() {
         .publish(&[("Idempotency-Key", "clé à accents")], "x")
         .await;
     topic.publish(&[], "keyed by its sequence").await;
-    let consumer = Consumer::new(engine(), "test.invalid");
+    let consumer = Consumer::new(options("test.invalid"));
     let counts = topic
         .consume(&consumer, counting(&runs, Duration::ZERO), |c| {
             c.keyless == 1 && c.processed == 1
@@ -237,9 +238,11 @@ async fn a_handler_that_panics_or_outlives_its_deadline_runs_again_on_redelivery
             Ok::<_, HandlerError<String>>(String::new())
         }
     };
-    let consumer = Consumer::new(engine(), "test.failures")
-        .handler_timeout(Duration::from_millis(300))
-        .retry_delay(Duration::from_millis(100));
+    let consumer = Consumer::new(
+        options("test.failures")
+            .handler_timeout(Duration::from_millis(300))
+            .retry_delay(Duration::from_millis(100)),
+    );
     let counts = topic
         .consume(&consumer, handler, |c| c.processed == 2)
         .await;

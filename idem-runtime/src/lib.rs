@@ -84,7 +84,7 @@ pub mod nats {
     //! [`Consumer::run_atomic`]: its writes commit with the key's record.
     pub use idem_nats::{
         ConsumeError, Consumer, Counts, Delivery, HandlerError, KeyFrom, KeySource, Keyless,
-        NATS_MSG_ID,
+        NATS_MSG_ID, Options,
     };
 }
 #[cfg(feature = "utoipa")]

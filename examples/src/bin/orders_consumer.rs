@@ -27,7 +27,7 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use async_nats::jetstream::{self, consumer, stream};
-use idem_runtime::nats::{Consumer, Delivery, HandlerError};
+use idem_runtime::nats::{Consumer, Delivery, HandlerError, Options};
 use idem_runtime::store::{PostgresStore, SqliteStore};
 use idem_runtime::{Idempotency, Tx};
 use serde::Deserialize;
@@ -214,9 +214,11 @@ async fn run(config: Config) -> Result<(), BoxError> {
         .await?;
     tracing::info!(stream = %config.stream, durable = %config.durable, "orders-consumer ready");
 
-    let consumer = Consumer::new(idempotency, "orders.create")
-        .concurrency(config.concurrency)
-        .handler_timeout(config.handler_timeout);
+    let consumer = Consumer::new(
+        Options::new(idempotency, "orders.create")
+            .concurrency(config.concurrency)
+            .handler_timeout(config.handler_timeout),
+    );
     let mut term = signal(SignalKind::terminate())?;
     let stop = async move {
         tokio::select! {

@@ -3,8 +3,8 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-/// How many deliveries ended each way, since the consumer was made. A snapshot:
-/// [`Consumer::counts`](crate::Consumer::counts).
+/// How many deliveries ended each way, since the consumer was made: a snapshot of its
+/// [`Counters`].
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Counts {
@@ -31,21 +31,29 @@ pub struct Counts {
     pub ack_errors: u64,
 }
 
-/// Where a delivery ended, one counter each.
+/// Where a delivery ended, one counter each (the fields of [`Counts`] of the same names).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Ended {
+#[non_exhaustive]
+pub enum Ended {
+    /// Run, output stored.
     Processed,
+    /// Complete before: not run.
     Replayed,
+    /// In flight elsewhere: handed back.
     HandedBack,
+    /// The run failed or the store did: handed back.
     Failed,
+    /// The key was used with another payload: terminated.
     KeyReused,
+    /// Poison: terminated.
     Poison,
+    /// No key, or one the rules refuse: terminated.
     Keyless,
 }
 
 /// The live counters behind [`Counts`].
 #[derive(Debug, Default)]
-pub(crate) struct Counters {
+pub struct Counters {
     processed: AtomicU64,
     replayed: AtomicU64,
     handed_back: AtomicU64,
@@ -58,7 +66,8 @@ pub(crate) struct Counters {
 }
 
 impl Counters {
-    pub(crate) fn ended(&self, ended: Ended) {
+    /// Counts a delivery that ended as `ended`.
+    pub fn ended(&self, ended: Ended) {
         let counter = match ended {
             Ended::Processed => &self.processed,
             Ended::Replayed => &self.replayed,
@@ -71,15 +80,18 @@ impl Counters {
         counter.fetch_add(1, Ordering::Relaxed);
     }
 
-    pub(crate) fn unprotected(&self) {
+    /// Counts a delivery run unprotected.
+    pub fn unprotected(&self) {
         self.unprotected.fetch_add(1, Ordering::Relaxed);
     }
 
-    pub(crate) fn ack_error(&self) {
+    /// Counts an answer the client failed to send.
+    pub fn ack_error(&self) {
         self.ack_errors.fetch_add(1, Ordering::Relaxed);
     }
 
-    pub(crate) fn snapshot(&self) -> Counts {
+    /// The counts so far.
+    pub fn snapshot(&self) -> Counts {
         let read = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
         Counts {
             processed: read(&self.processed),

@@ -13,12 +13,12 @@ use idem_core::operation::{Lent, OperationError, Outcome};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use crate::message::{Delivery, HandlerError, PayloadDigest};
-use crate::settings::Settings;
+use crate::handler::{HandlerError, PayloadDigest};
+use crate::options::Options;
 
 /// Why a run of the handler did not produce an output.
 #[derive(Debug)]
-pub(crate) enum Failure<E> {
+pub enum Failure<E> {
     /// The handler's own error.
     Handler(HandlerError<E>),
     /// It outlived the consumer's handler deadline and was stopped.
@@ -38,43 +38,60 @@ impl<E: fmt::Display> fmt::Display for Failure<E> {
 }
 
 /// What the engine answered for one delivery.
-pub(crate) type Ran<T, E> = Result<Outcome<T>, OperationError<Failure<E>>>;
+pub type Ran<T, E> = Result<Outcome<T>, OperationError<Failure<E>>>;
 
 /// A run of the handler through the engine, boxed: one allocation per delivery.
-pub(crate) type Running<T, E> = Pin<Box<dyn Future<Output = Ran<T, E>> + Send>>;
+pub type Running<T, E> = Pin<Box<dyn Future<Output = Ran<T, E>> + Send>>;
 
 /// The types a handler's closure is generic over, held without owning any.
-pub(crate) type Types<Args> = PhantomData<fn() -> Args>;
+type Types<Args> = PhantomData<fn() -> Args>;
 
-/// One delivery to run: its key (or a throw-away one), its payload's fingerprint, itself.
-pub(crate) struct Run {
-    pub(crate) settings: Arc<Settings>,
-    pub(crate) key: String,
-    pub(crate) protected: bool,
-    pub(crate) digest: PayloadDigest,
-    pub(crate) delivery: Delivery,
+/// One delivery to run: its key (or a throw-away one), its payload's fingerprint, the
+/// delivery `D` the handler is handed.
+#[derive(Debug)]
+pub struct Run<D> {
+    /// The consumer's options.
+    pub options: Arc<Options>,
+    /// The key, or a throw-away one when unprotected.
+    pub key: String,
+    /// Whether `key` is the message's own (`false`: processed unprotected).
+    pub protected: bool,
+    /// The payload's fingerprint ([`PayloadDigest::of`]).
+    pub digest: PayloadDigest,
+    /// What the handler is handed.
+    pub delivery: D,
 }
 
-/// A handler, plain or atomic, as the consumer runs it.
-pub(crate) trait Work: Send + Sync + 'static {
+/// A handler taking deliveries `D`, plain or atomic, as a consumer runs it: made by
+/// [`plain`] or [`atomic`].
+pub trait Work<D>: Send + Sync + 'static {
     /// What the handler returns, stored with the key's record.
     type Output: Serialize + DeserializeOwned + Send + 'static;
     /// Why it fails.
     type Error: fmt::Display + Send + 'static;
 
     /// Runs `run` through the engine: once per key, or the stored output.
-    fn run(&self, run: Run) -> Running<Self::Output, Self::Error>;
+    fn run(&self, run: Run<D>) -> Running<Self::Output, Self::Error>;
 }
 
-/// A handler taking the delivery alone.
-pub(crate) struct Plain<H, Fut, T, E> {
-    pub(crate) handler: Arc<H>,
-    pub(crate) types: Types<(Fut, T, E)>,
+/// A handler taking the delivery alone: [`plain`].
+pub struct Plain<H, D, Fut, T, E> {
+    handler: Arc<H>,
+    types: Types<(D, Fut, T, E)>,
 }
 
-impl<H, Fut, T, E> Work for Plain<H, Fut, T, E>
+/// `handler` in plain mode: its output is stored, its effects are its own.
+pub fn plain<H, D, Fut, T, E>(handler: H) -> Plain<H, D, Fut, T, E> {
+    Plain {
+        handler: Arc::new(handler),
+        types: PhantomData,
+    }
+}
+
+impl<H, D, Fut, T, E> Work<D> for Plain<H, D, Fut, T, E>
 where
-    H: Fn(Delivery) -> Fut + Send + Sync + 'static,
+    H: Fn(D) -> Fut + Send + Sync + 'static,
+    D: Send + 'static,
     Fut: Future<Output = Result<T, HandlerError<E>>> + Send + 'static,
     T: Serialize + DeserializeOwned + Send + 'static,
     E: fmt::Display + Send + 'static,
@@ -82,12 +99,12 @@ where
     type Output = T;
     type Error = E;
 
-    fn run(&self, run: Run) -> Running<T, E> {
+    fn run(&self, run: Run<D>) -> Running<T, E> {
         let handler = Arc::clone(&self.handler);
         Box::pin(async move {
-            let limit = run.settings.handler_timeout;
+            let limit = run.options.handler_limit();
             let delivery = run.delivery;
-            run.settings
+            run.options
                 .operation(run.protected)
                 .run(run.key, run.digest, move |_| {
                     guarded(handler(delivery), limit)
@@ -97,15 +114,25 @@ where
     }
 }
 
-/// A handler taking a lent transaction and the delivery.
-pub(crate) struct Atomic<H, L, Fut, T, E> {
-    pub(crate) handler: Arc<H>,
-    pub(crate) types: Types<(L, Fut, T, E)>,
+/// A handler taking a lent transaction and the delivery: [`atomic`].
+pub struct Atomic<H, L, D, Fut, T, E> {
+    handler: Arc<H>,
+    types: Types<(L, D, Fut, T, E)>,
 }
 
-impl<H, L, Fut, T, E> Work for Atomic<H, L, Fut, T, E>
+/// `handler` in atomic mode: handed a transaction `L` of the engine's store, its writes
+/// commit with the key's record, or neither does.
+pub fn atomic<H, L, D, Fut, T, E>(handler: H) -> Atomic<H, L, D, Fut, T, E> {
+    Atomic {
+        handler: Arc::new(handler),
+        types: PhantomData,
+    }
+}
+
+impl<H, L, D, Fut, T, E> Work<D> for Atomic<H, L, D, Fut, T, E>
 where
-    H: Fn(L, Delivery) -> Fut + Send + Sync + 'static,
+    H: Fn(L, D) -> Fut + Send + Sync + 'static,
+    D: Send + 'static,
     L: Lent,
     Fut: Future<Output = Result<T, HandlerError<E>>> + Send + 'static,
     T: Serialize + DeserializeOwned + Send + 'static,
@@ -114,12 +141,12 @@ where
     type Output = T;
     type Error = E;
 
-    fn run(&self, run: Run) -> Running<T, E> {
+    fn run(&self, run: Run<D>) -> Running<T, E> {
         let handler = Arc::clone(&self.handler);
         Box::pin(async move {
-            let limit = run.settings.handler_timeout;
+            let limit = run.options.handler_limit();
             let delivery = run.delivery;
-            run.settings
+            run.options
                 .operation(run.protected)
                 .run_atomic::<L, _, _, _, _, _, _>(run.key, run.digest, move |tx, _| {
                     guarded(handler(tx, delivery), limit)
