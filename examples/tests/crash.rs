@@ -7,7 +7,8 @@
 //! The same for a payout killed after its row was written (atomic mode): the row dies with the
 //! process, so the retry leaves exactly one payout. On PostgreSQL the payout's claim rides in its
 //! transaction (one commit) and dies with the connection too: the retry runs at once, with no
-//! lease to wait for. On SQLite it is taken over once the lease lapses.
+//! lease to wait for. On SQLite and MySQL (two commits: the claim commits first) it is taken
+//! over once the lease lapses.
 
 mod common;
 
@@ -15,8 +16,8 @@ use std::os::unix::process::ExitStatusExt;
 use std::time::{Duration, Instant};
 
 use common::{
-    Call, DynamoTable, PgDatabase, RedisPrefix, Response, STEP_TIMEOUT, ScratchDir, Server,
-    ServerBuilder, charge,
+    Call, DynamoTable, MyDatabase, PgDatabase, RedisPrefix, Response, STEP_TIMEOUT, ScratchDir,
+    Server, ServerBuilder, charge,
 };
 use serde_json::json;
 
@@ -160,6 +161,12 @@ async fn payout_rows(database_url: &str) -> i64 {
             .fetch_one(&mut conn)
             .await
             .unwrap()
+    } else if database_url.starts_with("mysql:") {
+        let mut conn = sqlx::MySqlConnection::connect(database_url).await.unwrap();
+        sqlx::query_scalar(COUNT)
+            .fetch_one(&mut conn)
+            .await
+            .unwrap()
     } else {
         let mut conn = sqlx::PgConnection::connect(database_url).await.unwrap();
         sqlx::query_scalar(COUNT)
@@ -194,7 +201,7 @@ async fn a_payout_killed_mid_way_pays_out_once(database_url: &str) {
     let request = request.to(&second);
     let (created, conflicts) = retry_until_taken_over(&request).await;
     assert_eq!(created.status, 201, "{}", created.text());
-    if !database_url.starts_with("sqlite:") {
+    if database_url.starts_with("postgres:") {
         assert_eq!(
             conflicts, 0,
             "the claim died with the killed process's connection"
@@ -224,6 +231,14 @@ async fn postgres_a_payout_killed_mid_way_pays_out_once() {
     a_payout_killed_mid_way_pays_out_once(&database.url).await;
 }
 
+/// MySQL commits the payout's claim on its own first (two commits): the killed process's
+/// record stays in flight until its lease lapses, and its row died with its connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mysql_a_payout_killed_mid_way_pays_out_once() {
+    let database = MyDatabase::new();
+    a_payout_killed_mid_way_pays_out_once(&database.url).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sqlite_a_retry_after_a_crash_charges_once() {
     let dir = ScratchDir::new();
@@ -233,6 +248,12 @@ async fn sqlite_a_retry_after_a_crash_charges_once() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_a_retry_after_a_crash_charges_once() {
     let database = PgDatabase::create().await;
+    a_retry_after_a_crash_charges_once(&database.url, &in_the_database).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mysql_a_retry_after_a_crash_charges_once() {
+    let database = MyDatabase::new();
     a_retry_after_a_crash_charges_once(&database.url, &in_the_database).await;
 }
 

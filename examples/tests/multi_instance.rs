@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{DynamoTable, PgDatabase, RedisPrefix, Server, ServerBuilder, charge};
+use common::{DynamoTable, MyDatabase, PgDatabase, RedisPrefix, Server, ServerBuilder, charge};
 use serde_json::Value;
 use tokio::task::JoinSet;
 
@@ -131,6 +131,24 @@ async fn two_instances_on_one_postgres_database_charge_once() {
     }
     charge_once_across(&servers).await;
     // The servers hold connections to the database: stop them before it is dropped.
+    drop(servers);
+}
+
+/// Both instances start at once on a database that does not exist yet: one creates it, both
+/// create their tables and the store's, and a burst across them charges once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_instances_on_one_mysql_database_charge_once() {
+    let database = MyDatabase::new();
+    let instance = || Server::builder().mysql(&database).env("SLOW_MS", "1000");
+    let servers = start_together([instance(), instance()]);
+    for server in &servers {
+        assert!(
+            server.output().contains("idempotency store: mysql"),
+            "{}",
+            server.output()
+        );
+    }
+    charge_once_across(&servers).await;
     drop(servers);
 }
 

@@ -79,7 +79,7 @@ fn a_bad_redis_prefix_exits_non_zero_and_names_it() {
 #[test]
 fn an_unknown_database_url_exits_non_zero() {
     let (status, output) = Server::builder()
-        .env("DATABASE_URL", "mysql://root@127.0.0.1/payments")
+        .env("DATABASE_URL", "mongodb://127.0.0.1/payments")
         .run_to_exit();
     assert!(!status.success());
     assert!(output.contains("DATABASE_URL"), "{output}");

@@ -7,7 +7,10 @@
 //! idempotency records in Redis (`IDEM_STORE=redis`) under a key prefix of its own, deleted
 //! with the server: the same tests, on the Redis store. In one whose name ends in `_dynamodb`
 //! (`payments_dynamodb.rs`), the records are in a DynamoDB table of its own on the moto server
-//! (`IDEM_STORE=dynamodb`, through the standard AWS environment), deleted with the server.
+//! (`IDEM_STORE=dynamodb`, through the standard AWS environment), deleted with the server. In
+//! one whose name ends in `_mysql` (`payments_mysql.rs`), the app data and the records are in a
+//! MySQL database of the server's own (`DATABASE_URL=mysql://…`, created by the server),
+//! dropped with the server.
 #![allow(dead_code)]
 
 use std::io::{BufRead, BufReader, Read};
@@ -24,12 +27,15 @@ use tokio::net::TcpStream;
 
 mod dynamodb;
 mod http;
+mod mysql;
 mod postgres;
 mod redis;
 
 #[allow(unused_imports)] // Not every test binary uses DynamoDB.
 pub(crate) use dynamodb::DynamoTable;
 pub(crate) use http::{Call, Response, Sent};
+#[allow(unused_imports)] // Nor MySQL.
+pub(crate) use mysql::MyDatabase;
 #[allow(unused_imports)] // Not every test binary uses PostgreSQL.
 pub(crate) use postgres::PgDatabase;
 #[allow(unused_imports)] // Nor Redis.
@@ -66,6 +72,8 @@ pub(crate) struct Server {
     _redis: Option<RedisPrefix>,
     /// The DynamoDB table this server owns, if any: deleted after the process.
     _dynamodb: Option<DynamoTable>,
+    /// The MySQL database this server owns, if any: dropped after the process.
+    _mysql: Option<MyDatabase>,
 }
 
 /// A directory of the test's own under the target directory, removed on drop. Outlives the
@@ -109,9 +117,11 @@ pub(crate) struct ServerBuilder {
     redis: Option<RedisPrefix>,
     /// The DynamoDB table the server will own (see [`dynamodb`]).
     dynamodb: Option<DynamoTable>,
+    /// The MySQL database the server will own (see [`mysql`]).
+    mysql: Option<MyDatabase>,
 }
 
-/// The default store of the test binary (see the module docs): SQLite, Redis or DynamoDB.
+/// The default store of the test binary (see the module docs): SQLite, Redis, DynamoDB or MySQL.
 impl Default for ServerBuilder {
     fn default() -> Self {
         let mut builder = Self {
@@ -119,6 +129,7 @@ impl Default for ServerBuilder {
             bin: None,
             redis: None,
             dynamodb: None,
+            mysql: None,
         };
         if redis::redis_by_default() {
             let prefix = RedisPrefix::new();
@@ -128,6 +139,10 @@ impl Default for ServerBuilder {
             let table = DynamoTable::new();
             builder = builder.dynamodb(&table);
             builder.dynamodb = Some(table);
+        } else if mysql::mysql_by_default() {
+            let database = MyDatabase::new();
+            builder = builder.mysql(&database);
+            builder.mysql = Some(database);
         }
         builder
     }
@@ -171,7 +186,16 @@ impl ServerBuilder {
                     log,
                     _redis: self.redis,
                     _dynamodb: self.dynamodb,
+                    _mysql: self.mysql,
                 };
+                if server._mysql.is_some() {
+                    // This binary really runs on MySQL.
+                    assert!(
+                        server.output().contains("idempotency store: mysql"),
+                        "{}",
+                        server.output()
+                    );
+                }
                 if server._dynamodb.is_some() {
                     // This binary really runs on DynamoDB.
                     assert!(

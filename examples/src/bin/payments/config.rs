@@ -56,6 +56,8 @@ pub(crate) struct Config {
 pub(crate) enum Backend {
     Sqlite,
     Postgres,
+    /// MySQL or MariaDB (`mysql:` or `mariadb:`); the database is created if missing.
+    MySql,
 }
 
 /// Where idempotency records live.
@@ -67,6 +69,8 @@ pub(crate) enum StoreKind {
     Sqlite,
     /// The PostgreSQL database of `DATABASE_URL`, sharing its pool.
     Postgres,
+    /// The MySQL or MariaDB database of `DATABASE_URL`, sharing its pool.
+    MySql,
     /// The Redis server of `REDIS_URL`; app data stays in `DATABASE_URL`.
     Redis,
     /// The DynamoDB table `DYNAMODB_TABLE`; app data stays in `DATABASE_URL`.
@@ -79,6 +83,7 @@ impl StoreKind {
             Self::Memory => "memory",
             Self::Sqlite => "sqlite",
             Self::Postgres => "postgres",
+            Self::MySql => "mysql",
             Self::Redis => "redis",
             Self::DynamoDb => "dynamodb",
         }
@@ -97,13 +102,13 @@ pub(crate) struct Redis {
 /// A setting the service cannot start with. Each message is one line that names the variable.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum ConfigError {
-    /// `DATABASE_URL` is neither `sqlite:` nor `postgres:`.
+    /// `DATABASE_URL` is neither `sqlite:`, `postgres:` nor `mysql:`.
     DatabaseUrl(String),
     /// `IDEM_STORE` is not one of the known stores.
     UnknownStore(String),
     /// `REDIS_URL` is not a `redis://` or `rediss://` URL.
     RedisUrl(String),
-    /// `IDEM_STORE=sqlite|postgres` while `DATABASE_URL` names the other database.
+    /// `IDEM_STORE=sqlite|postgres|mysql` while `DATABASE_URL` names another database.
     StoreNeedsDatabase { store: StoreKind },
     /// `SLOW_MS` is not a whole number of milliseconds.
     SlowMs(String),
@@ -121,12 +126,12 @@ impl fmt::Display for ConfigError {
         match self {
             Self::DatabaseUrl(url) => write!(
                 f,
-                "DATABASE_URL must start with `sqlite:` or `postgres:`, got `{}`",
+                "DATABASE_URL must start with `sqlite:`, `postgres:` or `mysql:`, got `{}`",
                 redact(url)
             ),
             Self::UnknownStore(value) => write!(
                 f,
-                "IDEM_STORE must be one of memory, sqlite, postgres, redis, dynamodb; got \
+                "IDEM_STORE must be one of memory, sqlite, postgres, mysql, redis, dynamodb; got \
                  `{value}`"
             ),
             Self::RedisUrl(url) => write!(
@@ -177,6 +182,8 @@ impl Config {
             Backend::Sqlite
         } else if database_url.starts_with("postgres:") || database_url.starts_with("postgresql:") {
             Backend::Postgres
+        } else if database_url.starts_with("mysql:") || database_url.starts_with("mariadb:") {
+            Backend::MySql
         } else {
             return Err(ConfigError::DatabaseUrl(database_url));
         };
@@ -184,10 +191,12 @@ impl Config {
             None => match database {
                 Backend::Sqlite => StoreKind::Sqlite,
                 Backend::Postgres => StoreKind::Postgres,
+                Backend::MySql => StoreKind::MySql,
             },
             Some(s) if s == "memory" => StoreKind::Memory,
             Some(s) if s == "sqlite" => StoreKind::Sqlite,
             Some(s) if s == "postgres" || s == "postgresql" => StoreKind::Postgres,
+            Some(s) if s == "mysql" || s == "mariadb" => StoreKind::MySql,
             Some(s) if s == "redis" => StoreKind::Redis,
             Some(s) if s == "dynamodb" => StoreKind::DynamoDb,
             Some(other) => return Err(ConfigError::UnknownStore(other)),
@@ -204,11 +213,14 @@ impl Config {
         };
         let dynamodb_table = (store == StoreKind::DynamoDb)
             .then(|| var("DYNAMODB_TABLE").unwrap_or_else(|| DEFAULT_DYNAMODB_TABLE.to_owned()));
-        match (store, database) {
-            (StoreKind::Sqlite, Backend::Postgres) | (StoreKind::Postgres, Backend::Sqlite) => {
-                return Err(ConfigError::StoreNeedsDatabase { store });
-            }
-            _ => {}
+        let in_the_database = match store {
+            StoreKind::Sqlite => Some(Backend::Sqlite),
+            StoreKind::Postgres => Some(Backend::Postgres),
+            StoreKind::MySql => Some(Backend::MySql),
+            StoreKind::Memory | StoreKind::Redis | StoreKind::DynamoDb => None,
+        };
+        if in_the_database.is_some_and(|backend| backend != database) {
+            return Err(ConfigError::StoreNeedsDatabase { store });
         }
         let slow = match var("SLOW_MS") {
             None => Duration::from_millis(DEFAULT_SLOW_MS),
@@ -345,6 +357,8 @@ mod tests {
             (pg.database, pg.store),
             (Backend::Postgres, StoreKind::Postgres)
         );
+        let my = config(&[("DATABASE_URL", "mysql://root@127.0.0.1:3306/pay")]).unwrap();
+        assert_eq!((my.database, my.store), (Backend::MySql, StoreKind::MySql));
         let mem = config(&[("IDEM_STORE", "Memory")]).unwrap();
         assert_eq!(
             (mem.database, mem.store),
@@ -396,7 +410,7 @@ mod tests {
     #[test]
     fn mistakes_name_the_variable() {
         let cases = [
-            (&[("DATABASE_URL", "mysql://x")][..], "DATABASE_URL"),
+            (&[("DATABASE_URL", "mongodb://x")][..], "DATABASE_URL"),
             (&[("IDEM_STORE", "dynamo")][..], "IDEM_STORE"),
             (
                 &[("IDEM_STORE", "redis"), ("REDIS_URL", "127.0.0.1:6379")][..],

@@ -1,130 +1,74 @@
-//! App data on SQLite or PostgreSQL, through sqlx without macros.
+//! App data on SQLite, PostgreSQL or MySQL/MariaDB, through sqlx without macros.
 //!
-//! One SQL text serves both databases (`$1` placeholders work on both); only the table
-//! definitions and the row lock differ. Statements run on a [`Conn`]: a pooled connection today,
+//! One SQL text serves every database: `$1` placeholders, each used once and in order, which
+//! MySQL reads as `?` (`schema::question_marks`); only the table definitions and the row lock
+//! differ. Statements run on a [`Conn`]: a pooled connection today,
 //! a transaction when the statement must commit with others (refunds) — and, in atomic mode,
 //! the transaction the idempotency engine commits together with the stored response.
 
 use std::str::FromStr;
 use std::time::Duration;
 
+use sqlx::mysql::{MySql, MySqlConnectOptions, MySqlConnection, MySqlPool, MySqlPoolOptions};
 use sqlx::pool::PoolConnection;
 use sqlx::postgres::{PgConnection, PgPool, PgPoolOptions, Postgres};
 use sqlx::sqlite::{
     Sqlite, SqliteConnectOptions, SqliteConnection, SqliteJournalMode, SqlitePool,
     SqlitePoolOptions, SqliteSynchronous,
 };
-use sqlx::{ColumnIndex, Decode, Row, Transaction, Type};
+use sqlx::{ColumnIndex, Decode, Executor, Row, Transaction, Type};
 
 use idem_runtime::AnyTx;
 
 use crate::config::Backend;
 use crate::model::{Charge, Metadata, Payout, Refund};
 
-/// `$body` once per backend, with `$c` bound to that variant's payload. Both expansions share
+#[path = "db/schema.rs"]
+mod schema;
+use schema::{dollars, question_marks};
+
+/// `$body` once per backend, with `$c` bound to that variant's payload and `$sql` to what makes
+/// a statement's text that backend's (`dollars` or `question_marks`). Every expansion shares
 /// the SQL text; the compiler checks each against its own driver's types.
 macro_rules! each_backend {
     ($value:expr, $ty:ident, $c:ident => $body:expr) => {
+        each_backend!($value, $ty, $c, _sql => $body)
+    };
+    ($value:expr, $ty:ident, $c:ident, $sql:ident => $body:expr) => {
         match $value {
-            $ty::Sqlite($c) => $body,
-            $ty::Postgres($c) => $body,
+            $ty::Sqlite($c) => {
+                let $sql = dollars;
+                $body
+            }
+            $ty::Postgres($c) => {
+                let $sql = dollars;
+                $body
+            }
+            $ty::MySql($c) => {
+                let $sql = question_marks;
+                $body
+            }
         }
     };
 }
 
-const SQLITE_SCHEMA: &[&str] = &[
-    "CREATE TABLE IF NOT EXISTS charges (
-        seq INTEGER PRIMARY KEY AUTOINCREMENT,
-        id TEXT NOT NULL UNIQUE,
-        org TEXT NOT NULL,
-        amount BIGINT NOT NULL,
-        amount_refunded BIGINT NOT NULL DEFAULT 0,
-        currency TEXT NOT NULL,
-        status TEXT NOT NULL,
-        source TEXT NOT NULL,
-        description TEXT,
-        metadata TEXT,
-        created BIGINT NOT NULL
-    )",
-    "CREATE INDEX IF NOT EXISTS charges_org_seq ON charges (org, seq)",
-    "CREATE TABLE IF NOT EXISTS refunds (
-        seq INTEGER PRIMARY KEY AUTOINCREMENT,
-        id TEXT NOT NULL UNIQUE,
-        org TEXT NOT NULL,
-        charge_id TEXT NOT NULL REFERENCES charges (id),
-        amount BIGINT NOT NULL,
-        created BIGINT NOT NULL
-    )",
-    "CREATE TABLE IF NOT EXISTS payouts (
-        seq INTEGER PRIMARY KEY AUTOINCREMENT,
-        id TEXT NOT NULL UNIQUE,
-        org TEXT NOT NULL,
-        amount BIGINT NOT NULL,
-        currency TEXT NOT NULL,
-        status TEXT NOT NULL,
-        created BIGINT NOT NULL
-    )",
-];
-
-const POSTGRES_SCHEMA: &[&str] = &[
-    // Concurrent `CREATE TABLE IF NOT EXISTS` can fail on PostgreSQL; serialise start-ups.
-    "SELECT pg_advisory_xact_lock(7267331469312093)",
-    "CREATE TABLE IF NOT EXISTS charges (
-        seq BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
-        id TEXT NOT NULL UNIQUE,
-        org TEXT NOT NULL,
-        amount BIGINT NOT NULL,
-        amount_refunded BIGINT NOT NULL DEFAULT 0,
-        currency TEXT NOT NULL,
-        status TEXT NOT NULL,
-        source TEXT NOT NULL,
-        description TEXT,
-        metadata TEXT,
-        created BIGINT NOT NULL
-    )",
-    "CREATE INDEX IF NOT EXISTS charges_org_seq ON charges (org, seq)",
-    "CREATE TABLE IF NOT EXISTS refunds (
-        seq BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
-        id TEXT NOT NULL UNIQUE,
-        org TEXT NOT NULL,
-        charge_id TEXT NOT NULL REFERENCES charges (id),
-        amount BIGINT NOT NULL,
-        created BIGINT NOT NULL
-    )",
-    "CREATE TABLE IF NOT EXISTS payouts (
-        seq BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
-        id TEXT NOT NULL UNIQUE,
-        org TEXT NOT NULL,
-        amount BIGINT NOT NULL,
-        currency TEXT NOT NULL,
-        status TEXT NOT NULL,
-        created BIGINT NOT NULL
-    )",
-];
-
-/// Databases made before charges had metadata gain the column (SQLite has no
-/// `ADD COLUMN IF NOT EXISTS`: [`Db::create_tables`] asks first).
-const HAS_METADATA_SQLITE: &str =
-    "SELECT count(*) FROM pragma_table_info('charges') WHERE name = 'metadata'";
-const ADD_METADATA_SQLITE: &str = "ALTER TABLE charges ADD COLUMN metadata TEXT";
-const ADD_METADATA_POSTGRES: &str = "ALTER TABLE charges ADD COLUMN IF NOT EXISTS metadata TEXT";
-
 const INSERT_CHARGE: &str = "INSERT INTO charges \
     (id, org, amount, currency, status, source, description, metadata, created) \
     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)";
-/// A page of an org's charges, newest first; `$3` is the id of the charge the page starts
-/// after (`starting_after`), or NULL for the first page.
+/// A page of an org's charges, newest first: `$1`, `$3` the org, `$2`, `$4` the id of the
+/// charge the page starts after (`starting_after`) or NULL for the first page, `$5` the limit.
 const LIST_CHARGES: &str = "SELECT id, amount, currency, status, created, description, metadata \
     FROM charges WHERE org = $1 \
-    AND ($3 IS NULL OR seq < (SELECT seq FROM charges WHERE org = $1 AND id = $3)) \
-    ORDER BY seq DESC LIMIT $2";
+    AND ($2 IS NULL OR seq < (SELECT seq FROM charges WHERE org = $3 AND id = $4)) \
+    ORDER BY seq DESC LIMIT $5";
 const HAS_CHARGE: &str = "SELECT count(*) FROM charges WHERE org = $1 AND id = $2";
 const GET_CHARGE: &str = "SELECT id, amount, currency, status, created, description, metadata \
     FROM charges WHERE org = $1 AND id = $2";
 const GET_CHARGE_SOURCE: &str = "SELECT source FROM charges WHERE org = $1 AND id = $2";
 const LOCK_CHARGE_SQLITE: &str = "SELECT amount, amount_refunded, currency, status \
     FROM charges WHERE org = $1 AND id = $2";
-const LOCK_CHARGE_POSTGRES: &str = "SELECT amount, amount_refunded, currency, status \
+/// PostgreSQL's and MySQL's.
+const LOCK_CHARGE_FOR_UPDATE: &str = "SELECT amount, amount_refunded, currency, status \
     FROM charges WHERE org = $1 AND id = $2 FOR UPDATE";
 const ADD_REFUNDED: &str =
     "UPDATE charges SET amount_refunded = amount_refunded + $1 WHERE org = $2 AND id = $3";
@@ -138,12 +82,14 @@ const INSERT_PAYOUT: &str = "INSERT INTO payouts (id, org, amount, currency, sta
 pub(crate) enum Db {
     Sqlite(SqlitePool),
     Postgres(PgPool),
+    MySql(MySqlPool),
 }
 
 /// A connection statements run on: pooled, or inside a transaction (`&mut *tx`).
 pub(crate) enum Conn<'c> {
     Sqlite(&'c mut SqliteConnection),
     Postgres(&'c mut PgConnection),
+    MySql(&'c mut MySqlConnection),
 }
 
 impl Conn<'_> {
@@ -164,10 +110,17 @@ impl<'c> From<&'c mut PgConnection> for Conn<'c> {
     }
 }
 
+impl<'c> From<&'c mut MySqlConnection> for Conn<'c> {
+    fn from(c: &'c mut MySqlConnection) -> Self {
+        Self::MySql(c)
+    }
+}
+
 /// A connection checked out of the pool.
 pub(crate) enum Pooled {
     Sqlite(PoolConnection<Sqlite>),
     Postgres(PoolConnection<Postgres>),
+    MySql(PoolConnection<MySql>),
 }
 
 impl Pooled {
@@ -180,6 +133,7 @@ impl Pooled {
 enum Tx {
     Sqlite(Transaction<'static, Sqlite>),
     Postgres(Transaction<'static, Postgres>),
+    MySql(Transaction<'static, MySql>),
 }
 
 impl Tx {
@@ -206,7 +160,8 @@ pub(crate) enum RefundRefused {
 }
 
 impl Db {
-    /// Opens the database (creating a SQLite file if missing) and its tables.
+    /// Opens the database (creating a SQLite file, or the MySQL database, if missing) and its
+    /// tables.
     pub(crate) async fn connect(url: &str, backend: Backend) -> sqlx::Result<Self> {
         let db = match backend {
             Backend::Sqlite => {
@@ -245,43 +200,58 @@ impl Db {
                     )
                     .await?,
             ),
+            Backend::MySql => Self::MySql(match mysql_pool(url).await {
+                Err(e) if schema::is_unknown_database(&e) => {
+                    schema::create_mysql_database(url).await?;
+                    mysql_pool(url).await?
+                }
+                pool => pool?,
+            }),
         };
         db.create_tables().await?;
         Ok(db)
     }
 
     async fn create_tables(&self) -> sqlx::Result<()> {
-        let schema = match self {
-            Self::Sqlite(_) => SQLITE_SCHEMA,
-            Self::Postgres(_) => POSTGRES_SCHEMA,
+        let tables = match self {
+            Self::Sqlite(_) => schema::SQLITE_SCHEMA,
+            Self::Postgres(_) => schema::POSTGRES_SCHEMA,
+            Self::MySql(_) => schema::MYSQL_SCHEMA,
         };
         let mut tx = self.begin().await?;
-        for statement in schema {
+        for statement in tables {
             let mut conn = tx.conn();
             each_backend!(&mut conn, Conn, c => sqlx::query(*statement).execute(&mut **c).await.map(drop))?;
         }
         match tx.conn() {
             Conn::Sqlite(c) => {
-                let has: i64 = sqlx::query_scalar(HAS_METADATA_SQLITE)
+                let has: i64 = sqlx::query_scalar(schema::HAS_METADATA_SQLITE)
                     .fetch_one(&mut *c)
                     .await?;
                 if has == 0 {
-                    sqlx::query(ADD_METADATA_SQLITE).execute(&mut *c).await?;
+                    sqlx::query(schema::ADD_METADATA_SQLITE)
+                        .execute(&mut *c)
+                        .await?;
                 }
             }
             Conn::Postgres(c) => {
-                sqlx::query(ADD_METADATA_POSTGRES).execute(&mut *c).await?;
+                sqlx::query(schema::ADD_METADATA_POSTGRES)
+                    .execute(&mut *c)
+                    .await?;
             }
+            Conn::MySql(_) => {}
         }
         tx.commit().await
     }
 
     /// `BEGIN IMMEDIATE` on SQLite takes the write lock up front, so a transaction that reads
-    /// then writes cannot deadlock on upgrading; PostgreSQL locks rows with `FOR UPDATE`.
+    /// then writes cannot deadlock on upgrading; PostgreSQL and MySQL lock rows with
+    /// `FOR UPDATE`.
     async fn begin(&self) -> sqlx::Result<Tx> {
         Ok(match self {
             Self::Sqlite(pool) => Tx::Sqlite(pool.begin_with("BEGIN IMMEDIATE").await?),
             Self::Postgres(pool) => Tx::Postgres(pool.begin().await?),
+            Self::MySql(pool) => Tx::MySql(pool.begin().await?),
         })
     }
 
@@ -290,6 +260,7 @@ impl Db {
         Ok(match self {
             Self::Sqlite(pool) => Pooled::Sqlite(pool.acquire().await?),
             Self::Postgres(pool) => Pooled::Postgres(pool.acquire().await?),
+            Self::MySql(pool) => Pooled::MySql(pool.acquire().await?),
         })
     }
 
@@ -311,11 +282,13 @@ impl Db {
         limit: i64,
         after: Option<&str>,
     ) -> sqlx::Result<Vec<Charge>> {
-        each_backend!(self, Db, pool => {
-            let rows = sqlx::query(LIST_CHARGES)
+        each_backend!(self, Db, pool, sql => {
+            let rows = sqlx::query(sql(LIST_CHARGES))
                 .bind(org)
-                .bind(limit)
                 .bind(after)
+                .bind(org)
+                .bind(after)
+                .bind(limit)
                 .fetch_all(pool)
                 .await?;
             rows.iter().map(charge_from_row).collect()
@@ -324,24 +297,24 @@ impl Db {
 
     /// Whether `org` has a charge `id`.
     pub(crate) async fn has_charge(&self, org: &str, id: &str) -> sqlx::Result<bool> {
-        let count: i64 = each_backend!(self, Db, pool => {
-            sqlx::query_scalar(HAS_CHARGE).bind(org).bind(id).fetch_one(pool).await?
+        let count: i64 = each_backend!(self, Db, pool, sql => {
+            sqlx::query_scalar(sql(HAS_CHARGE)).bind(org).bind(id).fetch_one(pool).await?
         });
         Ok(count > 0)
     }
 
     /// One charge of `org`.
     pub(crate) async fn charge(&self, org: &str, id: &str) -> sqlx::Result<Option<Charge>> {
-        each_backend!(self, Db, pool => {
-            let row = sqlx::query(GET_CHARGE).bind(org).bind(id).fetch_optional(pool).await?;
+        each_backend!(self, Db, pool, sql => {
+            let row = sqlx::query(sql(GET_CHARGE)).bind(org).bind(id).fetch_optional(pool).await?;
             row.as_ref().map(charge_from_row).transpose()
         })
     }
 
     /// The source token a charge of `org` was made with, or `None` if `org` has no such charge.
     pub(crate) async fn charge_source(&self, org: &str, id: &str) -> sqlx::Result<Option<String>> {
-        each_backend!(self, Db, pool => {
-            sqlx::query_scalar(GET_CHARGE_SOURCE).bind(org).bind(id).fetch_optional(pool).await
+        each_backend!(self, Db, pool, sql => {
+            sqlx::query_scalar(sql(GET_CHARGE_SOURCE)).bind(org).bind(id).fetch_optional(pool).await
         })
     }
 
@@ -369,24 +342,18 @@ pub(crate) async fn refund_in(
     charge_id: &str,
     amount: Option<i64>,
 ) -> sqlx::Result<Result<Refund, RefundRefused>> {
-    let charge: Option<(i64, i64, String, String)> = match &mut conn {
-        Conn::Sqlite(c) => {
-            let row = sqlx::query(LOCK_CHARGE_SQLITE)
-                .bind(org)
-                .bind(charge_id)
-                .fetch_optional(&mut **c)
-                .await?;
-            row.map(|r| refund_basis(&r)).transpose()?
-        }
-        Conn::Postgres(c) => {
-            let row = sqlx::query(LOCK_CHARGE_POSTGRES)
-                .bind(org)
-                .bind(charge_id)
-                .fetch_optional(&mut **c)
-                .await?;
-            row.map(|r| refund_basis(&r)).transpose()?
-        }
+    let lock = match conn {
+        Conn::Sqlite(_) => LOCK_CHARGE_SQLITE,
+        Conn::Postgres(_) | Conn::MySql(_) => LOCK_CHARGE_FOR_UPDATE,
     };
+    let charge: Option<(i64, i64, String, String)> = each_backend!(&mut conn, Conn, c, sql => {
+        let row = sqlx::query(sql(lock))
+            .bind(org)
+            .bind(charge_id)
+            .fetch_optional(&mut **c)
+            .await?;
+        row.map(|r| refund_basis(&r)).transpose()?
+    });
     let Some((charged, refunded, currency, status)) = charge else {
         return Ok(Err(RefundRefused::NotFound));
     };
@@ -410,14 +377,14 @@ pub(crate) async fn refund_in(
         status: "succeeded",
         created: crate::model::now(),
     };
-    each_backend!(conn.reborrow(), Conn, c => {
-        sqlx::query(ADD_REFUNDED)
+    each_backend!(conn.reborrow(), Conn, c, sql => {
+        sqlx::query(sql(ADD_REFUNDED))
             .bind(amount)
             .bind(org)
             .bind(charge_id)
             .execute(&mut *c)
             .await?;
-        sqlx::query(INSERT_REFUND)
+        sqlx::query(sql(INSERT_REFUND))
             .bind(&refund.id)
             .bind(org)
             .bind(charge_id)
@@ -457,6 +424,7 @@ impl Db {
         Ok(match tx {
             AnyTx::Sqlite(tx) => Writer::Tx(Conn::Sqlite(tx.conn().await?)),
             AnyTx::Postgres(tx) => Writer::Tx(Conn::Postgres(tx.conn().await?)),
+            AnyTx::MySql(tx) => Writer::Tx(Conn::MySql(tx.conn().await?)),
             _ => Writer::Pool(self.acquire().await?),
         })
     }
@@ -470,8 +438,8 @@ pub(crate) async fn insert_charge(
     charge: &Charge,
     source: &str,
 ) -> sqlx::Result<()> {
-    each_backend!(conn, Conn, c => {
-        sqlx::query(INSERT_CHARGE)
+    each_backend!(conn, Conn, c, sql => {
+        sqlx::query(sql(INSERT_CHARGE))
             .bind(&charge.id)
             .bind(org)
             .bind(charge.amount)
@@ -489,8 +457,8 @@ pub(crate) async fn insert_charge(
 
 /// Records a payout of `org` on any [`Conn`] (in atomic mode, the engine's transaction).
 pub(crate) async fn insert_payout(conn: Conn<'_>, org: &str, payout: &Payout) -> sqlx::Result<()> {
-    each_backend!(conn, Conn, c => {
-        sqlx::query(INSERT_PAYOUT)
+    each_backend!(conn, Conn, c, sql => {
+        sqlx::query(sql(INSERT_PAYOUT))
             .bind(&payout.id)
             .bind(org)
             .bind(payout.amount)
@@ -501,6 +469,18 @@ pub(crate) async fn insert_payout(conn: Conn<'_>, org: &str, payout: &Payout) ->
             .await
             .map(drop)
     })
+}
+
+/// The app's MySQL pool on the database `url` names; each session waits at most 5 s for a lock.
+async fn mysql_pool(url: &str) -> sqlx::Result<MySqlPool> {
+    MySqlPoolOptions::new()
+        .max_connections(16)
+        .acquire_timeout(Duration::from_secs(5))
+        .after_connect(|conn, _| {
+            Box::pin(async move { conn.execute(schema::MYSQL_SESSION).await.map(drop) })
+        })
+        .connect_with(url.parse::<MySqlConnectOptions>()?)
+        .await
 }
 
 /// Metadata as stored: a JSON object, or NULL when empty.

@@ -10,6 +10,9 @@
 //! # Both on PostgreSQL.
 //! DATABASE_URL=postgres://postgres@127.0.0.1:5432/test cargo run -p idem-examples --bin payments
 //!
+//! # Both on MySQL or MariaDB (the database is created if missing).
+//! DATABASE_URL=mysql://root@127.0.0.1:3306/payments cargo run -p idem-examples --bin payments
+//!
 //! # Records in memory (lost on restart), app data in SQLite.
 //! IDEM_STORE=memory cargo run -p idem-examples --bin payments
 //!
@@ -25,7 +28,7 @@
 //! |---|---|---|
 //! | `BIND` | `127.0.0.1:3000` | listen address |
 //! | `DATABASE_URL` | `sqlite://payments.db` | app data, and the idempotency store unless `IDEM_STORE` says otherwise |
-//! | `IDEM_STORE` | from `DATABASE_URL` | `memory`, `sqlite`, `postgres`, `redis`, `dynamodb` |
+//! | `IDEM_STORE` | from `DATABASE_URL` | `memory`, `sqlite`, `postgres`, `mysql`, `redis`, `dynamodb` |
 //! | `REDIS_URL` | `redis://127.0.0.1:6379` | the Redis server, with `IDEM_STORE=redis` |
 //! | `REDIS_PREFIX` | `payments:idem:` | what the records' keys start with in Redis |
 //! | `DYNAMODB_TABLE` | `payments-idempotency` | the records' table (created if missing), with `IDEM_STORE=dynamodb`; the client reads `AWS_REGION`, `AWS_ENDPOINT_URL` and the credentials as every AWS SDK does |

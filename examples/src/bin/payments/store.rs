@@ -6,7 +6,9 @@
 
 use std::time::Duration;
 
-use idem_runtime::store::{DynamoDbStore, MemoryStore, PostgresStore, RedisStore, SqliteStore};
+use idem_runtime::store::{
+    DynamoDbStore, MemoryStore, MySqlStore, PostgresStore, RedisStore, SqliteStore,
+};
 use idem_runtime::{Builder, Idempotency};
 
 use crate::auth;
@@ -50,6 +52,9 @@ pub(crate) async fn builder(
         (StoreKind::Postgres, Db::Postgres(pool)) => {
             builder.store(PostgresStore::from_pool(pool.clone()).await?)
         }
+        (StoreKind::MySql, Db::MySql(pool)) => {
+            builder.store(MySqlStore::from_pool(pool.clone()).await?)
+        }
         (StoreKind::Redis, _) => {
             let redis = config
                 .redis
@@ -70,7 +75,7 @@ pub(crate) async fn builder(
             builder.store(dynamodb(table).await?)
         }
         // `Config` only pairs a SQL store with a database of the same kind.
-        (StoreKind::Sqlite | StoreKind::Postgres, _) => {
+        (StoreKind::Sqlite | StoreKind::Postgres | StoreKind::MySql, _) => {
             return Err(format!(
                 "IDEM_STORE={} needs a DATABASE_URL of the same kind",
                 kind.name()
