@@ -15,4 +15,8 @@ pub enum ConsumeError {
     /// The scope value holds a NUL byte, which not every store can keep.
     #[error("invalid scope value: it holds a NUL byte")]
     InvalidScope,
+    /// The broker refused to start the consumer, or the connection to it was lost (the
+    /// messages in hand were answered, or are redelivered by the broker).
+    #[error("the broker failed the consumer")]
+    Broker(#[source] Box<dyn std::error::Error + Send + Sync>),
 }

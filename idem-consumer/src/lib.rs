@@ -11,13 +11,14 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 // The layers, bottom up: `error`, `handler` (what a handler answers, what payloads are compared on),
-// `counts`, `options`; `work` (a handler through the engine), `verdict` (what the broker is
-// told).
+// `counts`, `options`; `keying` (a delivery's key, or none), `work` (a handler through the
+// engine), `verdict` (what the broker is told).
 mod counts;
 mod error;
 mod handler;
 mod options;
 
+mod keying;
 mod work;
 
 mod verdict;
@@ -25,6 +26,7 @@ mod verdict;
 pub use counts::{Counters, Counts, Ended};
 pub use error::ConsumeError;
 pub use handler::{HandlerError, PayloadDigest};
+pub use keying::Keying;
 pub use options::{Keyless, Options};
 pub use verdict::{Answer, judge};
 pub use work::{Atomic, Failure, Plain, Ran, Run, Running, Work, atomic, plain};

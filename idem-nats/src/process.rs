@@ -5,8 +5,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_nats::jetstream::{self, AckKind};
-use idem_consumer::{Answer, Counters, Ended, Keyless, Options, PayloadDigest, Run, Work, judge};
+use idem_consumer::{Answer, Counters, Ended, Keying, Options, PayloadDigest, Run, Work, judge};
 use tokio::time::{Instant, interval_at};
+use tracing::Instrument;
 
 use crate::key::{self, KeyFrom, KeySource};
 use crate::message::{DIGEST_DOMAIN, Delivery};
@@ -31,6 +32,9 @@ pub(crate) async fn process<W: Work<Delivery>>(
     let (stream, sequence, delivered) =
         (info.stream.to_owned(), info.stream_sequence, info.delivered);
     let key_header = options.idempotency().header_name().as_str().to_owned();
+    // Every line logged for this delivery names it (never its key: keys are not logged).
+    let span =
+        tracing::warn_span!("delivery", %stream, sequence, delivered, subject = %message.subject);
     let derived = key::derive(
         key_from,
         &key_header,
@@ -38,23 +42,11 @@ pub(crate) async fn process<W: Work<Delivery>>(
         &stream,
         sequence,
     );
-    let (key, source, protected) = match (derived, options.keyless_policy()) {
-        (Some((key, source)), _) => (key, source, true),
-        (None, Keyless::Unprotected) => {
-            counters.unprotected();
-            let throwaway = format!("unprotected:{}", uuid::Uuid::new_v4());
-            (throwaway, KeySource::None, false)
-        }
-        (None, Keyless::Terminate) => {
-            tracing::warn!(
-                %stream, sequence, subject = %message.subject,
-                "message terminated: it has no idempotency key (no {key_header} or {} header)",
-                key::NATS_MSG_ID
-            );
-            counters.ended(Ended::Keyless);
-            answer(&message, counters, AckKind::Term).await;
-            return;
-        }
+    let (key, source) = derived.map_or((None, KeySource::None), |(k, s)| (Some(k), s));
+    let (key, protected) = match span.in_scope(|| Keying::of(options, counters, key)) {
+        Keying::Key(key) => (key, true),
+        Keying::Unprotected(throwaway) => (throwaway, false),
+        Keying::Terminate => return answer(&message, counters, AckKind::Term).await,
     };
     let delivery = Delivery {
         subject: message.subject.to_string(),
@@ -73,8 +65,9 @@ pub(crate) async fn process<W: Work<Delivery>>(
         digest: PayloadDigest::of(DIGEST_DOMAIN, &message.payload),
         delivery,
     };
-    let ran = with_heartbeats(&message, counters, work.run(run), heartbeat).await;
-    let span = tracing::info_span!("delivery", %stream, sequence, delivered, key = %key, source = source.as_str());
+    let ran = with_heartbeats(&message, counters, work.run(run), heartbeat)
+        .instrument(span.clone())
+        .await;
     let kind = match span.in_scope(|| judge(options, counters, ran)) {
         Answer::Retry(delay) => AckKind::Nak(Some(delay)),
         Answer::Terminate => AckKind::Term,

@@ -51,6 +51,7 @@
 //! | `utoipa` | `openapi::IdempotencyDoc`: the key header and the engine's answers in a utoipa OpenAPI document | |
 //! | `lambda` | `lambda::DeadlineLayer`: the same handlers on AWS Lambda with `lambda_http`, each request's lease ending with its invocation | `idem-lambda` |
 //! | `nats` | `nats::Consumer`: NATS JetStream messages processed once per key, acked once stored; atomic mode with a `Tx` | `idem-nats` |
+//! | `rabbitmq` | `rabbitmq::Consumer`: RabbitMQ messages (on lapin) processed once per key, acked once stored; atomic mode with a `Tx` | `idem-lapin` |
 //!
 //! None is on by default: the memory store needs none. With both `sqlite` and `postgres`,
 //! `AnyTx` takes whichever store the engine was built with (and MySQL's, with `mysql` too).
@@ -85,6 +86,17 @@ pub mod nats {
     pub use idem_nats::{
         ConsumeError, Consumer, Counts, Delivery, HandlerError, KeyFrom, KeySource, Keyless,
         NATS_MSG_ID, Options,
+    };
+}
+#[cfg(feature = "rabbitmq")]
+#[cfg_attr(docsrs, doc(cfg(feature = "rabbitmq")))]
+pub mod rabbitmq {
+    //! Idempotent RabbitMQ consumers on lapin, from `idem-lapin`: each message's handler runs
+    //! at most once per key and the message is acked once its output is stored. A handler
+    //! taking a `Tx` (features `sqlite`, `postgres`) runs in atomic mode through
+    //! [`Consumer::run_atomic`]: its writes commit with the key's record.
+    pub use idem_lapin::{
+        ConsumeError, Consumer, Counts, Delivery, HandlerError, KeySource, Keyless, Options,
     };
 }
 #[cfg(feature = "utoipa")]

@@ -1,0 +1,231 @@
+//! The face in process against the RabbitMQ server at 127.0.0.1:5672 (records in memory): a
+//! publisher's retries, a key in flight in another delivery, a reused key, poison, keyless
+//! messages, a handler that panics or outlives its deadline. Each test has a queue of its own,
+//! deleted afterwards, and counts the handler's runs.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use idem_core::idempotency::Idempotency;
+use idem_core::store::MemoryStore;
+use idem_lapin::{Consumer, Counts, Delivery, HandlerError, KeySource, Keyless, Options};
+use lapin::options::{BasicPublishOptions, QueueDeclareOptions, QueueDeleteOptions};
+use lapin::types::FieldTable;
+use lapin::{BasicProperties, Channel, Connection, ConnectionProperties};
+
+const AMQP: &str = "amqp://guest:guest@127.0.0.1:5672/%2f";
+const WITHIN: Duration = Duration::from_secs(30);
+
+/// A queue of the test's own on a channel of its own; deleted (and the connection closed) at
+/// the end of [`Queue::finish`].
+struct Queue {
+    connection: Connection,
+    channel: Channel,
+    name: String,
+}
+
+impl Queue {
+    async fn new(test: &str) -> Self {
+        let connection = Connection::connect(AMQP, ConnectionProperties::default())
+            .await
+            .unwrap_or_else(|e| panic!("RabbitMQ at {AMQP} is needed: {e}"));
+        let channel = connection.create_channel().await.expect("a channel");
+        let name = format!("idem-lapin-{test}-{}", std::process::id());
+        channel
+            .queue_declare(
+                name.as_str().into(),
+                QueueDeclareOptions::default(),
+                FieldTable::default(),
+            )
+            .await
+            .expect("declare the queue");
+        Self {
+            connection,
+            channel,
+            name,
+        }
+    }
+
+    /// Publishes `payload` with `message_id` (when given) to the queue, confirmed.
+    async fn publish(&self, message_id: Option<&str>, payload: &str) {
+        let mut properties = BasicProperties::default();
+        if let Some(id) = message_id {
+            properties = properties.with_message_id(id.into());
+        }
+        self.channel
+            .basic_publish(
+                "".into(),
+                self.name.as_str().into(),
+                BasicPublishOptions::default(),
+                payload.as_bytes(),
+                properties,
+            )
+            .await
+            .expect("publish")
+            .await
+            .expect("confirmed");
+    }
+
+    /// Runs `consumer` with `handler` until `done` holds of its counts (at most [`WITHIN`]),
+    /// on a channel of its own.
+    async fn consume<H, Fut>(
+        &self,
+        consumer: &Consumer,
+        handler: H,
+        done: impl Fn(&Counts) -> bool,
+    ) -> Counts
+    where
+        H: Fn(Delivery) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<String, HandlerError<String>>> + Send + 'static,
+    {
+        let channel = self.connection.create_channel().await.expect("a channel");
+        let watched = consumer.clone();
+        let stop = async move {
+            let deadline = Instant::now() + WITHIN;
+            while !done(&watched.counts()) {
+                assert!(Instant::now() < deadline, "{:?}", watched.counts());
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        };
+        let counts = consumer
+            .run(&channel, &self.name, handler, stop)
+            .await
+            .expect("the consumer runs");
+        let _ = channel.close(200, "done".into()).await;
+        counts
+    }
+
+    /// How many messages are left in the queue, ready or unacked.
+    async fn left(&self) -> u32 {
+        let passive = QueueDeclareOptions {
+            passive: true,
+            ..QueueDeclareOptions::default()
+        };
+        let queue = self
+            .channel
+            .queue_declare(self.name.as_str().into(), passive, FieldTable::default())
+            .await
+            .expect("the queue");
+        queue.message_count()
+    }
+
+    async fn finish(self) {
+        let _ = self
+            .channel
+            .queue_delete(self.name.as_str().into(), QueueDeleteOptions::default())
+            .await;
+        let _ = self.connection.close(200, "done".into()).await;
+    }
+}
+
+/// Options for `operation` on an engine of its own, records in memory.
+fn options(operation: &'static str) -> Options {
+    let engine = Idempotency::builder()
+        .store(MemoryStore::new())
+        .build()
+        .expect("an engine");
+    Options::new(engine, operation).retry_delay(Duration::from_millis(100))
+}
+
+/// A handler that counts its runs, sleeps `slow`, and answers the payload.
+fn counting(
+    runs: &Arc<AtomicUsize>,
+    slow: Duration,
+) -> impl Fn(Delivery) -> std::future::Ready<Result<String, HandlerError<String>>> + Send + Sync + 'static
+{
+    let runs = Arc::clone(runs);
+    move |delivery: Delivery| {
+        runs.fetch_add(1, Ordering::SeqCst);
+        std::thread::sleep(slow);
+        let text = String::from_utf8_lossy(&delivery.payload).into_owned();
+        std::future::ready(match text.starts_with("poison") {
+            true => Err(HandlerError::poison(text)),
+            false => Ok(text),
+        })
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn retried_sends_run_once_and_a_running_key_is_requeued_then_skipped() {
+    let queue = Queue::new("retries").await;
+    let runs = Arc::new(AtomicUsize::new(0));
+    // Three sends of one message (a publisher retrying), taken together: one runs for a
+    // second, the others find the key in flight, are requeued, then find the output stored.
+    for _ in 0..3 {
+        queue.publish(Some("k-1"), r#"{"a":1}"#).await;
+    }
+    let consumer = Consumer::new(options("test.retries").concurrency(3));
+    let handler = counting(&runs, Duration::from_secs(1));
+    let counts = queue
+        .consume(&consumer, handler, |c| c.processed + c.replayed == 3)
+        .await;
+    assert_eq!(runs.load(Ordering::SeqCst), 1, "{counts:?}");
+    assert!(counts.handed_back >= 1, "{counts:?}");
+    assert_eq!(queue.left().await, 0);
+    queue.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_reused_key_poison_and_keyless_messages_are_rejected_for_good() {
+    let queue = Queue::new("rejects").await;
+    let runs = Arc::new(AtomicUsize::new(0));
+    queue.publish(Some("k-1"), "first").await;
+    queue.publish(Some("k-1"), "another payload").await;
+    queue.publish(Some("k-2"), "poison: not an order").await;
+    queue.publish(None, "no key").await;
+    let consumer = Consumer::new(options("test.rejects").concurrency(1));
+    let counts = queue
+        .consume(&consumer, counting(&runs, Duration::ZERO), |c| {
+            c.processed == 1 && c.key_reused == 1 && c.poison == 1 && c.keyless == 1
+        })
+        .await;
+    // The first and the poison ran; the reused key and the keyless one did not; none is left.
+    assert_eq!(runs.load(Ordering::SeqCst), 2, "{counts:?}");
+    assert_eq!(queue.left().await, 0);
+
+    queue.publish(None, "no key, run unprotected").await;
+    let unprotected = Consumer::new(options("test.rejects").keyless(Keyless::Unprotected));
+    let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let sources = Arc::clone(&seen);
+    let handler = move |delivery: Delivery| {
+        sources.lock().unwrap().push(delivery.key_source);
+        std::future::ready(Ok::<_, HandlerError<String>>(String::new()))
+    };
+    let counts = queue
+        .consume(&unprotected, handler, |c| c.processed == 1)
+        .await;
+    assert_eq!(counts.unprotected, 1, "{counts:?}");
+    assert_eq!(*seen.lock().unwrap(), vec![KeySource::None]);
+    queue.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_handler_that_panics_or_outlives_its_deadline_runs_again_on_redelivery() {
+    let queue = Queue::new("failures").await;
+    queue.publish(Some("panics"), "p").await;
+    queue.publish(Some("slow"), "s").await;
+    let runs = Arc::new(AtomicUsize::new(0));
+    let counted = Arc::clone(&runs);
+    let handler = move |delivery: Delivery| {
+        let first = !delivery.redelivered;
+        counted.fetch_add(1, Ordering::SeqCst);
+        async move {
+            match (first, delivery.key.as_deref()) {
+                (true, Some("panics")) => panic!("the handler's bug"),
+                (true, _) => tokio::time::sleep(Duration::from_secs(60)).await,
+                _ => {}
+            }
+            Ok::<_, HandlerError<String>>(String::new())
+        }
+    };
+    let consumer =
+        Consumer::new(options("test.failures").handler_timeout(Duration::from_millis(300)));
+    let counts = queue
+        .consume(&consumer, handler, |c| c.processed == 2)
+        .await;
+    assert_eq!(counts.failed, 2, "{counts:?}");
+    assert_eq!(runs.load(Ordering::SeqCst), 4, "{counts:?}");
+    assert_eq!(queue.left().await, 0);
+    queue.finish().await;
+}
