@@ -12,6 +12,7 @@
 #   memory          memory store: idem fresh and replay, axum-idempotent (peer), concurrency sweep
 #   sqlite          SQLite store: idem fresh and replay
 #   postgres        PostgreSQL store: idem fresh and replay (no-op handler), concurrency sweep
+#   mysql           MySQL store (MariaDB): idem fresh and replay (no-op handler)
 #   postgres-write  PostgreSQL, a handler doing one INSERT: bare, hand-written exactly-once, plain
 #                   mode, atomic mode (against bare and against hand-written), replay
 #   redis           Redis store: idem fresh and replay, against the bare handler and against
@@ -21,9 +22,10 @@
 #   round-trips     PostgreSQL round trips per request, counted on the wire
 #   far-postgres    PostgreSQL 0.5 ms away in each direction: latency added per request, in
 #                   round trips, for bare, hand-written, plain and atomic (one connection)
-#   stores          memory, postgres and redis (the store comparison)
+#   stores          memory, postgres, mysql and redis (the store comparison)
 #
-# Builds in release, starts PostgreSQL if it is down and a Redis server of its own (port 18090),
+# Builds in release, starts PostgreSQL (and, for mysql, MariaDB) if it is down and a Redis server
+# of its own (port 18090),
 # then runs the sections over 127.0.0.1 (servers on ports 18080-18089), and prints the tables
 # (also written to bench/results/latest.md). Every load run records the machine's load average
 # before and after it. All traffic stays on loopback; every load run is bounded by a duration
@@ -50,16 +52,17 @@ fi
 # sweeper (every second, batches of 1 000) has work while the load runs.
 EXPIRING=$((PRELOAD / 10))
 PG_URL=${IDEM_BENCH_PG:-postgres://postgres@127.0.0.1:5432/idem_bench}
+MY_URL=${IDEM_BENCH_MYSQL:-mysql://root@127.0.0.1:3306/idem_bench}
 REDIS_PORT=18090
 # far-postgres: the delay added in each direction, µs.
 FAR_US=${FAR_US:-500}
 ONLY=${ONLY:-all}
-ONLY=,${ONLY//stores/memory,postgres,redis},
+ONLY=,${ONLY//stores/memory,postgres,mysql,redis},
 ONLY=${ONLY//,flat,/,flat-memory,flat-sqlite,flat-postgres,flat-redis,}
 want() { [[ $ONLY == ,all, || $ONLY == *",$1,"* ]]; }
 for s in ${ONLY//,/ }; do
   case $s in
-    all | criterion | memory | sqlite | postgres | postgres-write | redis | flat-memory | \
+    all | criterion | memory | sqlite | postgres | mysql | postgres-write | redis | flat-memory | \
       flat-sqlite | flat-postgres | flat-redis | round-trips | far-postgres) ;;
     *) echo "ONLY: unknown section $s (see the top of bench/run.sh)" >&2; exit 2 ;;
   esac
@@ -205,6 +208,20 @@ if want postgres; then
   start_server 18082 --store postgres --database-url "$PG_URL"
   store_group postgres 18082
   [[ $ONLY == ,all, ]] && sweep postgres 18082
+  stop_servers
+fi
+
+# MySQL, the pool exactly as `MySqlStore::connect` builds it, in a database of the benchmark's
+# own on the local MariaDB (started if it is down), emptied first.
+if want mysql; then
+  if ! mysqladmin --host=127.0.0.1 --port=3306 --user=root ping > /dev/null 2>&1; then
+    service mariadb start > /dev/null
+  fi
+  mysql --host=127.0.0.1 --port=3306 --user=root \
+    -e 'DROP DATABASE IF EXISTS idem_bench; CREATE DATABASE idem_bench'
+  echo "- $(mysql --host=127.0.0.1 --user=root -N -e 'SELECT CONCAT("MariaDB/MySQL ", VERSION())')" >> "$OUT/env.txt"
+  start_server 18093 --store mysql --database-url "$MY_URL"
+  store_group mysql 18093
   stop_servers
 fi
 

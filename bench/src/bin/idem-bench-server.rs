@@ -2,7 +2,7 @@
 //! axum-idempotent, on 127.0.0.1.
 //!
 //! ```text
-//! idem-bench-server [--bind 127.0.0.1:18080] [--store memory|sqlite|postgres|redis]
+//! idem-bench-server [--bind 127.0.0.1:18080] [--store memory|sqlite|postgres|mysql|redis]
 //!                   [--database-url URL] [--pg-no-ping] [--pg-pool N] [--count-round-trips]
 //!                   [--pg-delay-us US]
 //!                   [--redis-url URL] [--memory-capacity N] [--memory-bytes N] [--workers N]
@@ -23,6 +23,9 @@
 //! `redis://127.0.0.1:6379`; `bench/run.sh` starts a Redis server of its own for it), and
 //! serves `POST /redis/bare` too: the bare handler after one `GET` on that server, without idem
 //! ([`idem_bench::redis_bare`]).
+//!
+//! `--store mysql` opens `MySqlStore::connect` (the defaults users get) on `--database-url`
+//! (default `mysql://root@127.0.0.1:3306/idem_bench`).
 //!
 //! `--store sqlite` opens `SqliteStore::connect` (the defaults users get) unless
 //! `--sqlite-pool`, `--sqlite-cache-kib` or `--sqlite-mmap` is given: then
@@ -48,7 +51,7 @@ use axum::Json;
 use axum::routing::get;
 use idem_bench::{app, delay, peer, pg, pgcount, preload, redis_bare};
 use idem_runtime::Idempotency;
-use idem_runtime::store::{MemoryStore, PostgresStore, RedisStore, SqliteStore};
+use idem_runtime::store::{MemoryStore, MySqlStore, PostgresStore, RedisStore, SqliteStore};
 use sqlx::postgres::PgPoolOptions;
 
 #[derive(Debug)]
@@ -300,6 +303,18 @@ async fn serve(args: Args) -> Result<(), String> {
             }
             pg_pool = Some(store.pool().clone());
             builder.store(store)
+        }
+        "mysql" => {
+            if plan.n > 0 {
+                return Err("--preload: not on MySQL".into());
+            }
+            let url = args
+                .database_url
+                .clone()
+                .unwrap_or_else(|| "mysql://root@127.0.0.1:3306/idem_bench".to_string());
+            // Exactly what users get.
+            let store = MySqlStore::connect(&url).await;
+            builder.store(store.map_err(|e| e.to_string())?)
         }
         "redis" => {
             let store = RedisStore::connect(&args.redis_url)

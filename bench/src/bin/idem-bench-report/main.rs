@@ -55,7 +55,7 @@ impl Load {
         for (name, us) in &self.cpu_us {
             let column = match name.as_str() {
                 "idem-bench-serv" => 0,
-                "postgres" | "redis-server" => 1,
+                "postgres" | "redis-server" | "mariadbd" | "mysqld" => 1,
                 "idem-bench-load" => 2,
                 _ => 3,
             };
