@@ -75,16 +75,23 @@ pub async fn mysql_database() -> String {
 }
 
 /// A [`MySqlStore`] in a fresh database of the test server, opened with
-/// [`MySqlStore::connect`] (its session timeouts, a pool of up to 10 connections).
-/// [`TestStore::discard`] drops the database.
+/// [`MySqlStore::connect`] (its session timeouts, a pool of up to 10 connections), its database
+/// then named to the builder too, so that [`MySqlStore::database`] tells it even once the pool
+/// is closed. [`TestStore::discard`] drops the database.
 pub async fn mysql_store() -> MySqlStore {
     let database = mysql_database().await;
-    MySqlStore::connect(&mysql_url_of(&database))
+    let connected = MySqlStore::connect(&mysql_url_of(&database))
         .await
-        .expect("migrating a fresh MySQL database")
+        .expect("migrating a fresh MySQL database");
+    MySqlStore::builder(connected.pool().clone())
+        .database(database)
+        .build()
+        .await
+        .expect("the store, its database named")
 }
 
-/// Drops the store's database, records and migrations table included, and closes its pool.
+/// Drops the store's database, records and migrations table included, and closes its pool
+/// (which may be closed already when the store names its database).
 pub async fn drop_mysql_store(store: &MySqlStore) {
     let database: String = match store.database() {
         Some(database) => database.to_owned(),

@@ -1,5 +1,5 @@
-//! Atomic mode (`Operation::run_atomic`) on SQLite and PostgreSQL, counting rows in a real table;
-//! a store that lends no transactions; and store outages, which fail closed.
+//! Atomic mode (`Operation::run_atomic`) on SQLite, PostgreSQL and MySQL, counting rows in a real
+//! table; a store that lends no transactions; and store outages, which fail closed.
 
 use idem_runtime::store::MemoryStore;
 use idem_runtime::{Idempotency, OperationError, Outcome, StoreError, Tx};
@@ -15,6 +15,23 @@ enum Then {
     Panic,
 }
 
+/// The first bind parameter, as each database spells it.
+trait FirstParameter {
+    const FIRST: &'static str;
+}
+
+impl FirstParameter for sqlx::Sqlite {
+    const FIRST: &'static str = "$1";
+}
+
+impl FirstParameter for sqlx::Postgres {
+    const FIRST: &'static str = "$1";
+}
+
+impl FirstParameter for sqlx::MySql {
+    const FIRST: &'static str = "?";
+}
+
 macro_rules! atomic_suite {
     ($backend:ident, $db:ty, $store:ty, $table:expr, $ddl:expr, $discard_closed:expr) => {
         mod $backend {
@@ -28,7 +45,8 @@ macro_rules! atomic_suite {
                 order: i64,
                 then: Then,
             ) -> Result<Outcome<i64>, OperationError<Refused>> {
-                let insert = format!("INSERT INTO {table} (order_id) VALUES ($1)");
+                let first = <$db as FirstParameter>::FIRST;
+                let insert = format!("INSERT INTO {table} (order_id) VALUES ({first})");
                 idempotency
                     .operation("shipping::ship")
                     .run_atomic(key, order, move |mut tx: Tx<$db>, order| async move {
@@ -245,3 +263,15 @@ async fn a_full_memory_store_fails_closed() {
     }
     assert!(refused >= 1, "33 keys in 32 single-record shards");
 }
+
+atomic_suite!(
+    mysql,
+    sqlx::MySql,
+    idem_runtime::store::MySqlStore,
+    |_: &idem_runtime::store::MySqlStore| "shipments".to_owned(),
+    |table: &str| format!(
+        "CREATE TABLE {table} (id BIGINT AUTO_INCREMENT PRIMARY KEY, order_id BIGINT NOT NULL)"
+    ),
+    // The store's own pool is closed: its database is dropped through another.
+    |store: idem_runtime::store::MySqlStore| async move { store.discard().await }
+);
