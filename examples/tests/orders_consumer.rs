@@ -228,3 +228,6 @@ async fn a_poison_message_is_terminated_not_redelivered() {
 
 #[path = "orders_consumer/faults.rs"]
 mod faults;
+
+#[path = "orders_consumer/amqp.rs"]
+mod amqp;

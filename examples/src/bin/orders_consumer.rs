@@ -1,25 +1,27 @@
-//! `orders-consumer`: a NATS JetStream consumer that records each order once, whatever the
-//! broker redelivers and however many copies of it run, with `idem_runtime::nats::Consumer` in
-//! atomic mode: the order's row and the message's idempotency record commit in one transaction.
+//! `orders-consumer`: a NATS JetStream or RabbitMQ consumer that records each order once,
+//! whatever the broker redelivers and however many copies of it run, with
+//! `idem_runtime::nats::Consumer` or `idem_runtime::rabbitmq::Consumer` in atomic mode: the
+//! order's row and the message's idempotency record commit in one transaction.
 //!
-//! Each message is JSON, `{"order_id": "o-1", "amount": 100}`, keyed by its `Idempotency-Key`
-//! header (else `Nats-Msg-Id`, else its stream sequence). A message that is not such an order
+//! Each message is JSON, `{"order_id": "o-1", "amount": 100}`, keyed on NATS by its
+//! `Idempotency-Key` header (else `Nats-Msg-Id`, else its stream sequence), on RabbitMQ by its
+//! `message_id` property (or an `Idempotency-Key` header). A message that is not such an order
 //! is poison: terminated, never retried.
 //!
 //! | variable | meaning | default |
 //! |---|---|---|
-//! | `BROKER_URL` | the broker: `nats://HOST:PORT` | `nats://127.0.0.1:4222` |
+//! | `BROKER_URL` | the broker: `nats://HOST:PORT` (NATS JetStream) or `amqp://USER:PASS@HOST:PORT/VHOST` (RabbitMQ) | `nats://127.0.0.1:4222` |
 //! | `STREAM` | the stream, created if missing (file storage, subjects `[SUBJECT]`) | `ORDERS` |
 //! | `SUBJECT` | the subject it captures | `orders.created` |
 //! | `DURABLE` | the durable pull consumer, created if missing (explicit acks, no delivery limit) | `orders-consumer` |
 //! | `ACK_WAIT_MS` | JetStream's ack wait for that consumer | `30000` |
+//! | `QUEUE` | with `amqp://`: the durable classic queue, declared if missing | `orders` |
 //! | `DATABASE_URL` | the `orders` table and the records: `sqlite://FILE` (created if missing) or `postgres://...` | `sqlite://orders-consumer.db` |
 //! | `CONCURRENCY` | messages handled at once | `8` |
 //! | `HANDLER_TIMEOUT_MS` | the handler's deadline: past it the transaction rolls back and the message is handed back | `30000` |
 //! | `SLOW_MS` | a sleep inside the handler, in its transaction, after its insert | `0` |
 //! | `IDEM_LEASE_MS` | how soon the key of a process that died mid-handler may be taken over | `30000` |
 //!
-//! `amqp://` URLs (RabbitMQ) are refused: this build consumes from NATS JetStream only.
 //! SIGTERM (or Ctrl-C) stops pulling, lets the running messages finish, and exits 0.
 
 use std::process::ExitCode;
@@ -27,9 +29,13 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use async_nats::jetstream::{self, consumer, stream};
-use idem_runtime::nats::{Consumer, Delivery, HandlerError, Options};
+use idem_runtime::nats::{HandlerError, Options};
 use idem_runtime::store::{PostgresStore, SqliteStore};
 use idem_runtime::{Idempotency, Tx};
+use idem_runtime::{nats, rabbitmq};
+use lapin::ConnectionProperties;
+use lapin::options::QueueDeclareOptions;
+use lapin::types::FieldTable;
 use serde::Deserialize;
 use sqlx::postgres::PgPoolOptions;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions};
@@ -53,6 +59,7 @@ struct Config {
     subject: String,
     durable: String,
     ack_wait: Duration,
+    queue: String,
     database_url: String,
     concurrency: usize,
     handler_timeout: Duration,
@@ -81,6 +88,7 @@ impl Config {
             subject: var("SUBJECT", "orders.created"),
             durable: var("DURABLE", "orders-consumer"),
             ack_wait: millis("ACK_WAIT_MS", 30_000)?,
+            queue: var("QUEUE", "orders"),
             database_url: var("DATABASE_URL", "sqlite://orders-consumer.db"),
             concurrency: concurrency
                 .parse()
@@ -139,20 +147,19 @@ impl Db {
     }
 }
 
-/// The order in a delivery, or poison.
-fn order(delivery: &Delivery) -> Result<Order, HandlerError<String>> {
-    delivery
-        .json::<Order>()
+/// The order in a payload, or poison.
+fn order(payload: &[u8]) -> Result<Order, HandlerError<String>> {
+    serde_json::from_slice(payload)
         .map_err(|error| HandlerError::poison(format!("not an order: {error}")))
 }
 
 /// The handler for one database: the order's row is inserted in the lent transaction, then
 /// `slow` is slept in it; the row commits with the message's record.
 macro_rules! handler {
-    ($db:ty, $insert:literal, $slow:expr) => {{
+    ($db:ty, $delivery:ty, $insert:literal, $slow:expr) => {{
         let slow = $slow;
-        move |mut tx: Tx<$db>, delivery: Delivery| async move {
-            let order = order(&delivery)?;
+        move |mut tx: Tx<$db>, delivery: $delivery| async move {
+            let order = order(&delivery.payload)?;
             let retry = |error: sqlx::Error| HandlerError::retry(error.to_string());
             sqlx::query($insert)
                 .bind(&order.order_id)
@@ -168,13 +175,39 @@ macro_rules! handler {
     }};
 }
 
+/// Runs `$consumer.run_atomic($subscription.., handler, $stop)` with the handler for the
+/// database `$db` and the broker's delivery type.
+macro_rules! run_atomic {
+    ($db:expr, $delivery:ty, $slow:expr, $consumer:expr, ($($subscription:expr),+), $stop:expr) => {
+        match $db {
+            Db::Sqlite(_) => {
+                let insert = handler!(Sqlite, $delivery, "INSERT INTO orders (order_id, amount, message_key) VALUES (?, ?, ?)", $slow);
+                $consumer.run_atomic($($subscription),+, insert, $stop).await?
+            }
+            Db::Postgres(_) => {
+                let insert = handler!(Postgres, $delivery, "INSERT INTO orders (order_id, amount, message_key) VALUES ($1, $2, $3)", $slow);
+                $consumer.run_atomic($($subscription),+, insert, $stop).await?
+            }
+        }
+    };
+}
+
+/// The future that completes on SIGTERM or Ctrl-C.
+fn stop_signal() -> Result<impl Future<Output = ()>, BoxError> {
+    let mut term = signal(SignalKind::terminate())?;
+    Ok(async move {
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = tokio::signal::ctrl_c() => {}
+        }
+    })
+}
+
 async fn run(config: Config) -> Result<(), BoxError> {
-    if !config.broker.starts_with("nats://") {
-        return Err(format!(
-            "BROKER_URL must be a nats:// URL (this build consumes from NATS JetStream only), got `{}`",
-            config.broker
-        )
-        .into());
+    let amqp = config.broker.starts_with("amqp://");
+    if !amqp && !config.broker.starts_with("nats://") {
+        let broker = &config.broker;
+        return Err(format!("BROKER_URL must be nats://... or amqp://..., got `{broker}`").into());
     }
     let db = Db::open(&config.database_url)
         .await
@@ -187,7 +220,19 @@ async fn run(config: Config) -> Result<(), BoxError> {
         Db::Postgres(pool) => builder.store(PostgresStore::from_pool(pool.clone()).await?),
     }
     .build()?;
+    let options = Options::new(idempotency, "orders.create")
+        .concurrency(config.concurrency)
+        .handler_timeout(config.handler_timeout);
+    let counts = match amqp {
+        true => rabbitmq(&config, &db, options).await?,
+        false => nats(&config, &db, options).await?,
+    };
+    tracing::info!(counts = %counts, "orders-consumer stopped");
+    Ok(())
+}
 
+/// Consumes the durable JetStream consumer, made (with its stream) if missing.
+async fn nats(config: &Config, db: &Db, options: Options) -> Result<String, BoxError> {
     let client = async_nats::connect(config.broker.trim_start_matches("nats://"))
         .await
         .map_err(|e| format!("cannot connect to BROKER_URL: {e}"))?;
@@ -213,39 +258,39 @@ async fn run(config: Config) -> Result<(), BoxError> {
         )
         .await?;
     tracing::info!(stream = %config.stream, durable = %config.durable, "orders-consumer ready");
+    let consumer = nats::Consumer::new(options);
+    let stop = stop_signal()?;
+    let counts = run_atomic!(db, nats::Delivery, config.slow, consumer, (&durable), stop);
+    Ok(format!("{counts:?}"))
+}
 
-    let consumer = Consumer::new(
-        Options::new(idempotency, "orders.create")
-            .concurrency(config.concurrency)
-            .handler_timeout(config.handler_timeout),
+/// Consumes the durable classic queue, declared if missing.
+async fn rabbitmq(config: &Config, db: &Db, options: Options) -> Result<String, BoxError> {
+    let connection = lapin::Connection::connect(&config.broker, ConnectionProperties::default())
+        .await
+        .map_err(|e| format!("cannot connect to BROKER_URL: {e}"))?;
+    let channel = connection.create_channel().await?;
+    let durable = QueueDeclareOptions {
+        durable: true,
+        ..QueueDeclareOptions::default()
+    };
+    let queue = config.queue.as_str();
+    channel
+        .queue_declare(queue.into(), durable, FieldTable::default())
+        .await?;
+    tracing::info!(queue, "orders-consumer ready");
+    let consumer = rabbitmq::Consumer::new(options);
+    let stop = stop_signal()?;
+    let counts = run_atomic!(
+        db,
+        rabbitmq::Delivery,
+        config.slow,
+        consumer,
+        (&channel, queue),
+        stop
     );
-    let mut term = signal(SignalKind::terminate())?;
-    let stop = async move {
-        tokio::select! {
-            _ = term.recv() => {}
-            _ = tokio::signal::ctrl_c() => {}
-        }
-    };
-    let counts = match db {
-        Db::Sqlite(_) => {
-            let handler = handler!(
-                Sqlite,
-                "INSERT INTO orders (order_id, amount, message_key) VALUES (?, ?, ?)",
-                config.slow
-            );
-            consumer.run_atomic(&durable, handler, stop).await?
-        }
-        Db::Postgres(_) => {
-            let handler = handler!(
-                Postgres,
-                "INSERT INTO orders (order_id, amount, message_key) VALUES ($1, $2, $3)",
-                config.slow
-            );
-            consumer.run_atomic(&durable, handler, stop).await?
-        }
-    };
-    tracing::info!(?counts, "orders-consumer stopped");
-    Ok(())
+    let _ = connection.close(200, "stopped".into()).await;
+    Ok(format!("{counts:?}"))
 }
 
 #[tokio::main]
