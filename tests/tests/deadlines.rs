@@ -11,11 +11,11 @@ use axum::extract::State;
 use axum::http::{Request, StatusCode};
 use axum::routing::{get, post};
 use http_body_util::BodyExt;
-use idem_runtime::store::{PostgresStore, SqliteStore, Store};
+use idem_runtime::store::{MySqlStore, PostgresStore, SqliteStore, Store};
 use idem_runtime::{AtomicCommits, Idempotency, OperationError, Tx, idempotent};
 use idem_tests::{Gate, TestStore};
 use serde_json::Value;
-use sqlx::{Postgres, Sqlite};
+use sqlx::{MySql, Postgres, Sqlite};
 use tower::ServiceExt;
 
 #[derive(Clone, axum::extract::FromRef)]
@@ -59,8 +59,29 @@ async fn insert(conn: &mut sqlx::PgConnection, reference: &str) -> StatusCode {
     }
 }
 
+/// MySQL has no one-commit mode yet: the claim commits first.
+#[idempotent(scope = "global", name = "charges.mysql", commits = "two")]
+async fn mysql_charge(mut tx: Tx<MySql>, body: String) -> StatusCode {
+    let Ok(conn) = tx.conn().await else {
+        return StatusCode::INTERNAL_SERVER_ERROR;
+    };
+    let insert = sqlx::query("INSERT INTO charges (reference) VALUES (?)").bind(body);
+    match insert.execute(conn).await {
+        Ok(_) => StatusCode::CREATED,
+        Err(_) => StatusCode::INTERNAL_SERVER_ERROR,
+    }
+}
+
 /// A read on the store's own pool: served while the pool has a connection to give.
 async fn healthz(State(store): State<PostgresStore>) -> StatusCode {
+    match sqlx::query("SELECT 1").execute(store.pool()).await {
+        Ok(_) => StatusCode::OK,
+        Err(_) => StatusCode::SERVICE_UNAVAILABLE,
+    }
+}
+
+/// The same on a MySQL store's pool.
+async fn mysql_healthz(State(store): State<MySqlStore>) -> StatusCode {
     match sqlx::query("SELECT 1").execute(store.pool()).await {
         Ok(_) => StatusCode::OK,
         Err(_) => StatusCode::SERVICE_UNAVAILABLE,
@@ -174,6 +195,20 @@ async fn a_locked_table_ends_in_503_and_frees_the_pool(commits: AtomicCommits) {
                 .with_state(store.clone()),
         );
     let locker = pg_lock(&store).await;
+    refused_at_the_deadline_while_the_pool_serves(&router, uri).await;
+    locker.rollback().await.unwrap();
+    each_retry_runs_once(&router, uri).await;
+    assert_eq!(
+        pg_rows(&store).await,
+        6,
+        "each retry once, nothing of the stopped runs"
+    );
+    store.discard().await;
+}
+
+/// While the table is locked: six requests on `uri`, each refused with 503 and `Retry-After`
+/// after the deadline and well before the lock goes, and `/healthz` answered meanwhile.
+async fn refused_at_the_deadline_while_the_pool_serves(router: &Router, uri: &'static str) {
     let started = Instant::now();
     let requests: Vec<_> = (0..6)
         .map(|n| {
@@ -203,19 +238,66 @@ async fn a_locked_table_ends_in_503_and_frees_the_pool(commits: AtomicCommits) {
     .await
     .expect("the pool has connections again");
     assert_eq!(health, StatusCode::OK);
-    locker.rollback().await.unwrap();
+}
 
-    // Retries follow `Retry-After`, as the answers said: each key is released just after its
-    // answer is sent, so a retry at once may still find it held (409).
+/// Once the lock is gone: retries follow `Retry-After`, as the answers said (each key is
+/// released just after its answer is sent, so a retry at once may still find it held), and
+/// each is created.
+async fn each_retry_runs_once(router: &Router, uri: &str) {
     for n in 0..6 {
-        let (status, body) = retry_while_in_flight(&router, uri, &format!("k{n}")).await;
+        let (status, body) = retry_while_in_flight(router, uri, &format!("k{n}")).await;
         assert_eq!(status, StatusCode::CREATED, "k{n}: {body}");
     }
-    assert_eq!(
-        pg_rows(&store).await,
-        6,
-        "each retry once, nothing of the stopped runs"
-    );
+}
+
+/// The same on MySQL, its pool of four with the store's session timeouts, and the table held
+/// by another session's `LOCK TABLES .. WRITE`: the lent transaction's lock waits are bounded
+/// by the deadline too (whole seconds), and the engine stops the handler at the deadline.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mysql_a_locked_table_ends_in_503_and_frees_the_pool() {
+    use idem_tests::mysql::{mysql_database, mysql_url_of};
+    use sqlx::Connection;
+    let database = mysql_database().await;
+    let pool = sqlx::mysql::MySqlPoolOptions::new()
+        .max_connections(4)
+        .connect(&mysql_url_of(&database))
+        .await
+        .unwrap();
+    let store = MySqlStore::builder(pool)
+        .database(&database)
+        .build()
+        .await
+        .unwrap();
+    sqlx::raw_sql("CREATE TABLE charges (reference TEXT NOT NULL)")
+        .execute(store.pool())
+        .await
+        .unwrap();
+    let router: Router = Router::new()
+        .route("/mysql", post(mysql_charge))
+        .with_state(with_deadline(store.clone()))
+        .merge(
+            Router::new()
+                .route("/healthz", get(mysql_healthz))
+                .with_state(store.clone()),
+        );
+    let mut locker = sqlx::MySqlConnection::connect(&mysql_url_of(&database))
+        .await
+        .unwrap();
+    sqlx::raw_sql("LOCK TABLES charges WRITE")
+        .execute(&mut locker)
+        .await
+        .unwrap();
+    refused_at_the_deadline_while_the_pool_serves(&router, "/mysql").await;
+    sqlx::raw_sql("UNLOCK TABLES")
+        .execute(&mut locker)
+        .await
+        .unwrap();
+    each_retry_runs_once(&router, "/mysql").await;
+    let rows: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM charges")
+        .fetch_one(store.pool())
+        .await
+        .unwrap();
+    assert_eq!(rows, 6, "each retry once, nothing of the stopped runs");
     store.discard().await;
 }
 
