@@ -135,13 +135,22 @@ impl Drop for TcpProxy {
 /// The PostgreSQL server of [`postgres_url`](crate::postgres_url), and that URL with its
 /// `host:port` replaced by `{proxy}`.
 pub fn postgres_target() -> (SocketAddr, String) {
-    let url = crate::postgres_url();
+    target_of(crate::postgres_url())
+}
+
+/// The same for the MySQL server the tests use ([`crate::mysql::mysql_url`]).
+pub fn mysql_target() -> (SocketAddr, String) {
+    target_of(crate::mysql::mysql_url())
+}
+
+/// `url`'s server address, and `url` with `{proxy}` in its place.
+fn target_of(url: String) -> (SocketAddr, String) {
     let rest = url.split_once("://").map_or(url.as_str(), |(_, r)| r);
     let host_port = rest.split_once('@').map_or(rest, |(_, r)| r);
     let host_port = host_port.split(['/', '?']).next().unwrap();
     let addr: SocketAddr = host_port
         .replace("localhost", "127.0.0.1")
         .parse()
-        .expect("this test needs DATABASE_URL with a numeric host:port");
+        .expect("this test needs a database URL with a numeric host:port");
     (addr, url.replacen(host_port, "{proxy}", 1))
 }

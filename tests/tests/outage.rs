@@ -1,4 +1,4 @@
-//! Store outages, on PostgreSQL and on Redis: while the store is unreachable every idempotent
+//! Store outages, on PostgreSQL, MySQL and Redis: while the store is unreachable every idempotent
 //! request is refused with 503 and the handler does not run (fail closed); when it comes back,
 //! service resumes without a restart.
 //!
@@ -15,7 +15,7 @@ use axum::http::{Request, StatusCode};
 use axum::routing::post;
 use axum::{Json, Router};
 use http_body_util::BodyExt;
-use idem_runtime::store::{PostgresStore, RedisStore, Store};
+use idem_runtime::store::{MySqlStore, PostgresStore, RedisStore, Store};
 use idem_runtime::{Idempotency, idempotent};
 use idem_tests::TcpProxy;
 use idem_tests::proxy::postgres_target;
@@ -80,6 +80,28 @@ async fn postgres_outage_fails_closed_and_service_resumes_without_restart() {
         .unwrap();
     outage_scenario(store, &proxy).await;
     idem_tests::db::drop_postgres_store(&direct).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mysql_outage_fails_closed_and_service_resumes_without_restart() {
+    let (target, template) = idem_tests::proxy::mysql_target();
+    // Migrate a fresh database directly, then serve through the proxy.
+    let direct = idem_tests::mysql::mysql_store().await;
+    let database = direct.database().expect("a test store names its database");
+    let proxy = TcpProxy::start(target).await;
+    let proxied_url = template.replace("{proxy}", &proxy.addr().to_string());
+    let pool = sqlx::mysql::MySqlPoolOptions::new()
+        .max_connections(4)
+        .acquire_timeout(Duration::from_secs(2))
+        .connect_lazy(&proxied_url)
+        .unwrap();
+    let store = MySqlStore::builder(pool)
+        .database(database)
+        .build()
+        .await
+        .unwrap();
+    outage_scenario(store, &proxy).await;
+    idem_tests::TestStore::discard(direct).await;
 }
 
 /// Sends `key` until the answer is not the problem `code` (at most 20 tries, 250 ms apart), as
