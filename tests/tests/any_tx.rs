@@ -1,4 +1,4 @@
-//! `AnyTx`: one handler for every store. On SQLite and PostgreSQL it holds the transaction lent
+//! `AnyTx`: one handler for every store. On SQLite, PostgreSQL and MySQL it holds the transaction lent
 //! to the request, whose downstream keys are stable across retries of one key and differ
 //! between keys; on a store that lends none (memory) it is `AnyTx::None`, with no downstream key.
 
@@ -28,6 +28,7 @@ async fn book(tx: AnyTx, Query(q): Query<Fail>) -> (StatusCode, Json<Value>) {
     let held = match &tx {
         AnyTx::Sqlite(_) => "sqlite",
         AnyTx::Postgres(_) => "postgres",
+        AnyTx::MySql(_) => "mysql",
         _ => "none",
     };
     let status = if q.fail == Some(true) {
@@ -91,6 +92,11 @@ async fn on_sqlite_any_tx_holds_the_lent_transaction() {
 #[tokio::test]
 async fn on_postgres_any_tx_holds_the_lent_transaction() {
     lends(idem_tests::postgres_store().await, "postgres").await;
+}
+
+#[tokio::test]
+async fn on_mysql_any_tx_holds_the_lent_transaction() {
+    lends(idem_tests::mysql::mysql_store().await, "mysql").await;
 }
 
 #[tokio::test]
