@@ -11,14 +11,15 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 // The layers, bottom up: `error`, `handler` (what a handler answers, what payloads are compared on),
-// `counts`, `options`; `keying` (a delivery's key, or none), `work` (a handler through the
-// engine), `verdict` (what the broker is told).
+// `counts`, `options`; `shared` (a consumer's options and counters), `keying` (a delivery's key,
+// or none), `work` (a handler through the engine), `verdict` (what the broker is told).
 mod counts;
 mod error;
 mod handler;
 mod options;
 
 mod keying;
+mod shared;
 mod work;
 
 mod verdict;
@@ -28,5 +29,6 @@ pub use error::ConsumeError;
 pub use handler::{HandlerError, PayloadDigest};
 pub use keying::Keying;
 pub use options::{Keyless, Options};
+pub use shared::Core;
 pub use verdict::{Answer, judge};
 pub use work::{Atomic, Failure, Plain, Ran, Run, Running, Work, atomic, plain};

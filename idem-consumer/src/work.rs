@@ -13,6 +13,7 @@ use idem_core::operation::{Lent, OperationError, Outcome};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
+use crate::error::ConsumeError;
 use crate::handler::{HandlerError, PayloadDigest};
 use crate::options::Options;
 
@@ -70,6 +71,10 @@ pub trait Work<D>: Send + Sync + 'static {
     /// Why it fails.
     type Error: fmt::Display + Send + 'static;
 
+    /// Whether it can run with `options` (atomic mode: whether the engine's store lends its
+    /// transactions), before anything is taken from the broker.
+    fn check(&self, options: &Options) -> Result<(), ConsumeError>;
+
     /// Runs `run` through the engine: once per key, or the stored output.
     fn run(&self, run: Run<D>) -> Running<Self::Output, Self::Error>;
 }
@@ -81,7 +86,11 @@ pub struct Plain<H, D, Fut, T, E> {
 }
 
 /// `handler` in plain mode: its output is stored, its effects are its own.
-pub fn plain<H, D, Fut, T, E>(handler: H) -> Plain<H, D, Fut, T, E> {
+pub fn plain<H, D, Fut, T, E>(handler: H) -> Plain<H, D, Fut, T, E>
+where
+    H: Fn(D) -> Fut,
+    Fut: Future<Output = Result<T, HandlerError<E>>>,
+{
     Plain {
         handler: Arc::new(handler),
         types: PhantomData,
@@ -98,6 +107,10 @@ where
 {
     type Output = T;
     type Error = E;
+
+    fn check(&self, options: &Options) -> Result<(), ConsumeError> {
+        options.check()
+    }
 
     fn run(&self, run: Run<D>) -> Running<T, E> {
         let handler = Arc::clone(&self.handler);
@@ -122,7 +135,11 @@ pub struct Atomic<H, L, D, Fut, T, E> {
 
 /// `handler` in atomic mode: handed a transaction `L` of the engine's store, its writes
 /// commit with the key's record, or neither does.
-pub fn atomic<H, L, D, Fut, T, E>(handler: H) -> Atomic<H, L, D, Fut, T, E> {
+pub fn atomic<H, L, D, Fut, T, E>(handler: H) -> Atomic<H, L, D, Fut, T, E>
+where
+    H: Fn(L, D) -> Fut,
+    Fut: Future<Output = Result<T, HandlerError<E>>>,
+{
     Atomic {
         handler: Arc::new(handler),
         types: PhantomData,
@@ -140,6 +157,10 @@ where
 {
     type Output = T;
     type Error = E;
+
+    fn check(&self, options: &Options) -> Result<(), ConsumeError> {
+        options.check_atomic::<L>()
+    }
 
     fn run(&self, run: Run<D>) -> Running<T, E> {
         let handler = Arc::clone(&self.handler);

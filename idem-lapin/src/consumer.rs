@@ -1,19 +1,15 @@
 //! [`Consumer`]: consumes a queue on a lapin channel, its prefetch set to the concurrency,
 //! each message processed once per key, until told to stop.
 
-use std::fmt;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::{FutureExt, StreamExt};
-use idem_consumer::{ConsumeError, Counters, Counts, HandlerError, Options, Work, atomic, plain};
-use idem_core::operation::Lent;
+use idem_consumer::{ConsumeError, Core, Counts, Options, Work};
 use lapin::Channel;
 use lapin::options::{BasicCancelOptions, BasicConsumeOptions, BasicNackOptions, BasicQosOptions};
 use lapin::types::FieldTable;
-use serde::Serialize;
-use serde::de::DeserializeOwned;
 use tokio::task::JoinSet;
 
 use crate::message::Delivery;
@@ -23,19 +19,9 @@ use crate::process::process;
 const CANCEL_WAIT: Duration = Duration::from_secs(5);
 
 /// An idempotent RabbitMQ consumer: see the [crate](crate) documentation.
-#[derive(Clone)]
+#[derive(Debug, Clone)]
 pub struct Consumer {
-    options: Options,
-    counters: Arc<Counters>,
-}
-
-impl fmt::Debug for Consumer {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Consumer")
-            .field("options", &self.options)
-            .field("counts", &self.counts())
-            .finish_non_exhaustive()
-    }
+    core: Core,
 }
 
 impl Consumer {
@@ -43,56 +29,35 @@ impl Consumer {
     /// deadline).
     pub fn new(options: Options) -> Self {
         Self {
-            options,
-            counters: Arc::default(),
+            core: Core::new(options),
         }
     }
 
-    /// How many deliveries ended each way so far.
-    pub fn counts(&self) -> Counts {
-        self.counters.snapshot()
+    /// Its options and counters: [`Core::counts`] (how many deliveries ended each way so
+    /// far), [`Core::stop_when`].
+    pub fn core(&self) -> &Core {
+        &self.core
     }
 
     /// Consumes `queue` on `channel` with `handler` until `stop` completes, then cancels the
     /// consumption, requeues what the broker sent after that, lets the messages being
     /// processed finish, and returns the counts. The channel's prefetch is set to the
-    /// concurrency. `handler` runs at most once per key while the key's record lives.
-    pub async fn run<H, Fut, T, E>(
+    /// concurrency. The handler is [`plain`] (its output is stored) or [`atomic`] (handed a
+    /// transaction of the engine's store, idem-runtime's `Tx<Sqlite>` or `Tx<Postgres>`,
+    /// whose writes commit with the key's record, or neither does). It runs at most once per
+    /// key while the key's record lives.
+    ///
+    /// [`plain`]: idem_consumer::plain
+    /// [`atomic`]: idem_consumer::atomic
+    pub async fn run<W: Work<Delivery>>(
         &self,
         channel: &Channel,
         queue: &str,
-        handler: H,
+        handler: W,
         stop: impl Future<Output = ()>,
-    ) -> Result<Counts, ConsumeError>
-    where
-        H: Fn(Delivery) -> Fut + Send + Sync + 'static,
-        Fut: Future<Output = Result<T, HandlerError<E>>> + Send + 'static,
-        T: Serialize + DeserializeOwned + Send + 'static,
-        E: fmt::Display + Send + 'static,
-    {
-        self.options.check()?;
-        self.drive(channel, queue, plain(handler), stop).await
-    }
-
-    /// [`run`](Self::run) in atomic mode: `handler` is handed a transaction of the engine's
-    /// store (idem-runtime's `Tx<Sqlite>` or `Tx<Postgres>`), and its writes commit together
-    /// with the key's record, or neither does.
-    pub async fn run_atomic<H, L, Fut, T, E>(
-        &self,
-        channel: &Channel,
-        queue: &str,
-        handler: H,
-        stop: impl Future<Output = ()>,
-    ) -> Result<Counts, ConsumeError>
-    where
-        H: Fn(L, Delivery) -> Fut + Send + Sync + 'static,
-        L: Lent,
-        Fut: Future<Output = Result<T, HandlerError<E>>> + Send + 'static,
-        T: Serialize + DeserializeOwned + Send + 'static,
-        E: fmt::Display + Send + 'static,
-    {
-        self.options.check_atomic::<L>()?;
-        self.drive(channel, queue, atomic(handler), stop).await
+    ) -> Result<Counts, ConsumeError> {
+        handler.check(self.core.options())?;
+        self.drive(channel, queue, handler, stop).await
     }
 
     /// The consume loop: each delivery processed on a task of its own (the prefetch bounds
@@ -105,7 +70,7 @@ impl Consumer {
         stop: impl Future<Output = ()>,
     ) -> Result<Counts, ConsumeError> {
         let broker = |error: lapin::Error| ConsumeError::Broker(Box::new(error));
-        let prefetch = u16::try_from(self.options.concurrency_limit()).unwrap_or(u16::MAX);
+        let prefetch = u16::try_from(self.core.options().concurrency_limit()).unwrap_or(u16::MAX);
         channel
             .basic_qos(prefetch, BasicQosOptions::default())
             .await
@@ -120,7 +85,7 @@ impl Consumer {
             )
             .await
             .map_err(broker)?;
-        let (options, work) = (Arc::new(self.options.clone()), Arc::new(work));
+        let (options, work) = (Arc::new(self.core.options().clone()), Arc::new(work));
         let mut running = JoinSet::new();
         let mut stop = std::pin::pin!(stop.fuse());
         let mut stopping = false;
@@ -157,7 +122,7 @@ impl Consumer {
             }
             let (options, counters, work) = (
                 Arc::clone(&options),
-                Arc::clone(&self.counters),
+                Arc::clone(self.core.counters()),
                 Arc::clone(&work),
             );
             running.spawn(async move { process(&options, &counters, &*work, delivery).await });
@@ -170,7 +135,7 @@ impl Consumer {
         while running.join_next().await.is_some() {}
         match lost {
             Some(error) => Err(broker(error)),
-            None => Ok(self.counts()),
+            None => Ok(self.core.counts()),
         }
     }
 }

@@ -11,7 +11,7 @@
 //! use std::time::Duration;
 //! use idem_core::idempotency::Idempotency;
 //! use idem_core::store::MemoryStore;
-//! use idem_lapin::{Consumer, Delivery, HandlerError, Options};
+//! use idem_lapin::{Consumer, Delivery, HandlerError, Options, plain};
 //!
 //! #[derive(serde::Deserialize)]
 //! struct Order { order_id: String, amount: i64 }
@@ -24,11 +24,11 @@
 //!
 //! let consumer = Consumer::new(Options::new(idempotency, "orders.create").concurrency(8));
 //! let counts = consumer
-//!     .run(&channel, "orders", |delivery: Delivery| async move {
+//!     .run(&channel, "orders", plain(|delivery: Delivery| async move {
 //!         let order: Order = delivery.json().map_err(HandlerError::poison)?;
 //!         println!("order {} for {}", order.order_id, order.amount);
 //!         Ok::<_, HandlerError<serde_json::Error>>(order.amount)
-//!     }, async { let _ = tokio::signal::ctrl_c().await; })
+//!     }), async { let _ = tokio::signal::ctrl_c().await; })
 //!     .await?;
 //! println!("{counts:?}");
 //! # Ok(()) }
@@ -70,6 +70,8 @@ mod process;
 mod consumer;
 
 pub use consumer::Consumer;
-pub use idem_consumer::{ConsumeError, Counts, HandlerError, Keyless, Options};
+pub use idem_consumer::{
+    ConsumeError, Core, Counts, HandlerError, Keyless, Options, atomic, plain,
+};
 pub use key::KeySource;
 pub use message::Delivery;

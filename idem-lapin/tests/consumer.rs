@@ -5,11 +5,11 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use idem_core::idempotency::Idempotency;
 use idem_core::store::MemoryStore;
-use idem_lapin::{Consumer, Counts, Delivery, HandlerError, KeySource, Keyless, Options};
+use idem_lapin::{Consumer, Counts, Delivery, HandlerError, KeySource, Keyless, Options, plain};
 use lapin::options::{BasicPublishOptions, QueueDeclareOptions, QueueDeleteOptions};
 use lapin::types::FieldTable;
 use lapin::{BasicProperties, Channel, Connection, ConnectionProperties};
@@ -73,30 +73,25 @@ impl Queue {
         &self,
         consumer: &Consumer,
         handler: H,
-        done: impl Fn(&Counts) -> bool,
+        done: impl Fn(&Counts) -> bool + Send + 'static,
     ) -> Counts
     where
         H: Fn(Delivery) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Result<String, HandlerError<String>>> + Send + 'static,
     {
         let channel = self.connection.create_channel().await.expect("a channel");
-        let watched = consumer.clone();
-        let stop = async move {
-            let deadline = Instant::now() + WITHIN;
-            while !done(&watched.counts()) {
-                assert!(Instant::now() < deadline, "{:?}", watched.counts());
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-        };
-        let counts = consumer
-            .run(&channel, &self.name, handler, stop)
+        let stop = consumer.core().stop_when(done);
+        let run = consumer.run(&channel, &self.name, plain(handler), stop);
+        let counts = tokio::time::timeout(WITHIN, run)
             .await
+            .unwrap_or_else(|_| panic!("not done in {WITHIN:?}: {:?}", consumer.core().counts()))
             .expect("the consumer runs");
         let _ = channel.close(200, "done".into()).await;
         counts
     }
 
-    /// How many messages are left in the queue, ready or unacked.
+    /// How many messages wait in the queue (its unacked ones come back when their channel
+    /// closes).
     async fn left(&self) -> u32 {
         let passive = QueueDeclareOptions {
             passive: true,

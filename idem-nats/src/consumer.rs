@@ -1,7 +1,6 @@
 //! [`Consumer`]: pulls from a JetStream pull consumer, at most `concurrency` messages at a time,
 //! each processed once per key, until told to stop.
 
-use std::fmt;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
@@ -9,10 +8,7 @@ use std::time::Duration;
 use async_nats::jetstream::AckKind;
 use async_nats::jetstream::consumer::PullConsumer;
 use futures_util::{FutureExt, StreamExt};
-use idem_consumer::{ConsumeError, Counters, Counts, HandlerError, Options, Work, atomic, plain};
-use idem_core::operation::Lent;
-use serde::Serialize;
-use serde::de::DeserializeOwned;
+use idem_consumer::{ConsumeError, Core, Counts, Options, Work};
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 
@@ -31,21 +27,10 @@ const FLUSH_WAIT: Duration = Duration::from_secs(5);
 const DEFAULT_ACK_WAIT: Duration = Duration::from_secs(30);
 
 /// An idempotent JetStream consumer: see the [crate](crate) documentation.
-#[derive(Clone)]
+#[derive(Debug, Clone)]
 pub struct Consumer {
-    options: Options,
+    core: Core,
     key_from: KeyFrom,
-    counters: Arc<Counters>,
-}
-
-impl fmt::Debug for Consumer {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Consumer")
-            .field("options", &self.options)
-            .field("key_from", &self.key_from)
-            .field("counts", &self.counts())
-            .finish_non_exhaustive()
-    }
 }
 
 impl Consumer {
@@ -53,9 +38,8 @@ impl Consumer {
     /// deadline), keyed as [`KeyFrom::Any`] says.
     pub fn new(options: Options) -> Self {
         Self {
-            options,
+            core: Core::new(options),
             key_from: KeyFrom::default(),
-            counters: Arc::default(),
         }
     }
 
@@ -65,50 +49,30 @@ impl Consumer {
         self
     }
 
-    /// How many deliveries ended each way so far.
-    pub fn counts(&self) -> Counts {
-        self.counters.snapshot()
+    /// Its options and counters: [`Core::counts`] (how many deliveries ended each way so
+    /// far), [`Core::stop_when`].
+    pub fn core(&self) -> &Core {
+        &self.core
     }
 
     /// Consumes `consumer`'s messages with `handler` until `stop` completes, then lets the
-    /// messages being processed finish and returns the counts. `handler` runs at most once
-    /// per key while the key's record lives; its output is stored, and handed to nobody
-    /// again (a redelivery is acked without running it).
-    pub async fn run<H, Fut, T, E>(
+    /// messages being processed finish and returns the counts. The handler is [`plain`] (its
+    /// output is stored) or [`atomic`] (handed a transaction of the engine's store,
+    /// idem-runtime's `Tx<Sqlite>` or `Tx<Postgres>`, whose writes commit with the key's
+    /// record, or neither does: a crash at any point leaves both or neither, and a failure,
+    /// a panic or the handler deadline rolls them back). It runs at most once per key while
+    /// the key's record lives; a redelivery is acked without running it.
+    ///
+    /// [`plain`]: idem_consumer::plain
+    /// [`atomic`]: idem_consumer::atomic
+    pub async fn run<W: Work<Delivery>>(
         &self,
         consumer: &PullConsumer,
-        handler: H,
+        handler: W,
         stop: impl Future<Output = ()>,
-    ) -> Result<Counts, ConsumeError>
-    where
-        H: Fn(Delivery) -> Fut + Send + Sync + 'static,
-        Fut: Future<Output = Result<T, HandlerError<E>>> + Send + 'static,
-        T: Serialize + DeserializeOwned + Send + 'static,
-        E: fmt::Display + Send + 'static,
-    {
-        self.options.check()?;
-        self.drive(consumer, plain(handler), stop).await
-    }
-
-    /// [`run`](Self::run) in atomic mode: `handler` is handed a transaction of the engine's
-    /// store (idem-runtime's `Tx<Sqlite>` or `Tx<Postgres>`), and its writes commit together
-    /// with the key's record, or neither does. A crash at any point leaves both or neither;
-    /// a failure, a panic or the handler deadline rolls them back.
-    pub async fn run_atomic<H, L, Fut, T, E>(
-        &self,
-        consumer: &PullConsumer,
-        handler: H,
-        stop: impl Future<Output = ()>,
-    ) -> Result<Counts, ConsumeError>
-    where
-        H: Fn(L, Delivery) -> Fut + Send + Sync + 'static,
-        L: Lent,
-        Fut: Future<Output = Result<T, HandlerError<E>>> + Send + 'static,
-        T: Serialize + DeserializeOwned + Send + 'static,
-        E: fmt::Display + Send + 'static,
-    {
-        self.options.check_atomic::<L>()?;
-        self.drive(consumer, atomic(handler), stop).await
+    ) -> Result<Counts, ConsumeError> {
+        handler.check(self.core.options())?;
+        self.drive(consumer, handler, stop).await
     }
 
     /// The pull loop: a pull for as many messages as there is room for, each processed on a
@@ -125,7 +89,7 @@ impl Consumer {
             ack_wait => ack_wait,
         };
         let heartbeat = (ack_wait / 3).max(Duration::from_millis(100));
-        let options = Arc::new(self.options.clone());
+        let options = Arc::new(self.core.options().clone());
         let work = Arc::new(work);
         let room = Arc::new(Semaphore::new(options.concurrency_limit()));
         let mut running = JoinSet::new();
@@ -186,7 +150,7 @@ impl Consumer {
                 };
                 let (options, counters, work) = (
                     Arc::clone(&options),
-                    Arc::clone(&self.counters),
+                    Arc::clone(self.core.counters()),
                     Arc::clone(&work),
                 );
                 let key_from = self.key_from;
@@ -210,6 +174,6 @@ impl Consumer {
                 );
             }
         }
-        Ok(self.counts())
+        Ok(self.core.counts())
     }
 }

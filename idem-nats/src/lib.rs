@@ -11,7 +11,7 @@
 //! use std::time::Duration;
 //! use idem_core::idempotency::Idempotency;
 //! use idem_core::store::MemoryStore;
-//! use idem_nats::{Consumer, Delivery, HandlerError, Options};
+//! use idem_nats::{Consumer, Delivery, HandlerError, Options, plain};
 //!
 //! #[derive(serde::Deserialize)]
 //! struct Order { order_id: String, amount: i64 }
@@ -28,11 +28,11 @@
 //!         .handler_timeout(Duration::from_secs(10)),
 //! );
 //! let counts = consumer
-//!     .run(&orders, |delivery: Delivery| async move {
+//!     .run(&orders, plain(|delivery: Delivery| async move {
 //!         let order: Order = delivery.json().map_err(HandlerError::poison)?;
 //!         println!("order {} for {}", order.order_id, order.amount);
 //!         Ok::<_, HandlerError<serde_json::Error>>(order.amount)
-//!     }, async { let _ = tokio::signal::ctrl_c().await; })
+//!     }), async { let _ = tokio::signal::ctrl_c().await; })
 //!     .await?;
 //! println!("{counts:?}");
 //! # Ok(()) }
@@ -75,6 +75,8 @@ mod process;
 mod consumer;
 
 pub use consumer::Consumer;
-pub use idem_consumer::{ConsumeError, Counts, HandlerError, Keyless, Options};
+pub use idem_consumer::{
+    ConsumeError, Core, Counts, HandlerError, Keyless, Options, atomic, plain,
+};
 pub use key::{KeyFrom, KeySource, NATS_MSG_ID};
 pub use message::Delivery;

@@ -5,14 +5,16 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use async_nats::HeaderMap;
 use async_nats::jetstream::{self, consumer, stream};
 use bytes::Bytes;
 use idem_core::idempotency::Idempotency;
 use idem_core::store::MemoryStore;
-use idem_nats::{Consumer, Counts, Delivery, HandlerError, KeyFrom, KeySource, Keyless, Options};
+use idem_nats::{
+    Consumer, Counts, Delivery, HandlerError, KeyFrom, KeySource, Keyless, Options, plain,
+};
 
 const NATS: &str = "127.0.0.1:4222";
 const WITHIN: Duration = Duration::from_secs(30);
@@ -81,23 +83,17 @@ impl Topic {
         &self,
         consumer: &Consumer,
         handler: H,
-        done: impl Fn(&Counts) -> bool,
+        done: impl Fn(&Counts) -> bool + Send + 'static,
     ) -> Counts
     where
         H: Fn(Delivery) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Result<String, HandlerError<String>>> + Send + 'static,
     {
-        let watched = consumer.clone();
-        let stop = async move {
-            let deadline = Instant::now() + WITHIN;
-            while !done(&watched.counts()) {
-                assert!(Instant::now() < deadline, "{:?}", watched.counts());
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-        };
-        consumer
-            .run(&self.durable, handler, stop)
+        let stop = consumer.core().stop_when(done);
+        let run = consumer.run(&self.durable, plain(handler), stop);
+        tokio::time::timeout(WITHIN, run)
             .await
+            .unwrap_or_else(|_| panic!("not done in {WITHIN:?}: {:?}", consumer.core().counts()))
             .expect("the consumer runs")
     }
 }

@@ -82,10 +82,10 @@ pub mod nats {
     //! Idempotent NATS JetStream consumers, from `idem-nats`: each message's handler runs at
     //! most once per key and the message is acked once its output is stored. A handler taking
     //! a `Tx` (features `sqlite`, `postgres`) runs in atomic mode through
-    //! [`Consumer::run_atomic`]: its writes commit with the key's record.
+    //! [`Consumer::run`] with [`atomic`]: its writes commit with the key's record.
     pub use idem_nats::{
-        ConsumeError, Consumer, Counts, Delivery, HandlerError, KeyFrom, KeySource, Keyless,
-        NATS_MSG_ID, Options,
+        ConsumeError, Consumer, Core, Counts, Delivery, HandlerError, KeyFrom, KeySource, Keyless,
+        NATS_MSG_ID, Options, atomic, plain,
     };
 }
 #[cfg(feature = "rabbitmq")]
@@ -94,9 +94,10 @@ pub mod rabbitmq {
     //! Idempotent RabbitMQ consumers on lapin, from `idem-lapin`: each message's handler runs
     //! at most once per key and the message is acked once its output is stored. A handler
     //! taking a `Tx` (features `sqlite`, `postgres`) runs in atomic mode through
-    //! [`Consumer::run_atomic`]: its writes commit with the key's record.
+    //! [`Consumer::run`] with [`atomic`]: its writes commit with the key's record.
     pub use idem_lapin::{
-        ConsumeError, Consumer, Counts, Delivery, HandlerError, KeySource, Keyless, Options,
+        ConsumeError, Consumer, Core, Counts, Delivery, HandlerError, KeySource, Keyless, Options,
+        atomic, plain,
     };
 }
 #[cfg(feature = "utoipa")]

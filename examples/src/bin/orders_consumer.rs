@@ -29,7 +29,7 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use async_nats::jetstream::{self, consumer, stream};
-use idem_runtime::nats::{HandlerError, Options};
+use idem_runtime::nats::{HandlerError, Options, atomic};
 use idem_runtime::store::{PostgresStore, SqliteStore};
 use idem_runtime::{Idempotency, Tx};
 use idem_runtime::{nats, rabbitmq};
@@ -175,18 +175,18 @@ macro_rules! handler {
     }};
 }
 
-/// Runs `$consumer.run_atomic($subscription.., handler, $stop)` with the handler for the
+/// Runs `$consumer.run($subscription.., atomic(handler), $stop)` with the handler for the
 /// database `$db` and the broker's delivery type.
 macro_rules! run_atomic {
     ($db:expr, $delivery:ty, $slow:expr, $consumer:expr, ($($subscription:expr),+), $stop:expr) => {
         match $db {
             Db::Sqlite(_) => {
                 let insert = handler!(Sqlite, $delivery, "INSERT INTO orders (order_id, amount, message_key) VALUES (?, ?, ?)", $slow);
-                $consumer.run_atomic($($subscription),+, insert, $stop).await?
+                $consumer.run($($subscription),+, atomic(insert), $stop).await?
             }
             Db::Postgres(_) => {
                 let insert = handler!(Postgres, $delivery, "INSERT INTO orders (order_id, amount, message_key) VALUES ($1, $2, $3)", $slow);
-                $consumer.run_atomic($($subscription),+, insert, $stop).await?
+                $consumer.run($($subscription),+, atomic(insert), $stop).await?
             }
         }
     };
