@@ -12,9 +12,8 @@ use lapin::options::{
 };
 use lapin::types::FieldTable;
 use lapin::{BasicProperties, Channel, Connection, ConnectionProperties};
-use sqlx::Connection as _;
 
-use super::harness::{Process, STEP, order, unique};
+use super::harness::{Process, STEP, cleanup, lock_orders, order, unique, unlock};
 use super::postgres::PgDatabase;
 use super::{SqliteFile, assert_once, orders};
 
@@ -146,20 +145,13 @@ impl Queue {
 impl Drop for Queue {
     fn drop(&mut self) {
         let (channel, name) = (self.channel.clone(), self.name.clone());
-        let _ = std::thread::spawn(move || {
-            let runtime = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .ok()?;
-            runtime.block_on(async {
-                let delete =
-                    channel.queue_delete(name.as_str().into(), QueueDeleteOptions::default());
-                tokio::time::timeout(Duration::from_secs(5), delete)
-                    .await
-                    .ok()
-            })
-        })
-        .join();
+        cleanup(async move {
+            let options = QueueDeleteOptions::default();
+            channel
+                .queue_delete(name.as_str().into(), options)
+                .await
+                .map(drop)
+        });
     }
 }
 
@@ -260,16 +252,10 @@ async fn rabbitmq_a_database_stalled_past_the_handler_deadline_rolls_back_and_ru
         );
         tokio::time::sleep(POLL).await;
     }
-    // A session of the test's own holds the `orders` table: every insert waits behind it.
-    let mut locker = sqlx::PgConnection::connect(&db.url).await.expect("connect");
-    let mut lock = locker.begin().await.expect("begin");
-    sqlx::query("LOCK TABLE orders IN ACCESS EXCLUSIVE MODE")
-        .execute(&mut *lock)
-        .await
-        .expect("lock");
+    let lock = lock_orders(&db.url).await;
     queue.publish_orders("stall", 0..5).await;
     tokio::time::sleep(Duration::from_secs(5)).await;
-    lock.rollback().await.expect("release the lock");
+    unlock(lock).await;
 
     queue.settle(&db.url, 6, &mut [&mut consumer]).await;
     let ids = std::iter::once("o-before".to_owned()).chain((0..5).map(|n| format!("o-{n}")));

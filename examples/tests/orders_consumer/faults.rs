@@ -8,9 +8,8 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use idem_tests::TcpProxy;
-use sqlx::Connection;
 
-use super::harness::{STEP, Topic, order, unique};
+use super::harness::{STEP, Topic, lock_orders, order, unique, unlock};
 use super::postgres::PgDatabase;
 use super::{SqliteFile, assert_once, orders, start};
 
@@ -150,12 +149,7 @@ async fn a_database_stalled_past_the_handler_deadline_rolls_back_and_runs_none_t
     topic.wait_drained(STEP).await;
 
     // A session of the test's own holds the `orders` table: every insert waits behind it.
-    let mut locker = sqlx::PgConnection::connect(&db.url).await.expect("connect");
-    let mut lock = locker.begin().await.expect("begin");
-    sqlx::query("LOCK TABLE orders IN ACCESS EXCLUSIVE MODE")
-        .execute(&mut *lock)
-        .await
-        .expect("lock");
+    let lock = lock_orders(&db.url).await;
     topic.publish_orders("stall", 0..5).await;
     tokio::time::sleep(Duration::from_secs(5)).await;
     let (pending, waiting, _) = topic.backlog().await.expect("the consumer");
@@ -163,7 +157,7 @@ async fn a_database_stalled_past_the_handler_deadline_rolls_back_and_runs_none_t
         pending + waiting as u64 > 0,
         "messages were acked while the table was locked"
     );
-    lock.rollback().await.expect("release the lock");
+    unlock(lock).await;
 
     topic.wait_drained(STEP).await;
     let ids = std::iter::once("o-before".to_owned()).chain((0..5).map(|n| format!("o-{n}")));

@@ -157,20 +157,47 @@ impl Topic {
 impl Drop for Topic {
     fn drop(&mut self) {
         let (js, stream) = (self.js.clone(), self.stream.clone());
-        // Drop is not async: a runtime of its own on a thread of its own.
-        let _ = std::thread::spawn(move || {
-            let runtime = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .ok()?;
-            runtime.block_on(async {
-                tokio::time::timeout(Duration::from_secs(5), js.delete_stream(&stream))
-                    .await
-                    .ok()
-            })
-        })
-        .join();
+        cleanup(async move { js.delete_stream(&stream).await.map(drop) });
     }
+}
+
+/// Runs `work` to its end (at most 5 s) on a runtime of its own, on a thread of its own, for
+/// a `Drop`, which is not async; its failure is ignored (what it cleans up is the test's own).
+pub(crate) fn cleanup<E: Send + 'static>(
+    work: impl Future<Output = Result<(), E>> + Send + 'static,
+) {
+    let _ = std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .ok()?;
+        runtime
+            .block_on(tokio::time::timeout(Duration::from_secs(5), work))
+            .ok()
+    })
+    .join();
+}
+
+/// Holds the `orders` table of the PostgreSQL database at `url` in a session of its own:
+/// every insert waits behind it until [`unlock`].
+pub(crate) async fn lock_orders(url: &str) -> sqlx::PgConnection {
+    use sqlx::Connection;
+    let mut session = sqlx::PgConnection::connect(url).await.expect("connect");
+    for statement in ["BEGIN", "LOCK TABLE orders IN ACCESS EXCLUSIVE MODE"] {
+        sqlx::query(statement)
+            .execute(&mut session)
+            .await
+            .expect(statement);
+    }
+    session
+}
+
+/// Releases what [`lock_orders`] holds.
+pub(crate) async fn unlock(mut session: sqlx::PgConnection) {
+    sqlx::query("ROLLBACK")
+        .execute(&mut session)
+        .await
+        .expect("release the lock");
 }
 
 /// A running `orders-consumer`; killed on drop.
