@@ -2,7 +2,7 @@
 //! lends it commit together with its stored reply, or roll back with a released key; a value
 //! the database refuses is the method's `INVALID_ARGUMENT`, never the engine's `UNAVAILABLE`.
 
-use idem_runtime::store::{PostgresStore, SqliteStore};
+use idem_runtime::store::{MySqlStore, PostgresStore, SqliteStore};
 use idem_runtime::{AnyTx, Idempotency, idempotent};
 use sqlx::AssertSqlSafe;
 use tonic::{Code, Request, Response, Status};
@@ -39,27 +39,23 @@ impl Bank {
         let run = self.calls.bump();
         let mut tx = idem_runtime::grpc::any_tx(&request)?;
         let message = request.into_inner();
+        // The same statement on each database, in its placeholders.
+        macro_rules! insert {
+            ($tx:expr, $values:literal) => {{
+                let insert = format!("INSERT INTO {} (id, note) VALUES {}", self.table, $values);
+                let conn = $tx.conn().await.map_err(internal)?;
+                sqlx::query(AssertSqlSafe(insert))
+                    .bind(run as i64)
+                    .bind(&message.outcome)
+                    .execute(conn)
+                    .await
+                    .map(drop)
+            }};
+        }
         let written = match &mut tx {
-            AnyTx::Sqlite(tx) => {
-                let insert = format!("INSERT INTO {} (id, note) VALUES (?, ?)", self.table);
-                let conn = tx.conn().await.map_err(internal)?;
-                sqlx::query(AssertSqlSafe(insert))
-                    .bind(run as i64)
-                    .bind(&message.outcome)
-                    .execute(conn)
-                    .await
-                    .map(drop)
-            }
-            AnyTx::Postgres(tx) => {
-                let insert = format!("INSERT INTO {} (id, note) VALUES ($1, $2)", self.table);
-                let conn = tx.conn().await.map_err(internal)?;
-                sqlx::query(AssertSqlSafe(insert))
-                    .bind(run as i64)
-                    .bind(&message.outcome)
-                    .execute(conn)
-                    .await
-                    .map(drop)
-            }
+            AnyTx::Sqlite(tx) => insert!(tx, "(?, ?)"),
+            AnyTx::Postgres(tx) => insert!(tx, "($1, $2)"),
+            AnyTx::MySql(tx) => insert!(tx, "(?, ?)"),
             _ => panic!("the SQL stores lend transactions"),
         };
         written.map_err(refused)?;
@@ -147,6 +143,15 @@ async fn postgres() -> (Bank, sqlx::PgPool) {
     (bank(store, table), pool)
 }
 
+async fn mysql() -> (Bank, MySqlStore) {
+    let store = idem_tests::mysql::mysql_store().await;
+    sqlx::raw_sql("CREATE TABLE transfers (id BIGINT NOT NULL, note TEXT NOT NULL)")
+        .execute(store.pool())
+        .await
+        .unwrap();
+    (bank(store.clone(), "transfers".into()), store)
+}
+
 fn bank<S: idem_runtime::store::Store>(store: S, table: String) -> Bank {
     let idempotency = Idempotency::builder()
         .store(store)
@@ -216,6 +221,21 @@ async fn postgres_writes_commit_with_the_stored_reply() {
     let (bank, pool) = postgres().await;
     let count = || postgres_rows(&bank, &pool);
     stored_replies_commit_writes_and_released_ones_roll_back(bank.clone(), count).await;
+}
+
+/// On MySQL the method's `commits = "one"` commits twice, as every MySQL endpoint does for now.
+#[tokio::test]
+async fn mysql_writes_commit_with_the_stored_reply() {
+    use idem_tests::TestStore;
+    let (bank, store) = mysql().await;
+    let count = || async {
+        sqlx::query_scalar::<_, i64>("SELECT COUNT(*) FROM transfers")
+            .fetch_one(store.pool())
+            .await
+            .unwrap()
+    };
+    stored_replies_commit_writes_and_released_ones_roll_back(bank, count).await;
+    store.discard().await;
 }
 
 /// A NUL in text, which PostgreSQL refuses, aborts the lent transaction: the method's
