@@ -71,7 +71,7 @@ mod consumer;
 
 pub use consumer::Consumer;
 pub use idem_consumer::{
-    ConsumeError, Core, Counts, HandlerError, Keyless, Options, atomic, plain,
+    ConsumeError, Core, Counts, HandlerError, Keyless, Options, Work, atomic, plain,
 };
 pub use key::KeySource;
 pub use message::Delivery;

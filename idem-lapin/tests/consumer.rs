@@ -9,7 +9,9 @@ use std::time::Duration;
 
 use idem_core::idempotency::Idempotency;
 use idem_core::store::MemoryStore;
-use idem_lapin::{Consumer, Counts, Delivery, HandlerError, KeySource, Keyless, Options, plain};
+use idem_lapin::{
+    Consumer, Counts, Delivery, HandlerError, KeySource, Keyless, Options, Work, plain,
+};
 use lapin::options::{BasicPublishOptions, QueueDeclareOptions, QueueDeleteOptions};
 use lapin::types::FieldTable;
 use lapin::{BasicProperties, Channel, Connection, ConnectionProperties};
@@ -69,19 +71,15 @@ impl Queue {
 
     /// Runs `consumer` with `handler` until `done` holds of its counts (at most [`WITHIN`]),
     /// on a channel of its own.
-    async fn consume<H, Fut>(
+    async fn consume(
         &self,
         consumer: &Consumer,
-        handler: H,
+        handler: impl Work<Delivery>,
         done: impl Fn(&Counts) -> bool + Send + 'static,
-    ) -> Counts
-    where
-        H: Fn(Delivery) -> Fut + Send + Sync + 'static,
-        Fut: Future<Output = Result<String, HandlerError<String>>> + Send + 'static,
-    {
+    ) -> Counts {
         let channel = self.connection.create_channel().await.expect("a channel");
         let stop = consumer.core().stop_when(done);
-        let run = consumer.run(&channel, &self.name, plain(handler), stop);
+        let run = consumer.run(&channel, &self.name, handler, stop);
         let counts = tokio::time::timeout(WITHIN, run)
             .await
             .unwrap_or_else(|_| panic!("not done in {WITHIN:?}: {:?}", consumer.core().counts()))
@@ -127,10 +125,9 @@ fn options(operation: &'static str) -> Options {
 fn counting(
     runs: &Arc<AtomicUsize>,
     slow: Duration,
-) -> impl Fn(Delivery) -> std::future::Ready<Result<String, HandlerError<String>>> + Send + Sync + 'static
-{
+) -> impl Work<Delivery, Output = String, Error = String> {
     let runs = Arc::clone(runs);
-    move |delivery: Delivery| {
+    plain(move |delivery: Delivery| {
         runs.fetch_add(1, Ordering::SeqCst);
         std::thread::sleep(slow);
         let text = String::from_utf8_lossy(&delivery.payload).into_owned();
@@ -138,7 +135,7 @@ fn counting(
             true => Err(HandlerError::poison(text)),
             false => Ok(text),
         })
-    }
+    })
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -188,7 +185,7 @@ async fn a_reused_key_poison_and_keyless_messages_are_rejected_for_good() {
         std::future::ready(Ok::<_, HandlerError<String>>(String::new()))
     };
     let counts = queue
-        .consume(&unprotected, handler, |c| c.processed == 1)
+        .consume(&unprotected, plain(handler), |c| c.processed == 1)
         .await;
     assert_eq!(counts.unprotected, 1, "{counts:?}");
     assert_eq!(*seen.lock().unwrap(), vec![KeySource::None]);
@@ -217,7 +214,7 @@ async fn a_handler_that_panics_or_outlives_its_deadline_runs_again_on_redelivery
     let consumer =
         Consumer::new(options("test.failures").handler_timeout(Duration::from_millis(300)));
     let counts = queue
-        .consume(&consumer, handler, |c| c.processed == 2)
+        .consume(&consumer, plain(handler), |c| c.processed == 2)
         .await;
     assert_eq!(counts.failed, 2, "{counts:?}");
     assert_eq!(runs.load(Ordering::SeqCst), 4, "{counts:?}");

@@ -76,7 +76,7 @@ mod consumer;
 
 pub use consumer::Consumer;
 pub use idem_consumer::{
-    ConsumeError, Core, Counts, HandlerError, Keyless, Options, atomic, plain,
+    ConsumeError, Core, Counts, HandlerError, Keyless, Options, Work, atomic, plain,
 };
 pub use key::{KeyFrom, KeySource, NATS_MSG_ID};
 pub use message::Delivery;

@@ -13,7 +13,7 @@ use bytes::Bytes;
 use idem_core::idempotency::Idempotency;
 use idem_core::store::MemoryStore;
 use idem_nats::{
-    Consumer, Counts, Delivery, HandlerError, KeyFrom, KeySource, Keyless, Options, plain,
+    Consumer, Counts, Delivery, HandlerError, KeyFrom, KeySource, Keyless, Options, Work, plain,
 };
 
 const NATS: &str = "127.0.0.1:4222";
@@ -79,18 +79,14 @@ impl Topic {
     }
 
     /// Runs `consumer` with `handler` until `done` holds of its counts (at most [`WITHIN`]).
-    async fn consume<H, Fut>(
+    async fn consume(
         &self,
         consumer: &Consumer,
-        handler: H,
+        handler: impl Work<Delivery>,
         done: impl Fn(&Counts) -> bool + Send + 'static,
-    ) -> Counts
-    where
-        H: Fn(Delivery) -> Fut + Send + Sync + 'static,
-        Fut: Future<Output = Result<String, HandlerError<String>>> + Send + 'static,
-    {
+    ) -> Counts {
         let stop = consumer.core().stop_when(done);
-        let run = consumer.run(&self.durable, plain(handler), stop);
+        let run = consumer.run(&self.durable, handler, stop);
         tokio::time::timeout(WITHIN, run)
             .await
             .unwrap_or_else(|_| panic!("not done in {WITHIN:?}: {:?}", consumer.core().counts()))
@@ -125,14 +121,13 @@ fn options(operation: &'static str) -> Options {
 fn counting(
     runs: &Arc<AtomicUsize>,
     slow: Duration,
-) -> impl Fn(Delivery) -> std::future::Ready<Result<String, HandlerError<String>>> + Send + Sync + 'static
-{
+) -> impl Work<Delivery, Output = String, Error = String> {
     let runs = Arc::clone(runs);
-    move |delivery: Delivery| {
+    plain(move |delivery: Delivery| {
         runs.fetch_add(1, Ordering::SeqCst);
         std::thread::sleep(slow);
         std::future::ready(Ok(delivery.key_source.as_str().to_owned()))
-    }
+    })
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -192,7 +187,7 @@ async fn keyless_messages_are_terminated_unless_run_unprotected() {
         std::future::ready(Ok::<_, HandlerError<String>>(String::new()))
     };
     let counts = topic
-        .consume(&consumer, handler, |c| c.processed == 1)
+        .consume(&consumer, plain(handler), |c| c.processed == 1)
         .await;
     assert_eq!(counts.unprotected, 1, "{counts:?}");
     assert_eq!(*seen.lock().unwrap(), vec![(KeySource::None, None)]);
@@ -240,7 +235,7 @@ async fn a_handler_that_panics_or_outlives_its_deadline_runs_again_on_redelivery
             .retry_delay(Duration::from_millis(100)),
     );
     let counts = topic
-        .consume(&consumer, handler, |c| c.processed == 2)
+        .consume(&consumer, plain(handler), |c| c.processed == 2)
         .await;
     assert_eq!(counts.failed, 2, "{counts:?}");
     assert_eq!(runs.load(Ordering::SeqCst), 4, "{counts:?}");

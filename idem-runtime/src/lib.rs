@@ -85,7 +85,7 @@ pub mod nats {
     //! [`Consumer::run`] with [`atomic`]: its writes commit with the key's record.
     pub use idem_nats::{
         ConsumeError, Consumer, Core, Counts, Delivery, HandlerError, KeyFrom, KeySource, Keyless,
-        NATS_MSG_ID, Options, atomic, plain,
+        NATS_MSG_ID, Options, Work, atomic, plain,
     };
 }
 #[cfg(feature = "rabbitmq")]
@@ -97,7 +97,7 @@ pub mod rabbitmq {
     //! [`Consumer::run`] with [`atomic`]: its writes commit with the key's record.
     pub use idem_lapin::{
         ConsumeError, Consumer, Core, Counts, Delivery, HandlerError, KeySource, Keyless, Options,
-        atomic, plain,
+        Work, atomic, plain,
     };
 }
 #[cfg(feature = "utoipa")]
