@@ -1,5 +1,5 @@
 //! Faults an attacker or a flaky network brings, through real seams: a loopback proxy that cuts
-//! the PostgreSQL link, a table lock that stalls the store, requests dropped mid-flight, a
+//! the PostgreSQL (and MySQL) link, a table lock that stalls the store, requests dropped mid-flight, a
 //! declared body too large to read, a tenant flooding a memory store. Each test fails on an
 //! engine that gives up a completion or release when the store blinks, waits on a stalled
 //! store, reads a body it must refuse, or lets one tenant fill the store for all.
@@ -14,16 +14,18 @@ use axum::http::{Request, StatusCode};
 use axum::routing::post;
 use axum::{Json, Router};
 use http_body_util::BodyExt;
-use idem_runtime::store::{MemoryStore, PostgresStore};
+use idem_runtime::store::{MemoryStore, Store};
 use idem_runtime::{Idempotency, idempotent};
 use idem_tests::Gate;
 use idem_tests::TcpProxy as Proxy;
-use idem_tests::proxy::postgres_target;
 use metrics_exporter_prometheus::PrometheusHandle;
 use serde_json::{Value, json};
 use sqlx::AssertSqlSafe;
-use sqlx::postgres::PgPoolOptions;
 use tower::ServiceExt;
+
+#[path = "faults/proxied.rs"]
+#[macro_use]
+mod proxied;
 
 #[derive(Clone, FromRef)]
 struct App {
@@ -147,21 +149,6 @@ fn send_in_background(app: &Router, request: Request<Body>) -> tokio::task::Join
     tokio::spawn(async move { send(&app, request).await })
 }
 
-/// A PostgreSQL store reached through `proxy`, on the schema of `direct`.
-async fn proxied_store(proxy: &Proxy, template: &str, direct: &PostgresStore) -> PostgresStore {
-    let url = template.replace("{proxy}", &proxy.addr().to_string());
-    let pool = PgPoolOptions::new()
-        .max_connections(4)
-        .acquire_timeout(Duration::from_secs(1))
-        .connect_lazy(&url)
-        .unwrap();
-    PostgresStore::builder(pool)
-        .schema(direct.schema())
-        .build()
-        .await
-        .unwrap()
-}
-
 /// Sends `request()` until `done` holds (bounded), returning the last reply.
 async fn until(
     app: &Router,
@@ -178,13 +165,14 @@ async fn until(
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_completion_lost_to_a_store_blip_lands_later_and_the_operation_never_runs_twice() {
+on_each_sql_store!(
+    a_completion_lost_to_a_store_blip_lands_later_and_the_operation_never_runs_twice,
+    mysql_a_completion_lost_to_a_store_blip_lands_later_and_the_operation_never_runs_twice,
+    completion_lost_to_a_blip
+);
+
+async fn completion_lost_to_a_blip(store: impl Store, proxy: &Proxy) {
     metrics();
-    let (target, template) = postgres_target();
-    let direct = idem_tests::postgres_store().await;
-    let proxy = Proxy::start(target).await;
-    let store = proxied_store(&proxy, &template, &direct).await;
     let idem = Idempotency::builder()
         .store(store)
         .scope("org", org)
@@ -234,16 +222,19 @@ async fn a_completion_lost_to_a_store_blip_lands_later_and_the_operation_never_r
     let later = send(&app, first()).await;
     assert_eq!(later.body["run"], 1);
     assert_eq!(calls.load(Ordering::SeqCst), 1, "the operation ran once");
-    idem_tests::db::drop_postgres_store(&direct).await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_release_lost_to_a_store_blip_frees_the_key_as_soon_as_the_store_is_back() {
+on_each_sql_store!(
+    a_release_lost_to_a_store_blip_frees_the_key_as_soon_as_the_store_is_back,
+    mysql_a_release_lost_to_a_store_blip_frees_the_key_as_soon_as_the_store_is_back,
+    release_lost_to_a_blip
+);
+
+async fn release_lost_to_a_blip(store: impl Store, proxy: &Proxy) {
+    // One store at a time: the counter read below is the process's, shared by both.
+    static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+    let _turn = ONE_AT_A_TIME.lock().await;
     metrics();
-    let (target, template) = postgres_target();
-    let direct = idem_tests::postgres_store().await;
-    let proxy = Proxy::start(target).await;
-    let store = proxied_store(&proxy, &template, &direct).await;
     let idem = Idempotency::builder()
         .store(store)
         .scope("org", org)
@@ -285,7 +276,6 @@ async fn a_release_lost_to_a_store_blip_frees_the_key_as_soon_as_the_store_is_ba
         2,
         "the failed run, then the retry's"
     );
-    idem_tests::db::drop_postgres_store(&direct).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
