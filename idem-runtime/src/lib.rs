@@ -48,12 +48,14 @@
 //! | `cluster` | `RedisStore::cluster_builder`: the same store on Redis Cluster | `idem-redis` |
 //! | `dynamodb` | `store::DynamoDbStore`, on the application's `aws_sdk_dynamodb::Client` | `idem-dynamodb` |
 //! | `tonic` | `grpc`: `#[idempotent]` on the methods of a tonic service | `idem-tonic` |
-//! | `utoipa` | `openapi::IdempotencyDoc`: the key header and the engine's answers in a utoipa OpenAPI document | |
+//! | `utoipa` | `openapi::IdempotencyDoc`: the key header and the engine's answers in a utoipa OpenAPI document | `idem-axum` |
 //! | `lambda` | `lambda::DeadlineLayer`: the same handlers on AWS Lambda with `lambda_http`, each request's lease ending with its invocation | `idem-lambda` |
 //! | `nats` | `nats::Consumer`: NATS JetStream messages processed once per key, acked once stored; atomic mode with a `Tx` | `idem-nats` |
 //! | `rabbitmq` | `rabbitmq::Consumer`: RabbitMQ messages (on lapin) processed once per key, acked once stored; atomic mode with a `Tx` | `idem-lapin` |
 //!
-//! None is on by default: the memory store needs none. With both `sqlite` and `postgres`,
+//! Always there, whatever the features: the engine, its builder, the programmatic API and the
+//! memory store (`idem-core`), and the HTTP faces, the attribute's support and the layer
+//! (`idem-axum`). None of the features is on by default: the memory store needs none. With both `sqlite` and `postgres`,
 //! `AnyTx` takes whichever store the engine was built with (and MySQL's, with `mysql` too).
 //!
 //! [axum]: https://docs.rs/axum
