@@ -2,7 +2,7 @@
 //! JetStream (`idem-nats`) and RabbitMQ (`idem-lapin`): the [`Options`] every consumer takes, a
 //! handler run at most once per key through the engine's programmatic API ([`plain`], or
 //! [`atomic`] with a lent transaction) under a deadline with its panics caught, the
-//! [`Answer`] its broker is given for each outcome ([`judge`]), and the [`Counts`].
+//! [`Disposition`] its broker is given for each outcome ([`judge`]), and the [`Counts`].
 //!
 //! A face adds what its broker needs: where a message's key comes from, how its payload is
 //! read, how messages are taken (a pull, a prefetch) and answered, and how a stop drains.
@@ -30,5 +30,5 @@ pub use handler::{HandlerError, PayloadDigest};
 pub use keying::Keying;
 pub use options::{Keyless, Options};
 pub use shared::Core;
-pub use verdict::{Answer, judge};
-pub use work::{Atomic, Failure, Plain, Ran, Run, Running, Work, atomic, plain};
+pub use verdict::{Disposition, judge};
+pub use work::{Atomic, HandlerFailure, Plain, Ran, Run, Running, Work, atomic, plain};

@@ -21,7 +21,7 @@ pub enum Keyless {
 }
 
 /// The settings every consumer takes: the engine, the operation its records are kept under,
-/// and how messages are handled. Handed to a face's consumer (`idem_nats::Consumer::new`).
+/// and how messages are handled. Handed to a face's consumer (`idem_nats::NatsConsumer::new`).
 #[derive(Debug, Clone)]
 pub struct Options {
     idempotency: Idempotency,

@@ -19,7 +19,7 @@ use crate::options::Options;
 
 /// Why a run of the handler did not produce an output.
 #[derive(Debug)]
-pub enum Failure<E> {
+pub enum HandlerFailure<E> {
     /// The handler's own error.
     Handler(HandlerError<E>),
     /// It outlived the consumer's handler deadline and was stopped.
@@ -28,7 +28,7 @@ pub enum Failure<E> {
     Panicked,
 }
 
-impl<E: fmt::Display> fmt::Display for Failure<E> {
+impl<E: fmt::Display> fmt::Display for HandlerFailure<E> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Self::Handler(error) => write!(f, "{error}"),
@@ -39,7 +39,7 @@ impl<E: fmt::Display> fmt::Display for Failure<E> {
 }
 
 /// What the engine answered for one delivery.
-pub type Ran<T, E> = Result<Outcome<T>, OperationError<Failure<E>>>;
+pub type Ran<T, E> = Result<Outcome<T>, OperationError<HandlerFailure<E>>>;
 
 /// A run of the handler through the engine, boxed: one allocation per delivery.
 pub type Running<T, E> = Pin<Box<dyn Future<Output = Ran<T, E>> + Send>>;
@@ -180,7 +180,7 @@ where
 /// Runs `handler` on a task of its own, so a panic is a failure like another, and stops it at
 /// `limit`: its future (and the transaction it holds) is dropped before the failure is
 /// returned, so the engine rolls back a transaction nobody still writes through.
-async fn guarded<T, E, Fut>(handler: Fut, limit: Duration) -> Result<T, Failure<E>>
+async fn guarded<T, E, Fut>(handler: Fut, limit: Duration) -> Result<T, HandlerFailure<E>>
 where
     Fut: Future<Output = Result<T, HandlerError<E>>> + Send + 'static,
     T: Send + 'static,
@@ -188,12 +188,12 @@ where
 {
     let mut task = tokio::spawn(handler);
     match tokio::time::timeout(limit, &mut task).await {
-        Ok(Ok(result)) => result.map_err(Failure::Handler),
-        Ok(Err(_panicked)) => Err(Failure::Panicked),
+        Ok(Ok(result)) => result.map_err(HandlerFailure::Handler),
+        Ok(Err(_panicked)) => Err(HandlerFailure::Panicked),
         Err(_elapsed) => {
             task.abort();
             let _ = task.await;
-            Err(Failure::Deadline(limit))
+            Err(HandlerFailure::Deadline(limit))
         }
     }
 }

@@ -1,4 +1,4 @@
-//! [`Consumer`]: consumes a queue on a lapin channel, its prefetch set to the concurrency,
+//! [`RabbitConsumer`]: consumes a queue on a lapin channel, its prefetch set to the concurrency,
 //! each message processed once per key, until told to stop.
 
 use std::future::Future;
@@ -12,7 +12,7 @@ use lapin::options::{BasicCancelOptions, BasicConsumeOptions, BasicNackOptions, 
 use lapin::types::FieldTable;
 use tokio::task::JoinSet;
 
-use crate::message::Delivery;
+use crate::message::RabbitDelivery;
 use crate::process::process;
 
 /// How long a stop waits for the broker to end the consumption it cancelled.
@@ -20,11 +20,11 @@ const CANCEL_WAIT: Duration = Duration::from_secs(5);
 
 /// An idempotent RabbitMQ consumer: see the [crate](crate) documentation.
 #[derive(Debug, Clone)]
-pub struct Consumer {
+pub struct RabbitConsumer {
     core: Core,
 }
 
-impl Consumer {
+impl RabbitConsumer {
     /// A consumer with `options` (the engine, the operation, concurrency, the handler's
     /// deadline).
     pub fn new(options: Options) -> Self {
@@ -49,7 +49,7 @@ impl Consumer {
     ///
     /// [`plain`]: idem_consumer::plain
     /// [`atomic`]: idem_consumer::atomic
-    pub async fn run<W: Work<Delivery>>(
+    pub async fn run<W: Work<RabbitDelivery>>(
         &self,
         channel: &Channel,
         queue: &str,
@@ -62,7 +62,7 @@ impl Consumer {
 
     /// The consume loop: each delivery processed on a task of its own (the prefetch bounds
     /// how many); on `stop`, the consumption is cancelled and the running ones finish.
-    async fn drive<W: Work<Delivery>>(
+    async fn drive<W: Work<RabbitDelivery>>(
         &self,
         channel: &Channel,
         queue: &str,

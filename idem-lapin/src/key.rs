@@ -7,7 +7,7 @@ use lapin::types::AMQPValue;
 /// Which part of the message the key came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
-pub enum KeySource {
+pub enum RabbitKeySource {
     /// The key header (`Idempotency-Key`, or the engine's header name), a string.
     Header,
     /// The `message_id` property.
@@ -31,7 +31,7 @@ fn text(value: &AMQPValue) -> Option<&str> {
 pub(crate) fn derive(
     properties: &BasicProperties,
     key_header: &str,
-) -> Option<(String, KeySource)> {
+) -> Option<(String, RabbitKeySource)> {
     let from_header = properties.headers().as_ref().and_then(|headers| {
         headers
             .inner()
@@ -40,11 +40,11 @@ pub(crate) fn derive(
             .find_map(|(_, value)| text(value).filter(|key| !key.is_empty()))
     });
     if let Some(key) = from_header {
-        return Some((key.to_owned(), KeySource::Header));
+        return Some((key.to_owned(), RabbitKeySource::Header));
     }
     let id = properties.message_id().as_ref().map(|id| id.as_str());
     id.filter(|id| !id.is_empty())
-        .map(|id| (id.to_owned(), KeySource::MessageId))
+        .map(|id| (id.to_owned(), RabbitKeySource::MessageId))
 }
 
 #[cfg(test)]
@@ -67,11 +67,11 @@ mod tests {
         let empty = BasicProperties::default().with_message_id("".into());
         assert_eq!(
             derive(&both, "idempotency-key"),
-            Some(("k-1".into(), KeySource::Header))
+            Some(("k-1".into(), RabbitKeySource::Header))
         );
         assert_eq!(
             derive(&id, "idempotency-key"),
-            Some(("m-1".into(), KeySource::MessageId))
+            Some(("m-1".into(), RabbitKeySource::MessageId))
         );
         assert_eq!(derive(&empty, "idempotency-key"), None);
         assert_eq!(derive(&BasicProperties::default(), "idempotency-key"), None);

@@ -5,13 +5,13 @@
 //!
 //! RabbitMQ delivers at least once: a consumer whose channel closes before its ack gets its
 //! unacked messages requeued, and a publisher that retries after a lost confirm sends a second
-//! message. [`Consumer`] makes the effects happen once anyway:
+//! message. [`RabbitConsumer`] makes the effects happen once anyway:
 //!
 //! ```no_run
 //! use std::time::Duration;
 //! use idem_core::idempotency::Idempotency;
 //! use idem_core::store::MemoryStore;
-//! use idem_lapin::{Consumer, Delivery, HandlerError, Options, plain};
+//! use idem_lapin::{RabbitConsumer, RabbitDelivery, HandlerError, Options, plain};
 //!
 //! #[derive(serde::Deserialize)]
 //! struct Order { order_id: String, amount: i64 }
@@ -22,9 +22,9 @@
 //! let connection = lapin::Connection::connect(url, lapin::ConnectionProperties::default()).await?;
 //! let channel = connection.create_channel().await?;
 //!
-//! let consumer = Consumer::new(Options::new(idempotency, "orders.create").concurrency(8));
+//! let consumer = RabbitConsumer::new(Options::new(idempotency, "orders.create").concurrency(8));
 //! let counts = consumer
-//!     .run(&channel, "orders", plain(|delivery: Delivery| async move {
+//!     .run(&channel, "orders", plain(|delivery: RabbitDelivery| async move {
 //!         let order: Order = delivery.json().map_err(HandlerError::poison)?;
 //!         println!("order {} for {}", order.order_id, order.amount);
 //!         Ok::<_, HandlerError<serde_json::Error>>(order.amount)
@@ -38,7 +38,7 @@
 //!
 //! The key is the message's `Idempotency-Key` header (the engine's
 //! [`header_name`](idem_core::idempotency::Builder::header_name)), else its `message_id`
-//! property ([`KeySource`]); a message with neither is keyless ([`Keyless`]: rejected, or run
+//! property ([`RabbitKeySource`]); a message with neither is keyless ([`Keyless`]: rejected, or run
 //! unprotected). The payload is fingerprinted as the HTTP faces fingerprint a body.
 //!
 //! | the key's record | the handler | the broker is told |
@@ -69,9 +69,9 @@ mod process;
 
 mod consumer;
 
-pub use consumer::Consumer;
+pub use consumer::RabbitConsumer;
 pub use idem_consumer::{
     ConsumeError, Core, Counts, HandlerError, Keyless, Options, Work, atomic, plain,
 };
-pub use key::KeySource;
-pub use message::Delivery;
+pub use key::RabbitKeySource;
+pub use message::RabbitDelivery;

@@ -1,14 +1,14 @@
-//! What a handler is given: [`Delivery`].
+//! What a handler is given: [`RabbitDelivery`].
 
 use lapin::BasicProperties;
 
-use crate::key::KeySource;
+use crate::key::RabbitKeySource;
 
 /// One delivery of an AMQP message, as a handler sees it. Acking is the consumer's: a handler
 /// only returns.
 #[derive(Debug, Clone)]
 #[non_exhaustive]
-pub struct Delivery {
+pub struct RabbitDelivery {
     /// The exchange it was published to (empty: the default exchange).
     pub exchange: String,
     /// Its routing key.
@@ -20,12 +20,12 @@ pub struct Delivery {
     /// The idempotency key it is processed under (`None` when processed unprotected).
     pub key: Option<String>,
     /// Where the key came from.
-    pub key_source: KeySource,
+    pub key_source: RabbitKeySource,
     /// Whether the broker delivered it before (the `redelivered` flag).
     pub redelivered: bool,
 }
 
-impl Delivery {
+impl RabbitDelivery {
     /// The payload as JSON of type `T`; an error says why not (a handler usually answers it
     /// with `HandlerError::poison`: no later delivery will parse better).
     pub fn json<T: serde::de::DeserializeOwned>(&self) -> Result<T, serde_json::Error> {

@@ -3,18 +3,18 @@
 
 use std::sync::Arc;
 
-use idem_consumer::{Answer, Counters, Keying, Options, PayloadDigest, Run, Work, judge};
+use idem_consumer::{Counters, Disposition, Keying, Options, PayloadDigest, Run, Work, judge};
 use lapin::Acker;
 use lapin::options::{BasicAckOptions, BasicNackOptions, BasicRejectOptions};
 use tracing::Instrument;
 
-use crate::key::{self, KeySource};
-use crate::message::{DIGEST_DOMAIN, Delivery};
+use crate::key::{self, RabbitKeySource};
+use crate::message::{DIGEST_DOMAIN, RabbitDelivery};
 
 /// Processes one delivery and answers the broker: ack once the output is stored (or was
 /// before), requeue after a pause when the key runs elsewhere or the run failed, reject without
 /// requeue when no delivery can succeed.
-pub(crate) async fn process<W: Work<Delivery>>(
+pub(crate) async fn process<W: Work<RabbitDelivery>>(
     options: &Arc<Options>,
     counters: &Counters,
     work: &W,
@@ -36,16 +36,16 @@ pub(crate) async fn process<W: Work<Delivery>>(
     );
     let key_header = options.idempotency().header_name().as_str().to_owned();
     let derived = key::derive(&properties, &key_header);
-    let (key, source) = derived.map_or((None, KeySource::None), |(k, s)| (Some(k), s));
+    let (key, source) = derived.map_or((None, RabbitKeySource::None), |(k, s)| (Some(k), s));
     let (key, protected) = match span.in_scope(|| Keying::of(options, counters, key)) {
         Keying::Key(key) => (key, true),
         Keying::Unprotected(throwaway) => (throwaway, false),
-        Keying::Terminate => return answer(&acker, counters, Answer::Terminate).await,
+        Keying::Terminate => return answer(&acker, counters, Disposition::Terminate).await,
     };
     let run = Run {
         options: Arc::clone(options),
         digest: PayloadDigest::of(DIGEST_DOMAIN, &data),
-        delivery: Delivery {
+        delivery: RabbitDelivery {
             exchange: exchange.to_string(),
             routing_key: routing_key.to_string(),
             payload: data,
@@ -65,10 +65,10 @@ pub(crate) async fn process<W: Work<Delivery>>(
 /// Tells the broker `verdict`; a message to deliver again is held for its pause first (AMQP
 /// requeues at once). A failure is counted: the broker redelivers an unanswered message when
 /// its channel closes, and the engine answers that delivery in turn.
-async fn answer(acker: &Acker, counters: &Counters, verdict: Answer) {
+async fn answer(acker: &Acker, counters: &Counters, verdict: Disposition) {
     let sent = match verdict {
-        Answer::Ack => acker.ack(BasicAckOptions::default()).await,
-        Answer::Retry(pause) => {
+        Disposition::Ack => acker.ack(BasicAckOptions::default()).await,
+        Disposition::Retry(pause) => {
             tokio::time::sleep(pause).await;
             let requeue = BasicNackOptions {
                 requeue: true,
@@ -76,7 +76,7 @@ async fn answer(acker: &Acker, counters: &Counters, verdict: Answer) {
             };
             acker.nack(requeue).await
         }
-        Answer::Terminate => acker.reject(BasicRejectOptions { requeue: false }).await,
+        Disposition::Terminate => acker.reject(BasicRejectOptions { requeue: false }).await,
     };
     if let Err(error) = sent {
         tracing::warn!(%error, ?verdict, "could not answer the broker");

@@ -10,7 +10,8 @@ use std::time::Duration;
 use idem_core::idempotency::Idempotency;
 use idem_core::store::MemoryStore;
 use idem_lapin::{
-    Consumer, Counts, Delivery, HandlerError, KeySource, Keyless, Options, Work, plain,
+    Counts, HandlerError, Keyless, Options, RabbitConsumer, RabbitDelivery, RabbitKeySource, Work,
+    plain,
 };
 use lapin::options::{BasicPublishOptions, QueueDeclareOptions, QueueDeleteOptions};
 use lapin::types::FieldTable;
@@ -73,8 +74,8 @@ impl Queue {
     /// on a channel of its own.
     async fn consume(
         &self,
-        consumer: &Consumer,
-        handler: impl Work<Delivery>,
+        consumer: &RabbitConsumer,
+        handler: impl Work<RabbitDelivery>,
         done: impl Fn(&Counts) -> bool + Send + 'static,
     ) -> Counts {
         let channel = self.connection.create_channel().await.expect("a channel");
@@ -125,9 +126,9 @@ fn options(operation: &'static str) -> Options {
 fn counting(
     runs: &Arc<AtomicUsize>,
     slow: Duration,
-) -> impl Work<Delivery, Output = String, Error = String> {
+) -> impl Work<RabbitDelivery, Output = String, Error = String> {
     let runs = Arc::clone(runs);
-    plain(move |delivery: Delivery| {
+    plain(move |delivery: RabbitDelivery| {
         runs.fetch_add(1, Ordering::SeqCst);
         std::thread::sleep(slow);
         let text = String::from_utf8_lossy(&delivery.payload).into_owned();
@@ -147,7 +148,7 @@ async fn retried_sends_run_once_and_a_running_key_is_requeued_then_skipped() {
     for _ in 0..3 {
         queue.publish(Some("k-1"), r#"{"a":1}"#).await;
     }
-    let consumer = Consumer::new(options("test.retries").concurrency(3));
+    let consumer = RabbitConsumer::new(options("test.retries").concurrency(3));
     let handler = counting(&runs, Duration::from_secs(1));
     let counts = queue
         .consume(&consumer, handler, |c| c.processed + c.replayed == 3)
@@ -166,7 +167,7 @@ async fn a_reused_key_poison_and_keyless_messages_are_rejected_for_good() {
     queue.publish(Some("k-1"), "another payload").await;
     queue.publish(Some("k-2"), "poison: not an order").await;
     queue.publish(None, "no key").await;
-    let consumer = Consumer::new(options("test.rejects").concurrency(1));
+    let consumer = RabbitConsumer::new(options("test.rejects").concurrency(1));
     let counts = queue
         .consume(&consumer, counting(&runs, Duration::ZERO), |c| {
             c.processed == 1 && c.key_reused == 1 && c.poison == 1 && c.keyless == 1
@@ -177,10 +178,10 @@ async fn a_reused_key_poison_and_keyless_messages_are_rejected_for_good() {
     assert_eq!(queue.left().await, 0);
 
     queue.publish(None, "no key, run unprotected").await;
-    let unprotected = Consumer::new(options("test.rejects").keyless(Keyless::Unprotected));
+    let unprotected = RabbitConsumer::new(options("test.rejects").keyless(Keyless::Unprotected));
     let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
     let sources = Arc::clone(&seen);
-    let handler = move |delivery: Delivery| {
+    let handler = move |delivery: RabbitDelivery| {
         sources.lock().unwrap().push(delivery.key_source);
         std::future::ready(Ok::<_, HandlerError<String>>(String::new()))
     };
@@ -188,7 +189,7 @@ async fn a_reused_key_poison_and_keyless_messages_are_rejected_for_good() {
         .consume(&unprotected, plain(handler), |c| c.processed == 1)
         .await;
     assert_eq!(counts.unprotected, 1, "{counts:?}");
-    assert_eq!(*seen.lock().unwrap(), vec![KeySource::None]);
+    assert_eq!(*seen.lock().unwrap(), vec![RabbitKeySource::None]);
     queue.finish().await;
 }
 
@@ -199,7 +200,7 @@ async fn a_handler_that_panics_or_outlives_its_deadline_runs_again_on_redelivery
     queue.publish(Some("slow"), "s").await;
     let runs = Arc::new(AtomicUsize::new(0));
     let counted = Arc::clone(&runs);
-    let handler = move |delivery: Delivery| {
+    let handler = move |delivery: RabbitDelivery| {
         let first = !delivery.redelivered;
         counted.fetch_add(1, Ordering::SeqCst);
         async move {
@@ -212,7 +213,7 @@ async fn a_handler_that_panics_or_outlives_its_deadline_runs_again_on_redelivery
         }
     };
     let consumer =
-        Consumer::new(options("test.failures").handler_timeout(Duration::from_millis(300)));
+        RabbitConsumer::new(options("test.failures").handler_timeout(Duration::from_millis(300)));
     let counts = queue
         .consume(&consumer, plain(handler), |c| c.processed == 2)
         .await;

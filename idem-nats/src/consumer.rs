@@ -1,4 +1,4 @@
-//! [`Consumer`]: pulls from a JetStream pull consumer, at most `concurrency` messages at a time,
+//! [`NatsConsumer`]: pulls from a JetStream pull consumer, at most `concurrency` messages at a time,
 //! each processed once per key, until told to stop.
 
 use std::future::Future;
@@ -13,7 +13,7 @@ use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 
 use crate::key::KeyFrom;
-use crate::message::Delivery;
+use crate::message::NatsDelivery;
 use crate::process::process;
 
 /// How long one pull request waits for messages before the next is sent; also the longest a
@@ -28,12 +28,12 @@ const DEFAULT_ACK_WAIT: Duration = Duration::from_secs(30);
 
 /// An idempotent JetStream consumer: see the [crate](crate) documentation.
 #[derive(Debug, Clone)]
-pub struct Consumer {
+pub struct NatsConsumer {
     core: Core,
     key_from: KeyFrom,
 }
 
-impl Consumer {
+impl NatsConsumer {
     /// A consumer with `options` (the engine, the operation, concurrency, the handler's
     /// deadline), keyed as [`KeyFrom::Any`] says.
     pub fn new(options: Options) -> Self {
@@ -65,7 +65,7 @@ impl Consumer {
     ///
     /// [`plain`]: idem_consumer::plain
     /// [`atomic`]: idem_consumer::atomic
-    pub async fn run<W: Work<Delivery>>(
+    pub async fn run<W: Work<NatsDelivery>>(
         &self,
         consumer: &PullConsumer,
         handler: W,
@@ -78,7 +78,7 @@ impl Consumer {
     /// The pull loop: a pull for as many messages as there is room for, each processed on a
     /// task of its own; on `stop`, the messages of the pull under way are handed back at once
     /// and the running ones finish.
-    async fn drive<W: Work<Delivery>>(
+    async fn drive<W: Work<NatsDelivery>>(
         &self,
         consumer: &PullConsumer,
         work: W,

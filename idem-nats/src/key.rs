@@ -27,7 +27,7 @@ pub enum KeyFrom {
 /// Which part of the message the key came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
-pub enum KeySource {
+pub enum NatsKeySource {
     /// The key header (`Idempotency-Key`).
     Header,
     /// JetStream's `Nats-Msg-Id`.
@@ -38,7 +38,7 @@ pub enum KeySource {
     None,
 }
 
-impl KeySource {
+impl NatsKeySource {
     /// A name for logs: `header`, `nats-msg-id`, `sequence`, `none`.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -69,15 +69,15 @@ pub(crate) fn derive(
     headers: Option<&HeaderMap>,
     stream: &str,
     sequence: u64,
-) -> Option<(String, KeySource)> {
+) -> Option<(String, NatsKeySource)> {
     if let Some(key) = header(headers, key_header) {
-        return Some((key.to_owned(), KeySource::Header));
+        return Some((key.to_owned(), NatsKeySource::Header));
     }
     if let Some(key) = header(headers, NATS_MSG_ID) {
-        return Some((key.to_owned(), KeySource::MessageId));
+        return Some((key.to_owned(), NatsKeySource::MessageId));
     }
     match from {
-        KeyFrom::Any => Some((sequence_key(stream, sequence), KeySource::Sequence)),
+        KeyFrom::Any => Some((sequence_key(stream, sequence), NatsKeySource::Sequence)),
         KeyFrom::Publisher => None,
     }
 }
@@ -116,15 +116,15 @@ mod tests {
         let key = |h: Option<&HeaderMap>, from| derive(from, "idempotency-key", h, "ORDERS", 7);
         assert_eq!(
             key(Some(&both), KeyFrom::Any),
-            Some(("k-1".into(), KeySource::Header))
+            Some(("k-1".into(), NatsKeySource::Header))
         );
         assert_eq!(
             key(Some(&id), KeyFrom::Any),
-            Some(("m-1".into(), KeySource::MessageId))
+            Some(("m-1".into(), NatsKeySource::MessageId))
         );
         assert_eq!(
             key(None, KeyFrom::Any),
-            Some(("ORDERS:7".into(), KeySource::Sequence))
+            Some(("ORDERS:7".into(), NatsKeySource::Sequence))
         );
         assert_eq!(key(None, KeyFrom::Publisher), None);
         assert_eq!(

@@ -4,14 +4,14 @@
 //! key's record.
 //!
 //! JetStream delivers at least once: a consumer that dies before its ack, an ack that is lost,
-//! an ack wait that runs out under a slow handler, a publisher that retries. [`Consumer`] makes
+//! an ack wait that runs out under a slow handler, a publisher that retries. [`NatsConsumer`] makes
 //! the effects happen once anyway:
 //!
 //! ```no_run
 //! use std::time::Duration;
 //! use idem_core::idempotency::Idempotency;
 //! use idem_core::store::MemoryStore;
-//! use idem_nats::{Consumer, Delivery, HandlerError, Options, plain};
+//! use idem_nats::{NatsConsumer, NatsDelivery, HandlerError, Options, plain};
 //!
 //! #[derive(serde::Deserialize)]
 //! struct Order { order_id: String, amount: i64 }
@@ -22,13 +22,13 @@
 //! let orders = jetstream.get_stream("ORDERS").await?
 //!     .get_consumer::<async_nats::jetstream::consumer::pull::Config>("orders-consumer").await?;
 //!
-//! let consumer = Consumer::new(
+//! let consumer = NatsConsumer::new(
 //!     Options::new(idempotency, "orders.create")
 //!         .concurrency(8)
 //!         .handler_timeout(Duration::from_secs(10)),
 //! );
 //! let counts = consumer
-//!     .run(&orders, plain(|delivery: Delivery| async move {
+//!     .run(&orders, plain(|delivery: NatsDelivery| async move {
 //!         let order: Order = delivery.json().map_err(HandlerError::poison)?;
 //!         println!("order {} for {}", order.order_id, order.amount);
 //!         Ok::<_, HandlerError<serde_json::Error>>(order.amount)
@@ -74,9 +74,9 @@ mod process;
 
 mod consumer;
 
-pub use consumer::Consumer;
+pub use consumer::NatsConsumer;
 pub use idem_consumer::{
     ConsumeError, Core, Counts, HandlerError, Keyless, Options, Work, atomic, plain,
 };
-pub use key::{KeyFrom, KeySource, NATS_MSG_ID};
-pub use message::Delivery;
+pub use key::{KeyFrom, NATS_MSG_ID, NatsKeySource};
+pub use message::NatsDelivery;

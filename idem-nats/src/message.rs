@@ -1,15 +1,15 @@
-//! What a handler is given: [`Delivery`].
+//! What a handler is given: [`NatsDelivery`].
 
 use async_nats::HeaderMap;
 use bytes::Bytes;
 
-use crate::key::KeySource;
+use crate::key::NatsKeySource;
 
 /// One delivery of a JetStream message, as a handler sees it. Acking is the consumer's: a
 /// handler only returns.
 #[derive(Debug, Clone)]
 #[non_exhaustive]
-pub struct Delivery {
+pub struct NatsDelivery {
     /// The subject the message was published on.
     pub subject: String,
     /// The payload, as published.
@@ -19,7 +19,7 @@ pub struct Delivery {
     /// The idempotency key it is processed under (`None` when processed unprotected).
     pub key: Option<String>,
     /// Where the key came from.
-    pub key_source: KeySource,
+    pub key_source: NatsKeySource,
     /// The stream it is stored in.
     pub stream: String,
     /// Its sequence in that stream.
@@ -28,7 +28,7 @@ pub struct Delivery {
     pub delivered: i64,
 }
 
-impl Delivery {
+impl NatsDelivery {
     /// The payload as JSON of type `T`; an error says why not (a handler usually answers it
     /// with `HandlerError::poison`: no later delivery will parse better).
     pub fn json<T: serde::de::DeserializeOwned>(&self) -> Result<T, serde_json::Error> {

@@ -5,17 +5,19 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_nats::jetstream::{self, AckKind};
-use idem_consumer::{Answer, Counters, Ended, Keying, Options, PayloadDigest, Run, Work, judge};
+use idem_consumer::{
+    Counters, Disposition, Ended, Keying, Options, PayloadDigest, Run, Work, judge,
+};
 use tokio::time::{Instant, interval_at};
 use tracing::Instrument;
 
-use crate::key::{self, KeyFrom, KeySource};
-use crate::message::{DIGEST_DOMAIN, Delivery};
+use crate::key::{self, KeyFrom, NatsKeySource};
+use crate::message::{DIGEST_DOMAIN, NatsDelivery};
 
 /// Processes one delivery and answers the broker: ack once the output is stored (or was stored
 /// before), `nak` with a delay when the key runs elsewhere or the run failed, `AckTerm` when no
 /// delivery can succeed.
-pub(crate) async fn process<W: Work<Delivery>>(
+pub(crate) async fn process<W: Work<NatsDelivery>>(
     options: &Arc<Options>,
     key_from: KeyFrom,
     counters: &Counters,
@@ -42,13 +44,13 @@ pub(crate) async fn process<W: Work<Delivery>>(
         &stream,
         sequence,
     );
-    let (key, source) = derived.map_or((None, KeySource::None), |(k, s)| (Some(k), s));
+    let (key, source) = derived.map_or((None, NatsKeySource::None), |(k, s)| (Some(k), s));
     let (key, protected) = match span.in_scope(|| Keying::of(options, counters, key)) {
         Keying::Key(key) => (key, true),
         Keying::Unprotected(throwaway) => (throwaway, false),
         Keying::Terminate => return answer(&message, counters, AckKind::Term).await,
     };
-    let delivery = Delivery {
+    let delivery = NatsDelivery {
         subject: message.subject.to_string(),
         payload: message.payload.clone(),
         headers: message.headers.clone(),
@@ -69,9 +71,9 @@ pub(crate) async fn process<W: Work<Delivery>>(
         .instrument(span.clone())
         .await;
     let kind = match span.in_scope(|| judge(options, counters, ran)) {
-        Answer::Retry(delay) => AckKind::Nak(Some(delay)),
-        Answer::Terminate => AckKind::Term,
-        Answer::Ack => AckKind::Ack,
+        Disposition::Retry(delay) => AckKind::Nak(Some(delay)),
+        Disposition::Terminate => AckKind::Term,
+        Disposition::Ack => AckKind::Ack,
     };
     answer(&message, counters, kind).await;
 }

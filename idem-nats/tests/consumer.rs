@@ -13,7 +13,8 @@ use bytes::Bytes;
 use idem_core::idempotency::Idempotency;
 use idem_core::store::MemoryStore;
 use idem_nats::{
-    Consumer, Counts, Delivery, HandlerError, KeyFrom, KeySource, Keyless, Options, Work, plain,
+    Counts, HandlerError, KeyFrom, Keyless, NatsConsumer, NatsDelivery, NatsKeySource, Options,
+    Work, plain,
 };
 
 const NATS: &str = "127.0.0.1:4222";
@@ -81,8 +82,8 @@ impl Topic {
     /// Runs `consumer` with `handler` until `done` holds of its counts (at most [`WITHIN`]).
     async fn consume(
         &self,
-        consumer: &Consumer,
-        handler: impl Work<Delivery>,
+        consumer: &NatsConsumer,
+        handler: impl Work<NatsDelivery>,
         done: impl Fn(&Counts) -> bool + Send + 'static,
     ) -> Counts {
         let stop = consumer.core().stop_when(done);
@@ -121,9 +122,9 @@ fn options(operation: &'static str) -> Options {
 fn counting(
     runs: &Arc<AtomicUsize>,
     slow: Duration,
-) -> impl Work<Delivery, Output = String, Error = String> {
+) -> impl Work<NatsDelivery, Output = String, Error = String> {
     let runs = Arc::clone(runs);
-    plain(move |delivery: Delivery| {
+    plain(move |delivery: NatsDelivery| {
         runs.fetch_add(1, Ordering::SeqCst);
         std::thread::sleep(slow);
         std::future::ready(Ok(delivery.key_source.as_str().to_owned()))
@@ -142,7 +143,7 @@ async fn a_delivery_whose_key_runs_elsewhere_is_handed_back_then_skipped() {
     topic
         .publish(&[("Idempotency-Key", "k-1")], r#"{ "a": 1 }"#)
         .await;
-    let consumer = Consumer::new(options("test.inflight").concurrency(2));
+    let consumer = NatsConsumer::new(options("test.inflight").concurrency(2));
     let counts = topic
         .consume(&consumer, counting(&runs, Duration::from_secs(1)), |c| {
             c.processed + c.replayed == 2
@@ -161,7 +162,7 @@ async fn keyless_messages_are_terminated_unless_run_unprotected() {
     topic
         .publish(&[("Nats-Msg-Id", "m-1")], "keyed by its id")
         .await;
-    let consumer = Consumer::new(options("test.keyless")).key_from(KeyFrom::Publisher);
+    let consumer = NatsConsumer::new(options("test.keyless")).key_from(KeyFrom::Publisher);
     let counts = topic
         .consume(&consumer, counting(&runs, Duration::ZERO), |c| {
             c.keyless == 1 && c.processed == 1
@@ -176,10 +177,10 @@ async fn keyless_messages_are_terminated_unless_run_unprotected() {
 
     topic.publish(&[], "no key, run unprotected").await;
     let unprotected = options("test.keyless").keyless(Keyless::Unprotected);
-    let consumer = Consumer::new(unprotected).key_from(KeyFrom::Publisher);
+    let consumer = NatsConsumer::new(unprotected).key_from(KeyFrom::Publisher);
     let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
     let sources = Arc::clone(&seen);
-    let handler = move |delivery: Delivery| {
+    let handler = move |delivery: NatsDelivery| {
         sources
             .lock()
             .unwrap()
@@ -190,7 +191,7 @@ async fn keyless_messages_are_terminated_unless_run_unprotected() {
         .consume(&consumer, plain(handler), |c| c.processed == 1)
         .await;
     assert_eq!(counts.unprotected, 1, "{counts:?}");
-    assert_eq!(*seen.lock().unwrap(), vec![(KeySource::None, None)]);
+    assert_eq!(*seen.lock().unwrap(), vec![(NatsKeySource::None, None)]);
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -201,7 +202,7 @@ async fn a_key_the_rules_refuse_is_terminated_and_the_sequence_keys_the_rest() {
         .publish(&[("Idempotency-Key", "clé à accents")], "x")
         .await;
     topic.publish(&[], "keyed by its sequence").await;
-    let consumer = Consumer::new(options("test.invalid"));
+    let consumer = NatsConsumer::new(options("test.invalid"));
     let counts = topic
         .consume(&consumer, counting(&runs, Duration::ZERO), |c| {
             c.keyless == 1 && c.processed == 1
@@ -217,7 +218,7 @@ async fn a_handler_that_panics_or_outlives_its_deadline_runs_again_on_redelivery
     topic.publish(&[("Idempotency-Key", "slow")], "s").await;
     let runs = Arc::new(AtomicUsize::new(0));
     let counted = Arc::clone(&runs);
-    let handler = move |delivery: Delivery| {
+    let handler = move |delivery: NatsDelivery| {
         let first = delivery.delivered == 1;
         counted.fetch_add(1, Ordering::SeqCst);
         async move {
@@ -229,7 +230,7 @@ async fn a_handler_that_panics_or_outlives_its_deadline_runs_again_on_redelivery
             Ok::<_, HandlerError<String>>(String::new())
         }
     };
-    let consumer = Consumer::new(
+    let consumer = NatsConsumer::new(
         options("test.failures")
             .handler_timeout(Duration::from_millis(300))
             .retry_delay(Duration::from_millis(100)),

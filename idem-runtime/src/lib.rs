@@ -50,8 +50,8 @@
 //! | `tonic` | `grpc`: `#[idempotent]` on the methods of a tonic service | `idem-tonic` |
 //! | `utoipa` | `openapi::IdempotencyDoc`: the key header and the engine's answers in a utoipa OpenAPI document | `idem-axum` |
 //! | `lambda` | `lambda::DeadlineLayer`: the same handlers on AWS Lambda with `lambda_http`, each request's lease ending with its invocation | `idem-lambda` |
-//! | `nats` | `nats::Consumer`: NATS JetStream messages processed once per key, acked once stored; atomic mode with a `Tx` | `idem-nats` |
-//! | `rabbitmq` | `rabbitmq::Consumer`: RabbitMQ messages (on lapin) processed once per key, acked once stored; atomic mode with a `Tx` | `idem-lapin` |
+//! | `nats` | `nats::NatsConsumer`: NATS JetStream messages processed once per key, acked once stored; atomic mode with a `Tx` | `idem-nats` |
+//! | `rabbitmq` | `rabbitmq::RabbitConsumer`: RabbitMQ messages (on lapin) processed once per key, acked once stored; atomic mode with a `Tx` | `idem-lapin` |
 //!
 //! Always there, whatever the features: the engine, its builder, the programmatic API and the
 //! memory store (`idem-core`), and the HTTP faces, the attribute's support and the layer
@@ -84,10 +84,10 @@ pub mod nats {
     //! Idempotent NATS JetStream consumers, from `idem-nats`: each message's handler runs at
     //! most once per key and the message is acked once its output is stored. A handler taking
     //! a `Tx` (features `sqlite`, `postgres`) runs in atomic mode through
-    //! [`Consumer::run`] with [`atomic`]: its writes commit with the key's record.
+    //! [`NatsConsumer::run`] with [`atomic`]: its writes commit with the key's record.
     pub use idem_nats::{
-        ConsumeError, Consumer, Core, Counts, Delivery, HandlerError, KeyFrom, KeySource, Keyless,
-        NATS_MSG_ID, Options, Work, atomic, plain,
+        ConsumeError, Core, Counts, HandlerError, KeyFrom, Keyless, NATS_MSG_ID, NatsConsumer,
+        NatsDelivery, NatsKeySource, Options, Work, atomic, plain,
     };
 }
 #[cfg(feature = "rabbitmq")]
@@ -96,10 +96,10 @@ pub mod rabbitmq {
     //! Idempotent RabbitMQ consumers on lapin, from `idem-lapin`: each message's handler runs
     //! at most once per key and the message is acked once its output is stored. A handler
     //! taking a `Tx` (features `sqlite`, `postgres`) runs in atomic mode through
-    //! [`Consumer::run`] with [`atomic`]: its writes commit with the key's record.
+    //! [`RabbitConsumer::run`] with [`atomic`]: its writes commit with the key's record.
     pub use idem_lapin::{
-        ConsumeError, Consumer, Core, Counts, Delivery, HandlerError, KeySource, Keyless, Options,
-        Work, atomic, plain,
+        ConsumeError, Core, Counts, HandlerError, Keyless, Options, RabbitConsumer, RabbitDelivery,
+        RabbitKeySource, Work, atomic, plain,
     };
 }
 #[cfg(feature = "utoipa")]

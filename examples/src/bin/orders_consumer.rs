@@ -1,6 +1,6 @@
 //! `orders-consumer`: a NATS JetStream or RabbitMQ consumer that records each order once,
 //! whatever the broker redelivers and however many copies of it run, with
-//! `idem_runtime::nats::Consumer` or `idem_runtime::rabbitmq::Consumer` in atomic mode: the
+//! `idem_runtime::nats::NatsConsumer` or `idem_runtime::rabbitmq::RabbitConsumer` in atomic mode: the
 //! order's row and the message's idempotency record commit in one transaction.
 //!
 //! Each message is JSON, `{"order_id": "o-1", "amount": 100}`, keyed on NATS by its
@@ -258,9 +258,16 @@ async fn nats(config: &Config, db: &Db, options: Options) -> Result<String, BoxE
         )
         .await?;
     tracing::info!(stream = %config.stream, durable = %config.durable, "orders-consumer ready");
-    let consumer = nats::Consumer::new(options);
+    let consumer = nats::NatsConsumer::new(options);
     let stop = stop_signal()?;
-    let counts = run_atomic!(db, nats::Delivery, config.slow, consumer, (&durable), stop);
+    let counts = run_atomic!(
+        db,
+        nats::NatsDelivery,
+        config.slow,
+        consumer,
+        (&durable),
+        stop
+    );
     Ok(format!("{counts:?}"))
 }
 
@@ -279,11 +286,11 @@ async fn rabbitmq(config: &Config, db: &Db, options: Options) -> Result<String, 
         .queue_declare(queue.into(), durable, FieldTable::default())
         .await?;
     tracing::info!(queue, "orders-consumer ready");
-    let consumer = rabbitmq::Consumer::new(options);
+    let consumer = rabbitmq::RabbitConsumer::new(options);
     let stop = stop_signal()?;
     let counts = run_atomic!(
         db,
-        rabbitmq::Delivery,
+        rabbitmq::RabbitDelivery,
         config.slow,
         consumer,
         (&channel, queue),
