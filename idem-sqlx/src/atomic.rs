@@ -111,7 +111,7 @@ pub struct LentTransaction<DB: AtomicDatabase> {
 /// An open lent transaction.
 enum Open<DB: AtomicDatabase> {
     /// Begun at the operation's first query (the claim committed before).
-    Begun(sqlx::Transaction<'static, DB>),
+    Begun(Begun<DB>),
     /// Begun by the engine with the record's claim in it (one commit).
     Claimed(Box<dyn ClaimedTransaction<DB>>),
 }
@@ -138,12 +138,12 @@ impl<DB: AtomicDatabase> LentTransaction<DB> {
                     self.lending.open();
                     let begin = DB::begin(self.lending.statement_timeout()).into_owned();
                     let begun = self.store.pool().begin_with(sqlx::AssertSqlSafe(begin));
-                    Open::Begun(begun.await?)
+                    Open::Begun(Begun(Some(begun.await?)))
                 }
             },
         };
         Ok(match self.open.insert(open) {
-            Open::Begun(tx) => tx,
+            Open::Begun(tx) => tx.conn(),
             Open::Claimed(claimed) => claimed.conn(),
         })
     }
@@ -193,7 +193,7 @@ impl<DB: AtomicDatabase> Drop for LentTransaction<DB> {
 enum Handed<DB: AtomicDatabase> {
     /// Begun at the operation's first query: the record completes through `store`.
     Begun {
-        tx: sqlx::Transaction<'static, DB>,
+        tx: Begun<DB>,
         store: Arc<dyn AtomicStore<DB>>,
     },
     /// Begun with the record's claim in it.
@@ -215,7 +215,7 @@ impl<DB: AtomicDatabase> OpenTransaction for Handed<DB> {
                     return completed.map_err(aborted_by_the_work);
                 }
             };
-            let completed = store.complete_in(&mut tx, key, token, completion).await;
+            let completed = store.complete_in(tx.conn(), key, token, completion).await;
             match completed.map_err(aborted_by_the_work)? {
                 // Another request took the record over: our writes must not commit beside its
                 // own. Dropping the transaction rolls it back.
@@ -242,6 +242,34 @@ impl<DB: AtomicDatabase> OpenTransaction for Handed<DB> {
 
     fn into_any(self: Box<Self>) -> Box<dyn Any + Send> {
         self
+    }
+}
+
+/// A transaction begun on the store's pool for an operation. It ends by [`commit`](Self::commit),
+/// or when dropped, by a rollback; either way the session settings its `BEGIN` changed (MySQL's
+/// timeouts, which outlive a transaction) are put back before the connection returns to the
+/// pool ([`AtomicDatabase::commit`], [`AtomicDatabase::roll_back`]).
+struct Begun<DB: AtomicDatabase>(Option<sqlx::Transaction<'static, DB>>);
+
+impl<DB: AtomicDatabase> Begun<DB> {
+    fn conn(&mut self) -> &mut DB::Connection {
+        // `None` only once ended, and an ended transaction is never used again.
+        self.0.as_deref_mut().expect("an open transaction")
+    }
+
+    async fn commit(mut self) -> Result<(), sqlx::Error> {
+        match self.0.take() {
+            Some(tx) => DB::commit(tx).await,
+            None => Ok(()),
+        }
+    }
+}
+
+impl<DB: AtomicDatabase> Drop for Begun<DB> {
+    fn drop(&mut self) {
+        if let Some(tx) = self.0.take() {
+            DB::roll_back(tx);
+        }
     }
 }
 
@@ -287,6 +315,21 @@ pub trait AtomicDatabase: sqlx::Database + sealed::Sealed {
     /// at most their busy timeout).
     #[doc(hidden)]
     fn begin(statement_timeout: Duration) -> std::borrow::Cow<'static, str>;
+
+    /// Commits a transaction begun with [`begin`](Self::begin), putting back what it changed
+    /// beyond the transaction.
+    #[doc(hidden)]
+    fn commit(tx: sqlx::Transaction<'static, Self>) -> BoxFuture<'static, Result<(), sqlx::Error>> {
+        Box::pin(tx.commit())
+    }
+
+    /// Rolls back a transaction begun with [`begin`](Self::begin) that is being dropped,
+    /// putting back what it changed beyond the transaction. sqlx's own: the `ROLLBACK` goes out
+    /// before the connection is used again.
+    #[doc(hidden)]
+    fn roll_back(tx: sqlx::Transaction<'static, Self>) {
+        drop(tx);
+    }
 }
 
 #[cfg(feature = "sqlite")]
@@ -323,17 +366,66 @@ impl sealed::Sealed for sqlx::MySql {}
 impl AtomicDatabase for sqlx::MySql {
     const NAME: &'static str = "MySQL";
     const BEGIN: &'static str = "BEGIN";
-    /// The session's lock waits (and, on MariaDB, its statements) bounded by the transaction's
-    /// statement timeout, then `BEGIN` and the savepoint [`MYSQL_SAVEPOINT`], which the
-    /// completion checks is still there. The session settings outlive the transaction on the
-    /// pooled connection.
+    /// Keeps the session's lock wait (and, on MariaDB, statement) timeouts in user variables,
+    /// bounds them by the transaction's statement timeout, then `BEGIN` and the savepoint
+    /// [`MYSQL_SAVEPOINT`], which the completion checks is still there. MySQL has no setting
+    /// scoped to a transaction: [`commit`](Self::commit) and [`roll_back`](Self::roll_back) put
+    /// the kept values back, so the pooled connection goes back with the pool's own settings.
     fn begin(statement_timeout: Duration) -> std::borrow::Cow<'static, str> {
         std::borrow::Cow::Owned(format!(
-            "{}; BEGIN; SAVEPOINT {MYSQL_SAVEPOINT}",
+            "{MYSQL_KEEP_SESSION}; {}; BEGIN; SAVEPOINT {MYSQL_SAVEPOINT}",
             mysql_session_timeouts(statement_timeout)
         ))
     }
+
+    /// The session's settings put back, then `COMMIT`, in one round trip. Nothing commits
+    /// unless they were put back. The `BEGIN` after it keeps sqlx's count of open transactions
+    /// true: that empty transaction is rolled back when the connection returns to the pool.
+    fn commit(
+        mut tx: sqlx::Transaction<'static, Self>,
+    ) -> BoxFuture<'static, Result<(), sqlx::Error>> {
+        Box::pin(async move {
+            let sql = format!("{MYSQL_RESTORE_SESSION}; COMMIT; BEGIN");
+            sqlx::Executor::execute(&mut *tx, sqlx::AssertSqlSafe(sql)).await?;
+            drop(tx);
+            Ok(())
+        })
+    }
+
+    /// Rolls back and puts the session's settings back, in a task (a drop cannot wait), before
+    /// the connection returns to the pool. Without a runtime to run it on, sqlx's rollback alone.
+    fn roll_back(mut tx: sqlx::Transaction<'static, Self>) {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return drop(tx);
+        };
+        runtime.spawn(async move {
+            let sql = format!("ROLLBACK; {MYSQL_RESTORE_SESSION}; BEGIN");
+            if let Err(error) = sqlx::Executor::execute(&mut *tx, sqlx::AssertSqlSafe(sql)).await {
+                tracing::warn!(
+                    %error,
+                    "could not roll back a lent MySQL transaction and restore its session's \
+                     timeouts"
+                );
+            }
+        });
+    }
 }
+
+/// Keeps what [`mysql_session_timeouts`] changes in user variables of the session.
+#[cfg(feature = "mysql")]
+const MYSQL_KEEP_SESSION: &str = "SET @idem_lock_wait = @@SESSION.innodb_lock_wait_timeout, \
+     @idem_mdl_wait = @@SESSION.lock_wait_timeout \
+     /*M!100100 , @idem_statement_time = @@SESSION.max_statement_time */";
+
+/// Puts back what [`MYSQL_KEEP_SESSION`] kept (the server's global value where nothing was
+/// kept: a handler that reset its session), and clears the user variables.
+#[cfg(feature = "mysql")]
+const MYSQL_RESTORE_SESSION: &str = "SET SESSION \
+     innodb_lock_wait_timeout = COALESCE(@idem_lock_wait, @@GLOBAL.innodb_lock_wait_timeout), \
+     lock_wait_timeout = COALESCE(@idem_mdl_wait, @@GLOBAL.lock_wait_timeout) \
+     /*M!100100 , max_statement_time = \
+         COALESCE(@idem_statement_time, @@GLOBAL.max_statement_time) */, \
+     @idem_lock_wait = NULL, @idem_mdl_wait = NULL /*M!100100 , @idem_statement_time = NULL */";
 
 /// The savepoint a transaction lent on MySQL begins with: gone when InnoDB rolled the
 /// transaction back under the handler (a deadlock), which the completion checks first.

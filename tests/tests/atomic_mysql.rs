@@ -192,3 +192,145 @@ mod deadlock {
         h.finish().await;
     }
 }
+
+/// MySQL has no setting scoped to a transaction: the timeouts a lent transaction's `BEGIN` sets
+/// on its session are put back when it ends, so the pool's connections keep the application's
+/// own settings whatever the handler answered.
+mod session {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicU16, Ordering};
+    use std::time::Duration;
+
+    use axum::Router;
+    use axum::body::Body;
+    use axum::extract::{FromRef, State};
+    use axum::http::{Request, StatusCode};
+    use axum::routing::post;
+    use idem_runtime::store::MySqlStore;
+    use idem_runtime::{Idempotency, Tx, idempotent};
+    use idem_tests::mysql::{drop_database, mysql_database, mysql_url_of};
+    use sqlx::mysql::MySqlPoolOptions;
+    use sqlx::{Executor, MySqlPool};
+    use tower::ServiceExt;
+
+    /// The application's own session settings: lock waits 37 s and 41 s, statements 23 s.
+    const APP_SETTINGS: &str = "SET SESSION innodb_lock_wait_timeout = 37, lock_wait_timeout = 41, \
+         max_statement_time = 23";
+    /// What the settings read back as, from [`SETTINGS`], on the application's sessions.
+    const APP: Settings = (37, 41, 23_000, 1);
+    /// The session's lock waits, statement time (ms), and whether the store's saved copy is gone.
+    const SETTINGS: &str = "SELECT CAST(@@SESSION.innodb_lock_wait_timeout AS SIGNED), \
+         CAST(@@SESSION.lock_wait_timeout AS SIGNED), \
+         CAST(@@SESSION.max_statement_time * 1000 AS SIGNED), \
+         CAST(@idem_lock_wait IS NULL AS SIGNED)";
+    type Settings = (i64, i64, i64, i64);
+
+    #[derive(Clone, FromRef)]
+    struct App {
+        idem: Idempotency,
+        /// The status the handler answers next.
+        answer: Arc<AtomicU16>,
+        /// What the handler read of its session inside the transaction.
+        inside: Arc<std::sync::Mutex<Option<Settings>>>,
+    }
+
+    #[idempotent(scope = "global", commits = "two")]
+    async fn create_item(
+        State(answer): State<Arc<AtomicU16>>,
+        State(inside): State<Arc<std::sync::Mutex<Option<Settings>>>>,
+        mut tx: Tx<sqlx::MySql>,
+    ) -> StatusCode {
+        let conn = tx.conn().await.expect("begin");
+        conn.execute("INSERT INTO items (name) VALUES ('item')")
+            .await
+            .expect("insert");
+        let read: Settings = sqlx::query_as(SETTINGS)
+            .fetch_one(&mut *conn)
+            .await
+            .unwrap();
+        *inside.lock().unwrap() = Some(read);
+        StatusCode::from_u16(answer.load(Ordering::SeqCst)).unwrap()
+    }
+
+    /// Every connection of `pool` (at most two), held at once so none is read twice.
+    async fn every_session(pool: &MySqlPool) -> Vec<Settings> {
+        let read = async {
+            let (mut a, mut b) = tokio::try_join!(pool.acquire(), pool.acquire()).unwrap();
+            let a: Settings = sqlx::query_as(SETTINGS).fetch_one(&mut *a).await.unwrap();
+            let b: Settings = sqlx::query_as(SETTINGS).fetch_one(&mut *b).await.unwrap();
+            vec![a, b]
+        };
+        tokio::time::timeout(Duration::from_secs(30), read)
+            .await
+            .expect("both connections came back to the pool")
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_pooled_connection_keeps_the_pools_settings_after_a_lent_transaction() {
+        let database = mysql_database().await;
+        let pool = MySqlPoolOptions::new()
+            .max_connections(2)
+            .after_connect(|conn, _| {
+                Box::pin(async move { conn.execute(APP_SETTINGS).await.map(drop) })
+            })
+            .connect(&mysql_url_of(&database))
+            .await
+            .unwrap();
+        pool.execute(
+            "CREATE TABLE items (id BIGINT AUTO_INCREMENT PRIMARY KEY, name TEXT NOT NULL)",
+        )
+        .await
+        .unwrap();
+        let store = MySqlStore::from_pool(pool.clone()).await.unwrap();
+        let idem = Idempotency::builder()
+            .store(store)
+            .transaction_timeout(Duration::from_millis(2500))
+            .build()
+            .unwrap();
+        let app = App {
+            idem,
+            answer: Arc::default(),
+            inside: Arc::default(),
+        };
+        let router = Router::new()
+            .route("/items", post(create_item))
+            .with_state(app.clone());
+        // Committed with its record (201, and a stored 4xx), rolled back (5xx).
+        for (n, status) in [201, 409, 500, 201].into_iter().enumerate() {
+            app.answer.store(status, Ordering::SeqCst);
+            let request = Request::post("/items")
+                .header("idempotency-key", format!("k{n}"))
+                .body(Body::empty())
+                .unwrap();
+            let response =
+                tokio::time::timeout(Duration::from_secs(30), router.clone().oneshot(request))
+                    .await
+                    .expect("answered")
+                    .unwrap();
+            assert_eq!(response.status().as_u16(), status, "request {n}");
+            let inside = app.inside.lock().unwrap().take();
+            assert_eq!(
+                inside,
+                Some((4, 4, 3500, 0)),
+                "request {n}: the lent transaction's lock waits and statements are bounded by its \
+                 statement timeout (the transaction's and a second; lock waits in whole seconds)"
+            );
+            for settings in every_session(&pool).await {
+                assert_eq!(
+                    settings, APP,
+                    "request {n} ({status}): the pool's own settings"
+                );
+            }
+        }
+        let items: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM items")
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+        assert_eq!(
+            items, 3,
+            "the 201s and the 409 committed, the 500 rolled back"
+        );
+        pool.close().await;
+        drop_database(&database).await;
+    }
+}
