@@ -1,0 +1,271 @@
+//! A loopback proxy in front of PostgreSQL that frames the wire protocol, for two things:
+//!
+//! - **Round trips, counted on the wire.** A round trip is a wait of the client: it begins when
+//!   the client sends while every exchange it sent before has been answered (each `Query` and
+//!   each `Sync` is answered by one `ReadyForQuery`). Messages the client sends before those
+//!   answers reach it ride in the same round trip: pipelined. The server's answers are held
+//!   for [`DELAY`] before they are passed on (a server a little way off), and counted as
+//!   received before they are written, so a pipelined message can never be taken for a wait,
+//!   nor a wait for pipelining.
+//! - **Cuts.** The connection can be cut when the client sends a chosen simple-protocol
+//!   statement: before it reaches the server, or after, with its answer lost.
+//!
+//! Connect with `sslmode=disable`: the proxy frames no TLS.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::net::{TcpListener, TcpStream};
+
+/// How long the server's answers are held before they are passed on.
+pub const DELAY: Duration = Duration::from_millis(3);
+
+/// Where a [`Cut`] falls.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum When {
+    /// The statement never reaches the server; the connection is closed.
+    Before,
+    /// The statement reaches the server, which runs it; its answer never reaches the client,
+    /// and the connection is closed.
+    AnswerLost,
+}
+
+/// A cut of the next connection that sends a simple-protocol `Query` starting with `prefix`.
+#[derive(Debug, Clone, Copy)]
+pub struct Cut {
+    pub prefix: &'static str,
+    pub when: When,
+}
+
+#[derive(Default)]
+struct Shared {
+    round_trips: AtomicU64,
+    statements: AtomicU64,
+    connections: AtomicU64,
+    cut: Mutex<Option<Cut>>,
+}
+
+/// The proxy, serving until the test ends.
+#[derive(Clone)]
+pub struct Proxy {
+    pub addr: SocketAddr,
+    shared: Arc<Shared>,
+}
+
+/// Totals since the proxy started.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Counts {
+    pub round_trips: u64,
+    pub statements: u64,
+    pub connections: u64,
+}
+
+impl Counts {
+    /// What happened between `earlier` and `self`.
+    pub fn since(self, earlier: Counts) -> Counts {
+        Counts {
+            round_trips: self.round_trips - earlier.round_trips,
+            statements: self.statements - earlier.statements,
+            connections: self.connections - earlier.connections,
+        }
+    }
+}
+
+impl Proxy {
+    /// A proxy on a free loopback port in front of `server`.
+    pub async fn start(server: SocketAddr) -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let proxy = Self {
+            addr: listener.local_addr().unwrap(),
+            shared: Arc::default(),
+        };
+        let shared = proxy.shared.clone();
+        tokio::spawn(async move {
+            while let Ok((client, _)) = listener.accept().await {
+                let Ok(upstream) = TcpStream::connect(server).await else {
+                    continue;
+                };
+                shared.connections.fetch_add(1, Ordering::Relaxed);
+                tokio::spawn(serve(client, upstream, shared.clone()));
+            }
+        });
+        proxy
+    }
+
+    /// The URL of `url`'s database through the proxy.
+    pub fn url(&self, url: &str) -> String {
+        let (scheme, rest) = url.split_once("://").unwrap();
+        let (user, rest) = rest.split_once('@').unwrap();
+        let path = rest.find(['/', '?']).map_or("", |i| &rest[i..]);
+        let sep = if path.contains('?') { '&' } else { '?' };
+        format!("{scheme}://{user}@{}{path}{sep}sslmode=disable", self.addr)
+    }
+
+    /// The counts so far.
+    pub fn counts(&self) -> Counts {
+        let s = &self.shared;
+        Counts {
+            round_trips: s.round_trips.load(Ordering::SeqCst),
+            statements: s.statements.load(Ordering::SeqCst),
+            connections: s.connections.load(Ordering::SeqCst),
+        }
+    }
+
+    /// Cuts the next connection that sends `cut.prefix`.
+    pub fn cut(&self, cut: Cut) {
+        *self
+            .shared
+            .cut
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Some(cut);
+    }
+}
+
+/// The server's address of a `postgres://user@host:port/db` URL.
+pub async fn server_of(url: &str) -> SocketAddr {
+    let rest = url.split_once("://").unwrap().1;
+    let rest = rest.split_once('@').map_or(rest, |(_, r)| r);
+    let host_port = rest.split(['/', '?']).next().unwrap();
+    tokio::net::lookup_host(host_port)
+        .await
+        .unwrap()
+        .next()
+        .unwrap()
+}
+
+/// One connection's state, shared by its two directions.
+#[derive(Default)]
+struct Exchange {
+    /// Queries and Syncs sent and not answered yet.
+    unanswered: u64,
+    /// A flight of messages has begun and not ended with a Query or a Sync.
+    in_flight: bool,
+    /// The server's answers are dropped from now on.
+    muted: bool,
+}
+
+async fn serve(client: TcpStream, upstream: TcpStream, shared: Arc<Shared>) {
+    let _ = (client.set_nodelay(true), upstream.set_nodelay(true));
+    let (client_read, client_write) = client.into_split();
+    let (server_read, server_write) = upstream.into_split();
+    let exchange = Arc::new(Mutex::new(Exchange {
+        // The start-up is answered by a ReadyForQuery too.
+        unanswered: 1,
+        ..Exchange::default()
+    }));
+    let up = tokio::spawn(upstream_side(
+        client_read,
+        server_write,
+        exchange.clone(),
+        shared,
+    ));
+    let _ = downstream_side(server_read, client_write, exchange).await;
+    up.abort();
+}
+
+fn lock(exchange: &Mutex<Exchange>) -> std::sync::MutexGuard<'_, Exchange> {
+    exchange.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Client to server: counts flights and statements, and makes the cuts.
+async fn upstream_side(
+    mut from: OwnedReadHalf,
+    mut to: OwnedWriteHalf,
+    exchange: Arc<Mutex<Exchange>>,
+    shared: Arc<Shared>,
+) -> std::io::Result<()> {
+    // The start-up message has no type byte.
+    let mut len = [0; 4];
+    from.read_exact(&mut len).await?;
+    let mut body = vec![0; u32::from_be_bytes(len) as usize - 4];
+    from.read_exact(&mut body).await?;
+    to.write_all(&len).await?;
+    to.write_all(&body).await?;
+    loop {
+        let mut head = [0; 5];
+        from.read_exact(&mut head).await?;
+        let len = u32::from_be_bytes(head[1..].try_into().unwrap()) as usize;
+        let mut body = vec![0; len - 4];
+        from.read_exact(&mut body).await?;
+        let kind = head[0];
+        {
+            let mut exchange = lock(&exchange);
+            if kind != b'X' && !exchange.in_flight && exchange.unanswered == 0 {
+                shared.round_trips.fetch_add(1, Ordering::SeqCst);
+            }
+            exchange.in_flight = !matches!(kind, b'Q' | b'S' | b'X');
+            if matches!(kind, b'Q' | b'S') {
+                exchange.unanswered += 1;
+            }
+            if matches!(kind, b'Q' | b'E') {
+                shared.statements.fetch_add(1, Ordering::SeqCst);
+            }
+        }
+        if kind == b'Q' {
+            let cut = {
+                let mut cut = shared.cut.lock().unwrap_or_else(PoisonError::into_inner);
+                let text = String::from_utf8_lossy(&body);
+                match *cut {
+                    Some(c) if text.trim_start().starts_with(c.prefix) => cut.take(),
+                    _ => None,
+                }
+            };
+            if let Some(cut) = cut {
+                lock(&exchange).muted = true;
+                if cut.when == When::AnswerLost {
+                    to.write_all(&head).await?;
+                    to.write_all(&body).await?;
+                    // Time for the server to run it before the connection goes.
+                    tokio::time::sleep(Duration::from_millis(300)).await;
+                }
+                return Err(std::io::ErrorKind::ConnectionReset.into());
+            }
+        }
+        to.write_all(&head).await?;
+        to.write_all(&body).await?;
+    }
+}
+
+/// Server to client: holds each answer for [`DELAY`], counts its ReadyForQuery messages as
+/// received, then passes it on (unless muted by a cut).
+async fn downstream_side(
+    mut from: OwnedReadHalf,
+    mut to: OwnedWriteHalf,
+    exchange: Arc<Mutex<Exchange>>,
+) -> std::io::Result<()> {
+    let mut pending = Vec::new();
+    let mut buf = vec![0; 64 * 1024];
+    loop {
+        let n = from.read(&mut buf).await?;
+        if n == 0 {
+            return Ok(());
+        }
+        tokio::time::sleep(DELAY).await;
+        pending.extend_from_slice(&buf[..n]);
+        // Whole messages only: count their ReadyForQuery, then pass them on.
+        let mut end = 0;
+        let mut ready = 0;
+        while pending.len() >= end + 5 {
+            let len = u32::from_be_bytes(pending[end + 1..end + 5].try_into().unwrap()) as usize;
+            if pending.len() < end + 1 + len {
+                break;
+            }
+            ready += u64::from(pending[end] == b'Z');
+            end += 1 + len;
+        }
+        let muted = {
+            let mut exchange = lock(&exchange);
+            exchange.unanswered = exchange.unanswered.saturating_sub(ready);
+            exchange.muted
+        };
+        if muted {
+            return Ok(());
+        }
+        to.write_all(&pending[..end]).await?;
+        pending.drain(..end);
+    }
+}
