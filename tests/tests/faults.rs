@@ -332,6 +332,48 @@ async fn a_stalled_store_fails_closed_within_the_deadline() {
     idem_tests::db::drop_postgres_store(&store).await;
 }
 
+/// The same on MySQL: another session holds the records table (`LOCK TABLES .. WRITE`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mysql_a_stalled_store_fails_closed_within_the_deadline() {
+    use sqlx::{Connection, Executor};
+    metrics();
+    let store = idem_tests::mysql_store().await;
+    let idem = Idempotency::builder()
+        .store(store.clone())
+        .scope("org", org)
+        .store_timeout(Duration::from_millis(500))
+        .build()
+        .unwrap();
+    let calls = Arc::new(AtomicUsize::new(0));
+    let app = router(idem, calls.clone(), Gate::default());
+    let database = store.database().expect("the test store names its database");
+    let url = idem_tests::mysql::mysql_url_of(database);
+    let mut lock = sqlx::MySqlConnection::connect(&url).await.unwrap();
+    lock.execute("LOCK TABLES idempotency_records WRITE")
+        .await
+        .unwrap();
+    let started = Instant::now();
+    let reply = send(&app, request("/create", "stall", "acme", json!({}))).await;
+    let waited = started.elapsed();
+    assert_eq!(
+        reply.status,
+        StatusCode::SERVICE_UNAVAILABLE,
+        "{:?}",
+        reply.body
+    );
+    assert_eq!(reply.body["code"], "idempotency_store_unavailable");
+    assert!(reply.retry_after.is_some());
+    assert!(waited < Duration::from_secs(3), "answered after {waited:?}");
+    assert_eq!(calls.load(Ordering::SeqCst), 0, "the handler did not run");
+    lock.execute("UNLOCK TABLES").await.unwrap();
+    lock.close().await.unwrap();
+    let stall = || request("/create", "stall", "acme", json!({}));
+    let reply = until(&app, stall, |r| r.status == StatusCode::CREATED).await;
+    assert_eq!(reply.status, StatusCode::CREATED, "service resumes");
+    assert_eq!(calls.load(Ordering::SeqCst), 1, "run once");
+    idem_tests::mysql::drop_mysql_store(&store).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_that_hangs_up_is_counted_once_as_executed_and_its_retry_replays() {
     metrics();

@@ -250,6 +250,13 @@ pub(crate) async fn store_failure_fails_closed_with_503(setup: Setup) {
                 .store(store)
                 .scope("org", crate::support::org_of)
         }
+        Store::MySql => {
+            let store = idem_tests::mysql_store().await;
+            store.pool().close().await;
+            Idempotency::builder()
+                .store(store)
+                .scope("org", crate::support::org_of)
+        }
         // The server disappears behind the store's proxy (kept cut until the test ends).
         Store::Redis => {
             let (store, proxy) = idem_tests::redis::unreachable_store().await;

@@ -1,6 +1,6 @@
 //! Every rule of one idempotent request, through `Router` + `oneshot`, on both HTTP faces (the
 //! `#[idempotent]` attribute and `IdempotencyLayer`) and the memory, SQLite,
-//! PostgreSQL and Redis stores.
+//! PostgreSQL, MySQL/MariaDB and Redis stores.
 //!
 //! Each case is an `async fn(Setup)`; `cases!` instantiates it once per face and store, as
 //! `attribute::memory::<case>`, ..., `layer::redis::<case>`.
@@ -23,6 +23,7 @@ macro_rules! cases {
         cases!(@store memory, $face, Memory; $($case),*);
         cases!(@store sqlite, $face, Sqlite; $($case),*);
         cases!(@store postgres, $face, Postgres; $($case),*);
+        cases!(@store mysql, $face, MySql; $($case),*);
         cases!(@store redis, $face, Redis; $($case),*);
     };
     (@store $module:ident, $face:ident, $store:ident; $($case:ident),*) => {

@@ -22,6 +22,8 @@ pub(crate) enum Store {
     Memory,
     Sqlite,
     Postgres,
+    /// A database of its own on the MySQL/MariaDB server.
+    MySql,
     /// A key prefix of its own on the shared server; its records expire within their TTL.
     Redis,
 }
@@ -59,6 +61,7 @@ pub(crate) async fn builder(store: Store) -> Builder {
         Store::Memory => builder.store(MemoryStore::new()),
         Store::Sqlite => builder.store(idem_tests::sqlite_store().await),
         Store::Postgres => builder.store(idem_tests::postgres_store().await),
+        Store::MySql => builder.store(idem_tests::mysql_store().await),
         Store::Redis => builder.store(idem_tests::redis_store().await),
     }
 }

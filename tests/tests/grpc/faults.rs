@@ -32,6 +32,11 @@ pub(crate) async fn a_store_failure_fails_closed_with_unavailable(store: Store) 
             store.pool().close().await;
             (builder.store(store), "IDEMPOTENCY_STORE_UNAVAILABLE")
         }
+        Store::MySql => {
+            let store = idem_tests::mysql_store().await;
+            store.pool().close().await;
+            (builder.store(store), "IDEMPOTENCY_STORE_UNAVAILABLE")
+        }
         Store::Redis => {
             let (store, proxy) = idem_tests::redis::unreachable_store().await;
             outage = Some(proxy);

@@ -1,6 +1,6 @@
 //! The engine's rules through the gRPC face: `#[idempotent]` methods of a tonic service under
 //! `#[idem_runtime::grpc::service]`, called as tonic's server calls them, on the memory,
-//! SQLite, PostgreSQL and Redis stores. Atomic mode on the SQL stores is in `atomic`.
+//! SQLite, PostgreSQL, MySQL/MariaDB and Redis stores. Atomic mode on the SQL stores is in `atomic`.
 //!
 //! Each case is an `async fn(Store)`; `cases!` instantiates it once per store, as
 //! `memory::<case>`, ..., `redis::<case>`.
@@ -16,6 +16,7 @@ macro_rules! cases {
         cases!(@store memory, Memory; $($case),*);
         cases!(@store sqlite, Sqlite; $($case),*);
         cases!(@store postgres, Postgres; $($case),*);
+        cases!(@store mysql, MySql; $($case),*);
         cases!(@store redis, Redis; $($case),*);
     };
     (@store $module:ident, $store:ident; $($case:ident),*) => {

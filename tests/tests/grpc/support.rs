@@ -17,6 +17,7 @@ pub(crate) enum Store {
     Memory,
     Sqlite,
     Postgres,
+    MySql,
     Redis,
 }
 
@@ -34,6 +35,7 @@ pub(crate) async fn builder(store: Store) -> Builder {
         Store::Memory => builder.store(MemoryStore::new()),
         Store::Sqlite => builder.store(idem_tests::sqlite_store().await),
         Store::Postgres => builder.store(idem_tests::postgres_store().await),
+        Store::MySql => builder.store(idem_tests::mysql_store().await),
         Store::Redis => builder.store(idem_tests::redis_store().await),
     }
 }
