@@ -3,8 +3,7 @@
 
 use std::fmt;
 
-use idem_core::fingerprint::{Encoding, Hasher, Version};
-use serde::Serialize;
+use idem_core::fingerprint::{Encoding, Fingerprint, Hasher, Version};
 
 /// Why a handler did not produce an output: a failure a later delivery may get past, or a
 /// message none ever will.
@@ -43,25 +42,23 @@ impl<E: fmt::Display> fmt::Display for HandlerError<E> {
 
 /// What the engine compares between two messages with one key: the payload's fingerprint,
 /// taken as the HTTP faces take a body's (canonical JSON when it parses as JSON, so key order
-/// and whitespace do not matter; the bytes otherwise), under a face's own domain.
-#[derive(Debug, Serialize)]
-pub struct PayloadDigest {
-    payload: String,
-}
+/// and whitespace do not matter; the bytes otherwise), under a face's own domain. Handed to the
+/// engine as it is ([`Operation::fingerprint`](idem_core::operation::Operation::fingerprint)):
+/// the payload is hashed once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PayloadDigest(Fingerprint);
 
 impl PayloadDigest {
     /// The digest of `payload` under `domain` (`b"idem.nats"`).
     pub fn of(domain: &[u8], payload: &[u8]) -> Self {
         let mut hasher = Hasher::new(domain, Version::CURRENT);
         hasher.body(payload, Encoding::Json);
-        let digest = hasher.finish();
-        Self {
-            payload: digest
-                .as_bytes()
-                .iter()
-                .map(|b| format!("{b:02x}"))
-                .collect(),
-        }
+        Self(hasher.finish())
+    }
+
+    /// The fingerprint the key's record keeps.
+    pub fn fingerprint(&self) -> Fingerprint {
+        self.0
     }
 }
 
@@ -71,7 +68,7 @@ mod tests {
 
     #[test]
     fn json_payloads_are_compared_canonically_and_others_byte_for_byte() {
-        let digest = |p: &[u8]| PayloadDigest::of(b"test", p).payload;
+        let digest = |p: &[u8]| PayloadDigest::of(b"test", p);
         assert_eq!(
             digest(br#"{"order_id":"o-1","amount":100}"#),
             digest(br#"{ "amount": 100, "order_id": "o-1" }"#)
@@ -81,9 +78,22 @@ mod tests {
             digest(br#"{"order_id":"o-1","amount":101}"#)
         );
         assert_ne!(digest(b"not json "), digest(b"not json"));
-        assert_ne!(
-            PayloadDigest::of(b"a", b"x").payload,
-            PayloadDigest::of(b"b", b"x").payload
+        assert_ne!(PayloadDigest::of(b"a", b"x"), PayloadDigest::of(b"b", b"x"));
+    }
+
+    #[test]
+    fn the_digest_of_a_payload_is_the_one_taken_before_it_was_handed_over_ready() {
+        // What `PayloadDigest::of` gave when it was a hex string the engine hashed again.
+        let digest = PayloadDigest::of(b"idem.amqp", br#"{ "order_id": "o-1", "amount": 100 }"#);
+        let hex: String = digest
+            .fingerprint()
+            .as_bytes()
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        assert_eq!(
+            hex,
+            "e73e648fc9d6da0dc93499e476520d53ca1051a62394c748dcc418ffaabe4cb4"
         );
     }
 }

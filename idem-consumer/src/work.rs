@@ -119,9 +119,8 @@ where
             let delivery = run.delivery;
             run.options
                 .operation(run.protected)
-                .run(run.key, run.digest, move |_| {
-                    guarded(handler(delivery), limit)
-                })
+                .fingerprint(run.digest.fingerprint())
+                .run(run.key, (), move |()| guarded(handler(delivery), limit))
                 .await
         })
     }
@@ -169,7 +168,8 @@ where
             let delivery = run.delivery;
             run.options
                 .operation(run.protected)
-                .run_atomic::<L, _, _, _, _, _, _>(run.key, run.digest, move |tx, _| {
+                .fingerprint(run.digest.fingerprint())
+                .run_atomic::<L, _, _, _, _, _, _>(run.key, (), move |tx, ()| {
                     guarded(handler(tx, delivery), limit)
                 })
                 .await

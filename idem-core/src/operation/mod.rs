@@ -89,6 +89,7 @@ impl Idempotency {
             ttl: idem_rules::ttl::DEFAULT_TTL,
             wait: false,
             deadline: None,
+            fingerprint: None,
         }
     }
 }
@@ -120,6 +121,7 @@ pub struct Operation<'a> {
     ttl: Duration,
     wait: bool,
     deadline: Option<InvocationDeadline>,
+    fingerprint: Option<Fingerprint>,
 }
 
 impl Operation<'_> {
@@ -157,6 +159,16 @@ impl Operation<'_> {
     /// frees then. One that is past or too far ahead is ignored. See [`InvocationDeadline`].
     pub fn deadline(mut self, deadline: InvocationDeadline) -> Self {
         self.deadline = Some(deadline);
+        self
+    }
+
+    /// What makes two runs with one key the same: `fingerprint`, which the caller took itself
+    /// (a face that fingerprints what it receives, such as a message's payload under its own
+    /// domain with [`Hasher`](crate::fingerprint::Hasher)), in place of the input's canonical
+    /// JSON. The input is then handed to the closure without being serialised. A run whose
+    /// fingerprint differs from the stored one's is [`OperationError::Conflict`].
+    pub fn fingerprint(mut self, fingerprint: Fingerprint) -> Self {
+        self.fingerprint = Some(fingerprint);
         self
     }
 
@@ -207,14 +219,23 @@ impl Operation<'_> {
             engine.count_invalid(&self.name);
             return Err(OperationError::InvalidScope);
         }
-        let json = serde_json::to_vec(input).map_err(|error| {
-            engine.count_invalid(&self.name);
-            OperationError::Input(error)
-        })?;
+        let (fingerprint, previous) = match self.fingerprint {
+            // The caller's own: there is no earlier version of it to compare with.
+            Some(fingerprint) => (fingerprint, Previous::new(move || fingerprint)),
+            None => {
+                let json = serde_json::to_vec(input).map_err(|error| {
+                    engine.count_invalid(&self.name);
+                    OperationError::Input(error)
+                })?;
+                let fingerprint = Fingerprint::of_json(&json);
+                let previous = move || Fingerprint::of_input(&json, Version::PREVIOUS);
+                (fingerprint, Previous::new(previous))
+            }
+        };
         Ok(Attempt {
             key: RecordKey::derive(RECORD_SCOPE, &self.scope, &self.name, &key),
-            fingerprint: Fingerprint::of_json(&json),
-            previous: Previous::new(move || Fingerprint::of_input(&json, Version::PREVIOUS)),
+            fingerprint,
+            previous,
             operation: self.name.clone(),
             tenant: tenant_of(RECORD_SCOPE, &self.scope),
             scope: RECORD_SCOPE,

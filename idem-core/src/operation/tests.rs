@@ -413,3 +413,30 @@ async fn a_scope_value_no_store_can_keep_is_refused_before_the_claim() {
     assert!(!ran.load(Ordering::SeqCst));
     assert_eq!(calls_to(&store), 0, "nothing was claimed");
 }
+
+#[tokio::test]
+async fn a_ready_fingerprint_is_compared_in_place_of_the_input() {
+    use crate::fingerprint::Fingerprint;
+    let store = flaky();
+    let idempotency = engine(&store, &ManualClock::new(), true);
+    let run = |input: i32, fingerprint: Option<Fingerprint>| {
+        let operation = idempotency.operation("jobs::submit");
+        let operation = match fingerprint {
+            Some(fingerprint) => operation.fingerprint(fingerprint),
+            None => operation,
+        };
+        operation.run(
+            "k-1",
+            input,
+            |n: i32| async move { Ok::<_, std::io::Error>(n) },
+        )
+    };
+    assert_eq!(run(1, None).await.unwrap(), Outcome::Fresh(1));
+    // The fingerprint the engine takes of the input itself, handed over ready: the same run.
+    let of_input = Fingerprint::of_json(b"1");
+    assert_eq!(run(1, Some(of_input)).await.unwrap(), Outcome::Replayed(1));
+    // The input is not compared once a fingerprint is given: another input, the same run.
+    assert_eq!(run(2, Some(of_input)).await.unwrap(), Outcome::Replayed(1));
+    let other = run(1, Some(Fingerprint::of_bytes(b"1"))).await;
+    assert!(matches!(other, Err(OperationError::Conflict)), "{other:?}");
+}
