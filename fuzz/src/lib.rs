@@ -9,7 +9,8 @@
 //!
 //! The targets:
 //! - [`key`]: `IdempotencyKey::parse` against a slow reference parser, and round trips.
-//! - [`canonical_json`]: `canonical_json` and `Fingerprint::of_json` (version 2) against a
+//! - [`canonical_json`]: `canonical_json` (with the SIMD string scanner the CPU has, and with
+//!   the portable one) and `Fingerprint::of_json` (version 2) against a
 //!   tree-building reference canonicaliser that keeps numbers as their text
 //!   ([`mod@reference`]), the fingerprint's digest recomputed from its documented parts, the
 //!   canonical form a fixed point and re-spaced copies of the same fingerprint (for every
@@ -29,6 +30,7 @@
 //!   against a reference reading of the grammar; every suggested fix must itself be accepted.
 
 mod form;
+mod json_reference;
 mod numbers;
 pub mod reference;
 
@@ -119,6 +121,13 @@ fn one_document(data: &[u8], seed: u8) -> (Option<Vec<u8>>, Fingerprint) {
         canonical,
         expected,
         "input {:?}",
+        String::from_utf8_lossy(data)
+    );
+    // The portable scanner agrees with the SIMD one the CPU may have.
+    assert_eq!(
+        idem_core::fingerprint::canonical_json_scalar(data),
+        expected,
+        "scalar path, input {:?}",
         String::from_utf8_lossy(data)
     );
     let fingerprint = Fingerprint::of_json(data);

@@ -121,6 +121,13 @@ fn canonical_json() {
         // Found by the json_numbers smoke run: an exponent of 18 digits whose normalised value
         // has 19, so the canonical form is not canonical itself (a runtime bug, not fixed yet).
         b"[10e999999999999999999, 1.5e-999999999999999999]",
+        // Strings across the SIMD scanners' 16- and 32-byte blocks: a quote, a backslash, a
+        // control character or a non-ASCII byte just before or after a block's edge.
+        b"\x40{\"memo\":\"xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx\",\"k\":\"0123456789abcdef\\n\"}",
+        "{\"note\":\"0123456789abcde\u{e9}0123456789abcdef0123456789\u{1f600}\",\"b\":1,\"a\":2}"
+            .as_bytes(),
+        b"[\"0123456789abcdef0123456789abcde\xff\", \"0123456789abcdef0123456789abcde\x1f\"]",
+        br#"{"sku":"sku_00001","qty":2,"unit_amount":212,"tax":{"rate":0.2,"included":false}}"#,
     ];
     let tokens: &[&[u8]] = &[
         b"{",

@@ -1,10 +1,16 @@
-//! Canonical JSON in one pass over the body: no tree, no allocation per key or string.
+//! Canonical JSON in one pass over the body: no tree, no allocation per key or string, and no
+//! copy of what is already canonical.
 //!
-//! The parser writes each value's canonical bytes straight into the output as it reads it. An
-//! object's members are written in document order and remembered as spans of the output; when
-//! the object closes, the members are rewritten in key order only if they were not already in
-//! order. Strings without escapes are copied as they are, since serde_json would write them back
-//! unchanged; strings with escapes are decoded by serde_json and written as it writes them.
+//! The parser reads the body once, with an explicit stack of the containers open at the moment
+//! (no recursion). What it reads is canonical as it stands (compact JSON: keys in order, strings
+//! without escapes, integers) is not copied: it is a run of the input, pending, and the output
+//! is the runs in order. Only where the canonical form differs (whitespace dropped, a decimal
+//! rewritten, an escaped string decoded and written back as serde_json writes it, an object's
+//! members out of order) is the pending run copied into a buffer and the new bytes written
+//! after it. A document that is canonical already is never copied at all: its form is the
+//! input itself. An object's members are remembered as spans of the output; when one arrives
+//! out of order, the object is rewritten in key order as it closes (one copy of its bytes).
+//! Strings are scanned 16 or 32 bytes at a time where the CPU has the instructions (`scan`).
 //!
 //! The two versions differ in numbers and repeated keys (see [`Version`]):
 //! - [`Version::V2`] writes a number written as an integer as it is written (the JSON grammar
@@ -19,36 +25,57 @@
 //! What serde_json refuses (bad syntax, invalid UTF-8, lone surrogates, nesting 128 deep; in V1
 //! numbers out of range) is refused here too.
 
-use std::fmt;
-use std::io::Write as _;
-
-use serde::Deserializer as _;
-use serde::de::Visitor;
+use std::cmp::Ordering;
 
 use super::Version;
 
-/// serde_json's recursion limit: entering the 128th level of arrays and objects fails.
-const DEPTH: u32 = 128;
+mod number;
+mod scan;
+
+pub(crate) use scan::Scan;
+
+/// serde_json's recursion limit: entering the 128th level of arrays and objects fails, so at
+/// most 127 containers are open at once.
+const MAX_OPEN: usize = 127;
+
+/// A canonical form: the bytes written to a buffer, then the rest of the input, which was
+/// canonical as it stood. Either may be empty.
+pub(super) struct Canonical<'a> {
+    /// What was written.
+    pub(super) head: Vec<u8>,
+    /// The input's last run, which follows `head`.
+    pub(super) tail: &'a [u8],
+}
+
+impl Canonical<'_> {
+    /// The whole form in one buffer.
+    pub(super) fn into_vec(self) -> Vec<u8> {
+        let mut all = self.head;
+        all.extend_from_slice(self.tail);
+        all
+    }
+}
 
 /// The canonical form of a JSON document in `version`, or `None` when it is not JSON (or, in
 /// V2, repeats a key in one object).
-pub(super) fn canonical(input: &[u8], version: Version) -> Option<Vec<u8>> {
-    let mut writer = Writer {
+pub(super) fn canonical(input: &[u8], version: Version) -> Option<Canonical<'_>> {
+    canonical_with(input, version, Scan::best())
+}
+
+/// [`canonical`] with the string scanner `scan`: every scanner gives the same form.
+pub(super) fn canonical_with(input: &[u8], version: Version, scan: Scan) -> Option<Canonical<'_>> {
+    let writer = Writer {
         version,
+        scan,
         input,
         pos: 0,
-        // Room for the canonical form (numbers may grow: `0.2` is `2e-1`) and, after it, for an
-        // object's members put in order: one allocation for the whole document.
-        out: Vec::with_capacity(2 * input.len() + 16),
-        // Room for the members of a few typical open objects, kept under the allocator's
-        // large-chunk size: growth would only add copies.
-        members: Vec::with_capacity(16),
-        depth: DEPTH,
+        run: 0,
+        out: Vec::new(),
+        members: Vec::new(),
+        keys: Vec::new(),
+        open: Vec::new(),
     };
-    writer.skip_whitespace();
-    writer.value().ok()?;
-    writer.skip_whitespace();
-    (writer.pos == input.len()).then_some(writer.out)
+    writer.document().ok()
 }
 
 /// Not JSON (the detail does not matter: the body is then hashed raw).
@@ -56,66 +83,106 @@ struct Invalid;
 
 type Parsed = Result<(), Invalid>;
 
-/// A string as read: its contents as they stand in the body (no escapes, valid UTF-8, no control
-/// characters), or decoded by serde_json when it has escapes.
-enum Text<'a> {
-    Verbatim(&'a [u8]),
-    Decoded(String),
+/// Where an object key's bytes are: in the input (no escapes) or, decoded, in `Writer::keys`.
+#[derive(Clone, Copy)]
+enum Key {
+    Input(usize, usize),
+    Decoded(usize, usize),
 }
 
-impl Text<'_> {
-    /// The string's value, as its bytes: what keys are sorted by.
-    fn bytes(&self) -> &[u8] {
-        match self {
-            Text::Verbatim(bytes) => bytes,
-            Text::Decoded(text) => text.as_bytes(),
-        }
-    }
-}
-
-/// One member of an object being written: its key and where `"key":value` is in the output.
-struct Member<'a> {
-    key: Text<'a>,
+/// One member of an object being read: its key and where `"key":value` is in the output.
+#[derive(Clone, Copy)]
+struct Member {
     /// The key's first eight bytes, zero-padded, as a big-endian number: comparing two ranks
     /// orders most keys without reading them again.
     rank: u64,
+    key: Key,
     start: usize,
     end: usize,
 }
 
-impl<'a> Member<'a> {
-    fn new(key: Text<'a>, start: usize, end: usize) -> Self {
-        let bytes = key.bytes();
-        let mut first = [0; 8];
-        let len = bytes.len().min(8);
-        first[..len].copy_from_slice(&bytes[..len]);
-        let rank = u64::from_be_bytes(first);
-        Self {
-            key,
-            rank,
-            start,
-            end,
+/// The order of two members' keys, byte by byte: the ranks decide unless they tie (a shorter
+/// key ranks as if padded with zero bytes, so the bytes then decide).
+#[inline(always)]
+fn order(a: &Member, b: &Member, input: &[u8], keys: &[u8]) -> Ordering {
+    match a.rank.cmp(&b.rank) {
+        Ordering::Equal => tie(a.key, b.key, input, keys),
+        unequal => unequal,
+    }
+}
+
+/// The order of two keys whose first eight bytes are alike.
+#[inline(never)]
+fn tie(a: Key, b: Key, input: &[u8], keys: &[u8]) -> Ordering {
+    let bytes = |key: Key| match key {
+        Key::Input(start, end) => &input[start..end],
+        Key::Decoded(start, end) => &keys[start..end],
+    };
+    bytes(a).cmp(bytes(b))
+}
+
+/// The first eight bytes of `key`, zero-padded, as a big-endian number; `word` holds them when
+/// eight bytes were there to read.
+#[inline(always)]
+fn rank(key: &[u8], word: Option<&[u8; 8]>) -> u64 {
+    match (word, key.len()) {
+        (Some(word), len) => {
+            let word = u64::from_be_bytes(*word);
+            if len >= 8 {
+                word
+            } else {
+                // The key's `len` bytes are the top ones: keep them, clear the rest.
+                word & !(u64::MAX >> (len * 8))
+            }
+        }
+        (None, _) => {
+            let mut first = [0; 8];
+            let len = key.len().min(8);
+            first[..len].copy_from_slice(&key[..len]);
+            u64::from_be_bytes(first)
         }
     }
+}
 
-    /// The order of two members' keys, byte by byte: the ranks decide unless they tie (a
-    /// shorter key ranks as if padded with zero bytes, so the bytes then decide).
-    fn order(&self, other: &Self) -> std::cmp::Ordering {
-        self.rank
-            .cmp(&other.rank)
-            .then_with(|| self.key.bytes().cmp(other.key.bytes()))
+/// Sorts `members` by key, stably (a repeated key's values stay in document order): insertion
+/// sort, as objects are small and mostly in order.
+fn sort_members(members: &mut [Member], input: &[u8], keys: &[u8]) {
+    for i in 1..members.len() {
+        let member = members[i];
+        let mut j = i;
+        while j > 0 && order(&members[j - 1], &member, input, keys).is_gt() {
+            members[j] = members[j - 1];
+            j -= 1;
+        }
+        members[j] = member;
     }
+}
+
+/// A container being read.
+#[derive(Clone, Copy)]
+struct Open {
+    object: bool,
+    /// Its first member in `Writer::members`.
+    first: usize,
+    /// Whether every member so far came after the one before it.
+    in_order: bool,
 }
 
 struct Writer<'a> {
     version: Version,
+    scan: Scan,
     input: &'a [u8],
     pos: usize,
+    /// Where the pending run starts: `input[run..pos]` is canonical as it stands and comes
+    /// after `out`.
+    run: usize,
     out: Vec<u8>,
     /// The members of the objects open at the moment, innermost last.
-    members: Vec<Member<'a>>,
-    /// Levels of nesting left before serde_json's limit.
-    depth: u32,
+    members: Vec<Member>,
+    /// Decoded keys (those written with escapes).
+    keys: Vec<u8>,
+    /// The containers open at the moment, innermost last.
+    open: Vec<Open>,
 }
 
 impl<'a> Writer<'a> {
@@ -123,49 +190,233 @@ impl<'a> Writer<'a> {
         self.input.get(self.pos).copied()
     }
 
+    /// Where the cursor is in the output: what is written, then the pending run.
+    fn at(&self) -> usize {
+        self.out.len() + (self.pos - self.run)
+    }
+
+    /// Copies the pending run into the output, before something else is written or input is
+    /// skipped.
+    fn cut(&mut self) {
+        if self.out.capacity() == 0 {
+            // Room for the canonical form (numbers may grow: `0.2` is `2e-1`) and, after it,
+            // for an object's members put in order: one allocation for the whole document.
+            self.out.reserve(2 * self.input.len() + 16);
+        }
+        self.out.extend_from_slice(&self.input[self.run..self.pos]);
+        self.run = self.pos;
+    }
+
+    /// Skips whitespace, if any (compact JSON has none: one test, inline).
+    #[inline(always)]
     fn skip_whitespace(&mut self) {
+        if let Some(b' ' | b'\n' | b'\t' | b'\r') = self.peek() {
+            self.skip_blank();
+        }
+    }
+
+    #[inline(never)]
+    fn skip_blank(&mut self) {
+        self.cut();
         while let Some(b' ' | b'\n' | b'\t' | b'\r') = self.peek() {
             self.pos += 1;
         }
+        self.run = self.pos;
     }
 
-    /// Consumes `byte` (after optional whitespace) or fails.
-    fn expect(&mut self, byte: u8) -> Parsed {
+    fn document(mut self) -> Result<Canonical<'a>, Invalid> {
         self.skip_whitespace();
-        if self.peek() == Some(byte) {
-            self.pos += 1;
-            Ok(())
-        } else {
-            Err(Invalid)
-        }
-    }
-
-    fn value(&mut self) -> Parsed {
-        match self.peek().ok_or(Invalid)? {
-            b'{' => self.nested(Self::object),
-            b'[' => self.nested(Self::array),
-            b'"' => {
-                let text = self.string()?;
-                self.write_string(&text);
-                Ok(())
-            }
-            b't' => self.literal(b"true"),
-            b'f' => self.literal(b"false"),
-            b'n' => self.literal(b"null"),
-            b'-' | b'0'..=b'9' => self.number(),
-            _ => Err(Invalid),
-        }
-    }
-
-    /// Runs `inner` one level deeper, failing where serde_json's recursion limit would.
-    fn nested(&mut self, inner: fn(&mut Self) -> Parsed) -> Parsed {
-        self.depth -= 1;
-        if self.depth == 0 {
+        self.value()?;
+        let end = self.pos;
+        let rest = &self.input[end..];
+        if !rest
+            .iter()
+            .all(|b| matches!(b, b' ' | b'\n' | b'\t' | b'\r'))
+        {
             return Err(Invalid);
         }
-        let parsed = inner(self);
-        self.depth += 1;
-        parsed
+        Ok(Canonical {
+            head: self.out,
+            tail: &self.input[self.run..end],
+        })
+    }
+
+    /// Reads one value (the cursor on its first byte) with every container in it.
+    fn value(&mut self) -> Parsed {
+        loop {
+            match self.peek().ok_or(Invalid)? {
+                b'{' => {
+                    if self.enter(true)? {
+                        self.key()?;
+                        continue;
+                    }
+                }
+                b'[' => {
+                    if self.enter(false)? {
+                        continue;
+                    }
+                }
+                b'"' => self.string_value()?,
+                b't' => self.literal(b"true")?,
+                b'f' => self.literal(b"false")?,
+                b'n' => self.literal(b"null")?,
+                b'-' | b'0'..=b'9' => self.number()?,
+                _ => return Err(Invalid),
+            }
+            // A value is complete: close the containers it completes, up to one that takes
+            // another element (then read it) or to the end of the document.
+            loop {
+                let Some(&open) = self.open.last() else {
+                    return Ok(());
+                };
+                if open.object {
+                    let end = self.at();
+                    if let Some(member) = self.members.last_mut() {
+                        member.end = end;
+                    }
+                }
+                self.skip_whitespace();
+                match (self.peek(), open.object) {
+                    (Some(b','), object) => {
+                        self.pos += 1;
+                        self.skip_whitespace();
+                        if object {
+                            self.key()?;
+                        }
+                        break;
+                    }
+                    (Some(b'}'), true) => {
+                        self.close_object(open)?;
+                        self.pos += 1;
+                    }
+                    (Some(b']'), false) => {
+                        self.open.pop();
+                        self.pos += 1;
+                    }
+                    _ => return Err(Invalid),
+                }
+            }
+        }
+    }
+
+    /// Opens an object or an array (the cursor on its bracket): `true` when an element
+    /// follows, `false` when it was empty and is closed already.
+    fn enter(&mut self, object: bool) -> Result<bool, Invalid> {
+        if self.open.len() >= MAX_OPEN {
+            return Err(Invalid);
+        }
+        self.pos += 1;
+        self.skip_whitespace();
+        if self.peek() == Some(if object { b'}' } else { b']' }) {
+            self.pos += 1;
+            return Ok(false);
+        }
+        self.open.push(Open {
+            object,
+            first: self.members.len(),
+            in_order: true,
+        });
+        Ok(true)
+    }
+
+    /// Reads an object member's key and its colon (the cursor on the key), up to its value.
+    fn key(&mut self) -> Parsed {
+        if self.peek() != Some(b'"') {
+            return Err(Invalid);
+        }
+        let start = self.at();
+        let open = self.pos;
+        let key = match self.string()? {
+            None => Key::Input(open + 1, self.pos - 1),
+            Some((text, close)) => {
+                let from = self.keys.len();
+                self.keys.extend_from_slice(text.as_bytes());
+                self.write_decoded(&text, close);
+                Key::Decoded(from, self.keys.len())
+            }
+        };
+        self.skip_whitespace();
+        if self.peek() != Some(b':') {
+            return Err(Invalid);
+        }
+        self.pos += 1;
+        self.skip_whitespace();
+        let rank = match key {
+            Key::Input(from, to) => rank(&self.input[from..to], self.input[from..].first_chunk()),
+            Key::Decoded(from, to) => rank(&self.keys[from..to], None),
+        };
+        let member = Member {
+            rank,
+            key,
+            start,
+            end: start,
+        };
+        let Some(open) = self.open.last_mut() else {
+            return Err(Invalid);
+        };
+        if self.members.len() > open.first {
+            let last = &self.members[self.members.len() - 1];
+            match order(last, &member, self.input, &self.keys) {
+                Ordering::Less => {}
+                Ordering::Equal if self.version == Version::V2 => return Err(Invalid),
+                _ => open.in_order = false,
+            }
+        }
+        self.members.push(member);
+        Ok(())
+    }
+
+    /// Closes the innermost object (the cursor on its `}`): puts its members in key order if
+    /// one came out of order, then forgets them. A repeated key keeps its last value in V1 and
+    /// makes the document non-canonical in V2.
+    fn close_object(&mut self, open: Open) -> Parsed {
+        self.open.pop();
+        if !open.in_order {
+            self.cut();
+            let Writer {
+                members,
+                input,
+                keys,
+                out,
+                version,
+                ..
+            } = self;
+            let members = &mut members[open.first..];
+            let start = members[0].start;
+            let by_key = |a: &Member, b: &Member| order(a, b, input, keys);
+            if members.len() <= 32 {
+                sort_members(members, input, keys);
+            } else {
+                // Stable: a repeated key's values stay in document order, and the last is kept.
+                members.sort_by(by_key);
+            }
+            if *version == Version::V2
+                && members
+                    .windows(2)
+                    .any(|pair| by_key(&pair[0], &pair[1]).is_eq())
+            {
+                return Err(Invalid);
+            }
+            // The members are written in order after the object, then moved over it: the room
+            // `cut` reserved holds them unless numbers grew past it.
+            let unordered_end = out.len();
+            for (i, member) in members.iter().enumerate() {
+                let last_of_key = members
+                    .get(i + 1)
+                    .is_none_or(|next| by_key(next, member).is_ne());
+                if last_of_key {
+                    if out.len() > unordered_end {
+                        out.push(b',');
+                    }
+                    out.extend_from_within(member.start..member.end);
+                }
+            }
+            let ordered = out.len() - unordered_end;
+            out.copy_within(unordered_end.., start);
+            out.truncate(start + ordered);
+        }
+        self.members.truncate(open.first);
+        Ok(())
     }
 
     fn literal(&mut self, word: &[u8]) -> Parsed {
@@ -173,341 +424,95 @@ impl<'a> Writer<'a> {
             return Err(Invalid);
         }
         self.pos += word.len();
-        self.out.extend_from_slice(word);
         Ok(())
     }
 
-    fn array(&mut self) -> Parsed {
-        self.pos += 1;
-        self.out.push(b'[');
-        self.skip_whitespace();
-        if self.peek() == Some(b']') {
-            self.pos += 1;
-        } else {
-            loop {
-                self.value()?;
-                if !self.next_element(b']')? {
-                    break;
-                }
-            }
+    fn string_value(&mut self) -> Parsed {
+        if let Some((text, close)) = self.string()? {
+            self.write_decoded(&text, close);
         }
-        self.out.push(b']');
         Ok(())
     }
 
-    /// What follows an element of an array or an object: a comma, written out, before the next
-    /// element (`true`), or the container's `close` (`false`). Anything else is invalid.
-    fn next_element(&mut self, close: u8) -> Result<bool, Invalid> {
-        self.skip_whitespace();
-        match self.peek() {
-            Some(b',') => {
-                self.pos += 1;
-                self.out.push(b',');
-                self.skip_whitespace();
-                Ok(true)
-            }
-            Some(byte) if byte == close => {
-                self.pos += 1;
-                Ok(false)
-            }
-            _ => Err(Invalid),
-        }
-    }
-
-    fn object(&mut self) -> Parsed {
-        self.pos += 1;
-        self.out.push(b'{');
-        let first = self.members.len();
-        self.skip_whitespace();
-        if self.peek() == Some(b'}') {
-            self.pos += 1;
-        } else {
-            loop {
-                if self.peek() != Some(b'"') {
-                    return Err(Invalid);
-                }
-                let key = self.string()?;
-                self.expect(b':')?;
-                self.skip_whitespace();
-                let start = self.out.len();
-                self.write_string(&key);
-                self.out.push(b':');
-                self.value()?;
-                let end = self.out.len();
-                self.members.push(Member::new(key, start, end));
-                if !self.next_element(b'}')? {
-                    break;
-                }
-            }
-        }
-        self.order_members(first)?;
-        self.out.push(b'}');
-        Ok(())
-    }
-
-    /// Puts the members from `first` on in key order, unless they already are in strictly
-    /// increasing order; then forgets them. A repeated key keeps its last value in V1 and makes
-    /// the document non-canonical in V2.
-    fn order_members(&mut self, first: usize) -> Parsed {
-        let members = &mut self.members[first..];
-        if !members.is_sorted_by(|a, b| a.order(b).is_lt()) {
-            let start = members[0].start;
-            // Stable: a repeated key's values stay in document order, and the last is kept.
-            members.sort_by(Member::order);
-            // The members are written in order after the object, then moved over it: the room
-            // `canonical` reserved holds them unless numbers grew past it.
-            let unordered_end = self.out.len();
-            for (i, member) in members.iter().enumerate() {
-                let last_of_key = members
-                    .get(i + 1)
-                    .is_none_or(|next| next.order(member).is_ne());
-                if !last_of_key && self.version == Version::V2 {
-                    self.members.truncate(first);
-                    return Err(Invalid);
-                }
-                if last_of_key {
-                    if self.out.len() > unordered_end {
-                        self.out.push(b',');
-                    }
-                    self.out.extend_from_within(member.start..member.end);
-                }
-            }
-            let ordered = self.out.len() - unordered_end;
-            self.out.copy_within(unordered_end.., start);
-            self.out.truncate(start + ordered);
-        }
-        self.members.truncate(first);
-        Ok(())
-    }
-
-    /// Reads a string (the cursor on its opening quote).
-    fn string(&mut self) -> Result<Text<'a>, Invalid> {
+    /// Reads a string (the cursor on its opening quote). Without escapes it stays in the run
+    /// (`None`, the cursor after it); with escapes it is decoded by serde_json and returned
+    /// with where its closing quote is, the cursor left on its opening quote.
+    fn string(&mut self) -> Result<Option<(String, usize)>, Invalid> {
         let open = self.pos;
         let contents = open + 1;
         let rest = &self.input[contents..];
-        let len = plain_run(rest);
+        let (len, ascii) = self.scan.plain(rest);
         match rest.get(len) {
             Some(b'"') => {
-                let text = &rest[..len];
-                if !text.is_ascii() {
-                    std::str::from_utf8(text).map_err(|_| Invalid)?;
+                if !ascii {
+                    std::str::from_utf8(&rest[..len]).map_err(|_| Invalid)?;
                 }
                 self.pos = contents + len + 1;
-                Ok(Text::Verbatim(text))
+                Ok(None)
             }
-            Some(b'\\') => self.escaped_string(open),
+            Some(b'\\') => {
+                // Find the closing quote, skipping the character after each backslash.
+                let mut i = contents + len;
+                loop {
+                    match *self.input.get(i).ok_or(Invalid)? {
+                        b'\\' => i += 2,
+                        b'"' => break,
+                        _ => i += 1,
+                    }
+                }
+                let text = serde_json::from_slice(&self.input[open..=i]).map_err(|_| Invalid)?;
+                Ok(Some((text, i)))
+            }
             // A control character, or the end of the body.
             _ => Err(Invalid),
         }
     }
 
-    /// A string with escapes, decoded by serde_json: finds its closing quote (skipping the
-    /// character after each backslash), then parses the quoted token.
-    fn escaped_string(&mut self, open: usize) -> Result<Text<'a>, Invalid> {
-        let mut i = open + 1;
-        loop {
-            match *self.input.get(i).ok_or(Invalid)? {
-                b'\\' => i += 2,
-                b'"' => break,
-                _ => i += 1,
-            }
-        }
-        let text: String = serde_json::from_slice(&self.input[open..=i]).map_err(|_| Invalid)?;
-        self.pos = i + 1;
-        Ok(Text::Decoded(text))
+    /// Writes a decoded string as serde_json writes it, in place of its escaped text in the
+    /// input (the cursor on its opening quote, `close` its closing one).
+    fn write_decoded(&mut self, text: &str, close: usize) {
+        self.cut();
+        // Writing a string to a `Vec` cannot fail.
+        let _ = serde_json::to_writer(&mut self.out, text);
+        self.pos = close + 1;
+        self.run = self.pos;
     }
 
-    fn write_string(&mut self, text: &Text<'_>) {
-        match text {
-            // No quote, backslash or control character: serde_json would write it unchanged.
-            Text::Verbatim(bytes) => {
-                self.out.push(b'"');
-                self.out.extend_from_slice(bytes);
-                self.out.push(b'"');
-            }
-            // Writing a string to a `Vec` cannot fail.
-            Text::Decoded(text) => {
-                let _ = serde_json::to_writer(&mut self.out, text);
-            }
-        }
-    }
-
-    /// Reads a number: the longest run of number characters, which serde_json must accept
-    /// whole (a number followed by any of them is invalid in the document too).
+    /// Reads a number. An integer (the common case) stays in the run; anything else is the
+    /// longest run of number characters, which must be a number whole (a number followed by
+    /// any of them is invalid in the document too), written in its canonical form.
     fn number(&mut self) -> Parsed {
+        let input = self.input;
         let start = self.pos;
-        let len = self.input[start..]
-            .iter()
-            .position(|b| !matches!(b, b'0'..=b'9' | b'-' | b'+' | b'.' | b'e' | b'E'))
-            .unwrap_or(self.input.len() - start);
-        let token = &self.input[start..start + len];
-        self.pos = start + len;
-        if self.version == Version::V2 {
-            return write_exact(&mut self.out, token);
+        let digits = start + usize::from(input[start] == b'-');
+        let mut end = digits;
+        while let Some(b'0'..=b'9') = input.get(end) {
+            end += 1;
         }
-        if is_word_integer(token) {
-            self.out.extend_from_slice(token);
+        let integer = end > digits
+            && (input[digits] != b'0' || end == digits + 1)
+            && !matches!(input.get(end), Some(b'.' | b'e' | b'E' | b'+' | b'-'));
+        if integer && (self.version == Version::V2 || number::is_word_integer(&input[start..end])) {
+            self.pos = end;
             return Ok(());
         }
-        let mut de = serde_json::Deserializer::from_slice(token);
-        let number = de.deserialize_any(NumberVisitor).map_err(|_| Invalid)?;
-        de.end().map_err(|_| Invalid)?;
-        match number {
-            // `Display`, as serde_json's `Value` writes a number.
-            Some(number) => {
-                let _ = write!(self.out, "{number}");
-            }
-            None => self.out.extend_from_slice(b"null"),
-        }
-        Ok(())
-    }
-}
-
-/// How many bytes `text` starts with that are neither a quote, a backslash nor a control
-/// character: eight at a time, then one at a time from the eight that hold the first of them.
-fn plain_run(text: &[u8]) -> usize {
-    const ONES: u64 = u64::from_ne_bytes([0x01; 8]);
-    const HIGH: u64 = u64::from_ne_bytes([0x80; 8]);
-    // Whether some byte of `word` is zero. It never misses one, and says only whether there is
-    // one: the bytes are then read one at a time.
-    let has_zero = |word: u64| word.wrapping_sub(ONES) & !word & HIGH != 0;
-    let mut start = 0;
-    while let Some(chunk) = text[start..].first_chunk::<8>() {
-        let word = u64::from_ne_bytes(*chunk);
-        // A byte below 0x20 borrows through `- 0x20` and had its high bit clear.
-        let control = word.wrapping_sub(ONES * 0x20) & !word & HIGH != 0;
-        if control
-            || has_zero(word ^ (ONES * u64::from(b'"')))
-            || has_zero(word ^ (ONES * u64::from(b'\\')))
-        {
-            break;
-        }
-        start += 8;
-    }
-    start
-        + text[start..]
+        let len = input[start..]
             .iter()
-            .position(|&b| matches!(b, b'"' | b'\\' | 0..=0x1f))
-            .unwrap_or(text.len() - start)
-}
-
-/// Writes a number token's exact canonical form (V2): an integer as it is written, any other
-/// number as `[-]<significant digits>e<exponent>` with no leading or trailing zero in the digits
-/// (zero is `0e0`, keeping its sign). The two forms never meet: only the second has an `e`.
-/// Refuses what the JSON grammar refuses, and exponents beyond 18 digits, as written or as the
-/// form would write them (such a document is then hashed byte for byte, which is exact too), so
-/// that every form this writes reads back as itself.
-fn write_exact(out: &mut Vec<u8>, token: &[u8]) -> Parsed {
-    let digits = |text: &[u8]| text.iter().take_while(|b| b.is_ascii_digit()).count();
-    let (negative, unsigned) = match token.strip_prefix(b"-") {
-        Some(rest) => (true, rest),
-        None => (false, token),
-    };
-    let (integer, rest) = unsigned.split_at(digits(unsigned));
-    if integer.is_empty() || integer.len() > 1 && integer[0] == b'0' {
-        return Err(Invalid);
-    }
-    let (fraction, rest) = match rest.strip_prefix(b".") {
-        Some(after) if digits(after) > 0 => after.split_at(digits(after)),
-        Some(_) => return Err(Invalid),
-        None => (&rest[..0], rest),
-    };
-    let exponent = match rest {
-        [] => None,
-        [b'e' | b'E', rest @ ..] => Some(exponent(rest)?),
-        _ => return Err(Invalid),
-    };
-    let Some(exponent) = exponent.or((!fraction.is_empty()).then_some(0)) else {
-        // An integer: the grammar allows one spelling of it.
-        out.extend_from_slice(token);
-        return Ok(());
-    };
-    let all = || integer.iter().chain(fraction).copied();
-    let leading = all().take_while(|&b| b == b'0').count();
-    let total = integer.len() + fraction.len();
-    if negative {
-        out.push(b'-');
-    }
-    if leading == total {
-        out.extend_from_slice(b"0e0");
-        return Ok(());
-    }
-    let trailing = all().rev().take_while(|&b| b == b'0').count();
-    out.extend(all().skip(leading).take(total - leading - trailing));
-    // Digits `d` of the mantissa stand for d * 10^(exponent - fraction + trailing).
-    let scale = i128::from(exponent) - fraction.len() as i128 + trailing as i128;
-    // Within 18 digits it fits an `i64`, whose formatting is far cheaper than an `i128`'s.
-    let Ok(scale) = i64::try_from(scale) else {
-        return Err(Invalid);
-    };
-    if scale.unsigned_abs() > MAX_EXPONENT {
-        return Err(Invalid);
-    }
-    out.push(b'e');
-    out.extend_from_slice(itoa::Buffer::new().format(scale).as_bytes());
-    Ok(())
-}
-
-/// A number's exponent after its `e`: an optional sign, then at least one digit, at most 18 once
-/// leading zeros are dropped.
-fn exponent(text: &[u8]) -> Result<i64, Invalid> {
-    let (negative, digits) = match text {
-        [b'-', rest @ ..] => (true, rest),
-        [b'+', rest @ ..] => (false, rest),
-        _ => (false, text),
-    };
-    if digits.is_empty() || !digits.iter().all(u8::is_ascii_digit) {
-        return Err(Invalid);
-    }
-    let significant = &digits[digits.iter().take_while(|&&b| b == b'0').count()..];
-    if significant.len() > 18 {
-        return Err(Invalid);
-    }
-    let value = significant
-        .iter()
-        .fold(0i64, |value, &digit| value * 10 + i64::from(digit - b'0'));
-    Ok(if negative { -value } else { value })
-}
-
-/// The largest exponent a canonical number is written with: 18 digits.
-const MAX_EXPONENT: u64 = 999_999_999_999_999_999;
-
-/// Whether `token` is an integer serde_json reads as a `u64` or a negative `i64` and writes
-/// back digit for digit: no leading zero, at most 19 digits (18 when negative), not `-0` (which
-/// serde_json reads as the float `-0.0`).
-fn is_word_integer(token: &[u8]) -> bool {
-    let (digits, max) = match token.strip_prefix(b"-") {
-        Some(digits) => (digits, 18),
-        None => (token, 19),
-    };
-    match digits {
-        [b'0'] => digits.len() == token.len(),
-        [b'1'..=b'9', rest @ ..] => digits.len() <= max && rest.iter().all(u8::is_ascii_digit),
-        _ => false,
+            .position(|b| !matches!(b, b'0'..=b'9' | b'-' | b'+' | b'.' | b'e' | b'E'))
+            .unwrap_or(input.len() - start);
+        let token = &input[start..start + len];
+        self.cut();
+        self.pos = start + len;
+        self.run = self.pos;
+        match self.version {
+            Version::V2 => number::write_exact(&mut self.out, token),
+            Version::V1 => number::write_v1(&mut self.out, token),
+        }
     }
 }
 
-/// A number as serde_json parses it; a float that is not finite would be `null`, as in a
-/// `Value`.
-struct NumberVisitor;
-
-impl Visitor<'_> for NumberVisitor {
-    type Value = Option<serde_json::Number>;
-
-    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("a JSON number")
-    }
-    fn visit_u64<E>(self, v: u64) -> Result<Self::Value, E> {
-        Ok(Some(v.into()))
-    }
-    fn visit_i64<E>(self, v: i64) -> Result<Self::Value, E> {
-        Ok(Some(v.into()))
-    }
-    fn visit_f64<E>(self, v: f64) -> Result<Self::Value, E> {
-        Ok(serde_json::Number::from_f64(v))
-    }
-}
-
+#[cfg(test)]
+mod differential;
 #[cfg(test)]
 mod exact;
 #[cfg(test)]

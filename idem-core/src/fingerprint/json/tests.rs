@@ -8,7 +8,7 @@ use super::previous;
 use crate::fingerprint::Version;
 
 fn canonical(input: &[u8]) -> Option<Vec<u8>> {
-    super::canonical(input, Version::V1)
+    super::canonical(input, Version::V1).map(super::Canonical::into_vec)
 }
 
 fn same(input: &[u8]) {
@@ -101,29 +101,6 @@ fn edge_cases_match_the_previous_release() {
     ];
     for case in cases {
         same(case);
-    }
-}
-
-#[test]
-fn strings_end_at_the_first_quote_backslash_or_control_character_wherever_it_is() {
-    for len in 0..40 {
-        for special in [b'"', b'\\', 0x00, 0x1f, b'\n'] {
-            for at in 0..=len {
-                // Bytes on either side of every class boundary the scan tests: 0x1f/0x20,
-                // '"'/'#', '\\'/']', high bytes.
-                let mut text: Vec<u8> = (0..len)
-                    .map(|i| [b' ', b'#', b']', b'!', 0xc3, 0x7f, b'['][i % 7])
-                    .collect();
-                if at < len {
-                    text[at] = special;
-                }
-                let expected = text
-                    .iter()
-                    .position(|&b| matches!(b, b'"' | b'\\' | 0..=0x1f))
-                    .unwrap_or(len);
-                assert_eq!(super::plain_run(&text), expected, "{text:?}");
-            }
-        }
     }
 }
 
