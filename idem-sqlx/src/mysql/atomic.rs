@@ -30,6 +30,10 @@ impl MySqlStore {
         token: LeaseToken,
         completion: Completion<'_>,
     ) -> Result<Fence, StoreError> {
+        // Nothing of the transaction commits; the engine answers as for any refused result.
+        if let Some(too_large) = self.too_large(&completion) {
+            return Err(too_large);
+        }
         let release = format!("RELEASE SAVEPOINT {SAVEPOINT}");
         if let Err(error) = conn.execute(sqlx::AssertSqlSafe(release)).await {
             if error_number(&error) == Some(NO_SUCH_SAVEPOINT) {

@@ -46,6 +46,11 @@ use schema::{Names, migrate};
 /// of 5 s, so a locked records table fails the statement on the server too, not only in the
 /// engine's deadline (`Builder::store_timeout`), which answers 503 first.
 ///
+/// **Sizes.** Text the engine hands over is kept as bytes of any length. A completion is one
+/// statement, which the server refuses past its `max_allowed_packet`: the store reads it when
+/// built and offers the engine that limit (less 1 KiB) as its largest payload, so a larger
+/// answer is never sent to the server to fail there every time.
+///
 /// **Atomic mode** (`Tx<sqlx::MySql>`): the claim commits on its own, then the handler's writes
 /// and the record's completion commit in one transaction on this database (two commits). InnoDB
 /// ends a whole transaction when it picks it as a deadlock victim, and the session goes on in
@@ -201,9 +206,15 @@ impl MySqlStoreBuilder {
     pub async fn build(self) -> Result<MySqlStore, StoreError> {
         let names = Names::new(self.database, self.table)?;
         migrate(&self.pool, &names).await?;
+        let (packet,): (u64,) = sqlx::query_as("SELECT @@max_allowed_packet")
+            .fetch_one(&self.pool)
+            .await
+            .map_err(StoreError::unavailable)?;
+        let mut sql = Statements::new(&names);
+        sql.payload_limit = payload_limit(packet);
         Ok(MySqlStore {
             pool: self.pool,
-            sql: Arc::new(Statements::new(&names)),
+            sql: Arc::new(sql),
         })
     }
 }
@@ -213,6 +224,9 @@ impl MySqlStoreBuilder {
 struct Statements {
     database: Option<String>,
     table: String,
+    /// The largest payload a completion can carry: [`payload_limit`] of the server's
+    /// `max_allowed_packet`, read when the store was built.
+    payload_limit: usize,
     insert: Positional,
     read: Positional,
     take: Positional,
@@ -253,6 +267,7 @@ impl Statements {
         Self {
             database: names.database.clone(),
             table: names.table.clone(),
+            payload_limit: payload_limit(u64::MAX),
             insert: render(INSERT),
             read: render(READ),
             take: render(TAKE),
@@ -342,6 +357,17 @@ DELETE FROM {records}
 WHERE state = 'completed' AND expires_at > $1 AND {filter}
 ORDER BY created_at, {key} LIMIT $9";
 
+/// What a completion's statement carries beside the payload (the key, five integers, the
+/// packet's framing: under 200 bytes), with room to spare.
+const COMPLETION_OVERHEAD: u64 = 1024;
+
+/// The largest payload a completion can send to a server whose `max_allowed_packet` is
+/// `packet`: the server refuses a longer statement (error 1153) and drops the connection, so a
+/// larger payload could never be stored, and its completion would fail every time.
+fn payload_limit(packet: u64) -> usize {
+    usize::try_from(packet.saturating_sub(COMPLETION_OVERHEAD)).unwrap_or(usize::MAX)
+}
+
 /// MySQL's number for an error: 1062 duplicate key, 1213 deadlock, 1205 lock wait timeout.
 fn error_number(error: &sqlx::Error) -> Option<u16> {
     error
@@ -387,6 +413,12 @@ mod tests {
             assert!(!statement.sql.contains('{'), "{}", statement.sql);
             assert!(!statement.sql.contains('$'), "{}", statement.sql);
         }
+    }
+
+    #[test]
+    fn a_completion_fits_in_the_servers_packet() {
+        assert_eq!(payload_limit(16 << 20), (16 << 20) - 1024);
+        assert_eq!(payload_limit(512), 0);
     }
 
     #[test]

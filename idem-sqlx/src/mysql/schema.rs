@@ -71,15 +71,16 @@ fn quote(what: &'static str, name: &str) -> Result<String, StoreError> {
 /// The schema, in order, as templates over [`Names`]. Never edit a shipped migration: add the
 /// next one.
 ///
-/// Text the engine hands over (operation, scope, scope value) is kept as bytes (`BLOB`), so
+/// Text the engine hands over (operation, scope, scope value) is kept as bytes (`BLOB`, then `LONGBLOB`), so
 /// comparing it is comparing bytes, as [`RecordFilter::matches`](idem_core::store::records::RecordFilter::matches)
 /// does: no collation folds case or ignores trailing spaces.
-const MIGRATIONS: &[Migration] = &[Migration {
-    version: 1,
-    description: "create the records table",
-    // `owners` counts the requests that held the record since it was (re)created: more than
-    // one means a lapsed lease was taken over.
-    sql: "\
+const MIGRATIONS: &[Migration] = &[
+    Migration {
+        version: 1,
+        description: "create the records table",
+        // `owners` counts the requests that held the record since it was (re)created: more than
+        // one means a lapsed lease was taken over.
+        sql: "\
 CREATE TABLE IF NOT EXISTS {records} (
     `key`        BINARY(32)  NOT NULL,
     fingerprint  BINARY(32)  NOT NULL,
@@ -100,7 +101,21 @@ CREATE TABLE IF NOT EXISTS {records} (
     CHECK (state IN ('in_flight', 'completed')),
     CHECK ((state = 'completed') = (response IS NOT NULL))
 ) ENGINE = InnoDB",
-}];
+    },
+    Migration {
+        version: 2,
+        description: "keep operations, scopes and scope values of any length",
+        // A `BLOB` holds 64 KiB: a longer scope value failed every claim of its key (strict mode)
+        // or was cut short (otherwise). PostgreSQL's `text` keeps them whole; so does a `LONGBLOB`,
+        // up to the server's `max_allowed_packet` for the whole statement. Running it twice is
+        // harmless.
+        sql: "\
+ALTER TABLE {records}
+    MODIFY operation   LONGBLOB NOT NULL,
+    MODIFY scope       LONGBLOB NOT NULL,
+    MODIFY scope_value LONGBLOB NOT NULL",
+    },
+];
 
 /// The named lock serialising migrations of one database's store tables.
 fn lock_name(names: &Names) -> String {

@@ -89,6 +89,30 @@ impl MySqlStore {
     }
 }
 
+impl MySqlStore {
+    /// The refusal of a payload the server could not take in one statement, if it is one.
+    pub(super) fn too_large(&self, completion: &Completion<'_>) -> Option<StoreError> {
+        let (size, limit) = (completion.payload.len(), self.sql.payload_limit);
+        (size > limit).then_some(StoreError::TooLarge { size, limit })
+    }
+
+    /// Refuses a completion whose payload is `too_large`, as the contract says: the record stays
+    /// in flight, its lease extended to its expiry, so no retry runs the operation again before
+    /// then. Fenced like any completion: `Fence::Lost` when `token` no longer owns the record.
+    async fn refuse(
+        &self,
+        key: &RecordKey,
+        token: LeaseToken,
+        completion: &Completion<'_>,
+        too_large: StoreError,
+    ) -> Result<Fence, StoreError> {
+        match self.renew(key, token, completion.expires_at).await? {
+            Fence::Held => Err(too_large),
+            Fence::Lost => Ok(Fence::Lost),
+        }
+    }
+}
+
 /// Whether a claim may take `row`: expired, or in flight under a lapsed lease of the same
 /// request (the fingerprint).
 fn claimable(row: &HeldRow, req: &ClaimRequest<'_>) -> bool {
@@ -155,6 +179,9 @@ impl Store for MySqlStore {
         token: LeaseToken,
         completion: Completion<'_>,
     ) -> Result<Fence, StoreError> {
+        if let Some(too_large) = self.too_large(&completion) {
+            return self.refuse(key, token, &completion, too_large).await;
+        }
         let mut attempt = 0;
         loop {
             match self.complete_with(&self.pool, key, token, completion).await {
@@ -207,6 +234,7 @@ impl Store for MySqlStore {
 
     fn offer_capabilities(self: &std::sync::Arc<Self>, capabilities: &mut Capabilities) {
         capabilities.offer_admin(self.clone());
+        capabilities.limit_payload(self.sql.payload_limit);
         crate::atomic::offer::<sqlx::MySql>(capabilities, self.clone());
     }
 }

@@ -17,7 +17,7 @@ use super::{
 };
 
 /// How many migrations the store ships.
-const MIGRATIONS: i64 = 1;
+const MIGRATIONS: i64 = 2;
 
 async fn count(pool: &MySqlPool, sql: String) -> i64 {
     sqlx::query_scalar(AssertSqlSafe(sql))
