@@ -6,7 +6,12 @@
 //! is stored: no row, no record, so a retry runs again and the key stays free for a good
 //! request. The layer is also run on SQLite, whose table declares the same limits, and with a
 //! body that is not UTF-8. The gRPC face's case is `grpc/atomic.rs`'s. A scope value PostgreSQL
-//! cannot keep is refused before the claim, as no caller (`401`), on every face.
+//! cannot keep is refused before the claim, as no caller (`401`), on every face and on MySQL too.
+//!
+//! MySQL (MariaDB here) keeps a NUL in text, and fails only the statement, not the transaction,
+//! on a number out of range: the first answer is PostgreSQL's (`400 invalid_value`), and the
+//! layer's default releases it as there; the attribute stores that 400 with the transaction's
+//! other writes, so its retry replays it (`mysql_...`).
 //!
 //! ```text
 //! cargo test -p idem-tests --test bad_values
@@ -22,7 +27,7 @@ use axum::routing::post;
 use axum::{Json, Router};
 use http_body_util::BodyExt;
 use idem_runtime::store::records::RecordFilter;
-use idem_runtime::store::{PostgresStore, SqliteStore};
+use idem_runtime::store::{MySqlStore, PostgresStore, SqliteStore};
 use idem_runtime::{Idempotency, IdempotencyLayer, OperationError, Outcome, Tx, idempotent};
 use idem_tests::{Calls, TestStore};
 use serde_json::{Value, json};
@@ -31,10 +36,12 @@ use tower::ServiceExt;
 
 /// What PostgreSQL refuses to store, as request bodies.
 fn bad_bodies() -> [Value; 2] {
-    [
-        json!({ "name": "a\u{0}b", "quantity": 1 }),
-        json!({ "name": "a", "quantity": 1_i64 << 40 }),
-    ]
+    [json!({ "name": "a\u{0}b", "quantity": 1 }), out_of_range()]
+}
+
+/// A quantity out of a 32-bit integer's range: refused by every database here.
+fn out_of_range() -> Value {
+    json!({ "name": "a", "quantity": 1_i64 << 40 })
 }
 
 /// The application's table, in the store's schema.
@@ -55,7 +62,7 @@ struct App {
 /// `create` answers `201`, or `400 invalid_value` for a value the database refuses; `handler`
 /// is `create` as a plain handler, for the layer.
 macro_rules! items_on {
-    ($module:ident, $db:ty, $store:ty, $table:expr, $ddl:literal, $endpoints:expr) => {
+    ($module:ident, $db:ty, $store:ty, $table:expr, $ddl:literal, $endpoints:expr, $values:literal) => {
         mod $module {
             use super::*;
 
@@ -108,7 +115,7 @@ macro_rules! items_on {
                 items: &Items,
                 body: &Value,
             ) -> Result<(), sqlx::Error> {
-                let insert = format!("INSERT INTO {} (name, quantity) VALUES ($1, $2)", items.0);
+                let insert = format!("INSERT INTO {} (name, quantity) VALUES {}", items.0, $values);
                 sqlx::query(AssertSqlSafe(insert))
                     .bind(body["name"].as_str().unwrap_or_default())
                     .bind(body["quantity"].as_i64().unwrap_or_default())
@@ -143,7 +150,8 @@ items_on!(
     PostgresStore,
     |store: &PostgresStore| format!("{}.items", store.schema()),
     "CREATE TABLE {items} (name text NOT NULL, quantity integer NOT NULL)",
-    "bad_values"
+    "bad_values::postgres_endpoints",
+    "($1, $2)"
 );
 // SQLite keeps a NUL in text and 64-bit integers: the table declares PostgreSQL's limits.
 items_on!(
@@ -155,10 +163,22 @@ items_on!(
         name TEXT NOT NULL CHECK (instr(CAST(name AS BLOB), x'00') = 0),
         quantity INTEGER NOT NULL CHECK (quantity BETWEEN -2147483648 AND 2147483647)
     )",
-    // Not the attribute's endpoints, which take a PostgreSQL transaction.
-    "bad_values::sqlite"
+    // Not the attribute's endpoints, which take a PostgreSQL or MySQL transaction.
+    "bad_values::sqlite",
+    "($1, $2)"
 );
-use postgres::{create, harness, insert, rows};
+// MariaDB keeps a NUL in `TEXT`; a number out of `INT`'s range fails its statement (strict mode,
+// the server's default), not the transaction.
+items_on!(
+    mysql,
+    sqlx::MySql,
+    MySqlStore,
+    |_: &MySqlStore| "items".to_owned(),
+    "CREATE TABLE {items} (name TEXT NOT NULL, quantity INT NOT NULL)",
+    "bad_values::mysql_endpoints",
+    "(?, ?)"
+);
+use postgres::{harness, insert, rows};
 
 /// Whether the database refused a value: PostgreSQL's SQLSTATE class 22 (data exception), or
 /// a `CHECK` constraint (how the SQLite table declares PostgreSQL's limits).
@@ -170,25 +190,38 @@ fn is_bad_value(error: &sqlx::Error) -> bool {
         || error.kind() == sqlx::error::ErrorKind::CheckViolation
 }
 
-#[idempotent(scope = "global", commits = "one")]
-async fn one_commit(
-    State(items): State<Items>,
-    State(runs): State<Calls>,
-    mut tx: Tx<Postgres>,
-    Json(body): Json<Value>,
-) -> Response {
-    create(&mut tx, &items, &runs, &body).await
+/// The attribute's endpoints on `$db`, with one commit and with two, writing with `$module`.
+macro_rules! endpoints_on {
+    ($endpoints:ident, $module:ident, $db:ty) => {
+        mod $endpoints {
+            use super::*;
+
+            #[idempotent(scope = "global", commits = "one")]
+            pub(crate) async fn one_commit(
+                State(items): State<Items>,
+                State(runs): State<Calls>,
+                mut tx: Tx<$db>,
+                Json(body): Json<Value>,
+            ) -> Response {
+                $module::create(&mut tx, &items, &runs, &body).await
+            }
+
+            #[idempotent(scope = "global", commits = "two")]
+            pub(crate) async fn two_commits(
+                State(items): State<Items>,
+                State(runs): State<Calls>,
+                mut tx: Tx<$db>,
+                Json(body): Json<Value>,
+            ) -> Response {
+                $module::create(&mut tx, &items, &runs, &body).await
+            }
+        }
+    };
 }
 
-#[idempotent(scope = "global", commits = "two")]
-async fn two_commits(
-    State(items): State<Items>,
-    State(runs): State<Calls>,
-    mut tx: Tx<Postgres>,
-    Json(body): Json<Value>,
-) -> Response {
-    create(&mut tx, &items, &runs, &body).await
-}
+endpoints_on!(postgres_endpoints, postgres, Postgres);
+endpoints_on!(mysql_endpoints, mysql, sqlx::MySql);
+use postgres_endpoints::{one_commit, two_commits};
 
 async fn post_item(router: &Router, path: &str, key: &str, body: &Value) -> (StatusCode, Value) {
     post_bytes(router, path, key, body.to_string().into_bytes()).await
@@ -276,10 +309,22 @@ async fn the_programmatic_api_returns_the_operations_error_and_stores_nothing() 
 /// scopes the engine resolves as the attribute's.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_scope_value_with_a_nul_byte_is_401_not_retryable() {
-    let (store, app) = harness().await;
+    a_nul_scope_value_is_refused(harness().await).await;
+}
+
+/// The same on MySQL, whose records could keep a NUL: every store gives the same answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_scope_value_with_a_nul_byte_is_401_on_mysql_too() {
+    a_nul_scope_value_is_refused(mysql::harness().await).await;
+}
+
+async fn a_nul_scope_value_is_refused<S: TestStore>((store, app): (S, App)) {
     let idem = Idempotency::builder()
         .store(store.clone())
         .scope("tenant", |_| Some("acme\u{0}admin".to_owned()))
+        // The layer's route alone: none of the attribute's endpoints, which take one database's
+        // transaction or the other's.
+        .endpoints_under("bad_values::layer")
         .build()
         .unwrap();
     let runs = app.runs.clone();
@@ -311,7 +356,7 @@ const NOT_UTF8: &[u8] = b"{\"name\": \"a\xff\", \"quantity\": 1}";
 /// `rejections([])` (every 4xx stored, which the aborted transaction refuses). A body that is
 /// not UTF-8 is axum's `400` under the default layer: the handler never runs, nothing is stored.
 macro_rules! through_the_layer {
-    ($test:ident, $module:ident, [$($layer:expr),+ $(,)?]) => {
+    ($test:ident, $module:ident, $bad:expr, [$($layer:expr),+ $(,)?]) => {
         #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
         async fn $test() {
             let (store, app) = $module::harness().await;
@@ -321,7 +366,7 @@ macro_rules! through_the_layer {
                     .route("/items", post($module::handler))
                     .layer(layer(IdempotencyLayer::new(&app.idem)))
                     .with_state(app.clone());
-                for (m, bad) in bad_bodies().iter().enumerate() {
+                for (m, bad) in $bad.iter().enumerate() {
                     let key = format!("layer-{n}-{m}");
                     let (before, stored) = (app.runs.get(), records(&app.idem).await);
                     for attempt in 1..=2 {
@@ -357,11 +402,20 @@ macro_rules! through_the_layer {
 through_the_layer!(
     the_layer_answers_400_and_stores_nothing_on_postgres,
     postgres,
+    bad_bodies(),
     [|layer| layer, |layer| layer.rejections([])]
 );
 through_the_layer!(
     the_layer_answers_400_and_stores_nothing_on_sqlite,
     sqlite,
+    bad_bodies(),
+    [|layer| layer]
+);
+// A 400 the layer keeps (`rejections([])`) is stored on MySQL: `mysql_...` below.
+through_the_layer!(
+    the_layer_answers_400_and_stores_nothing_on_mysql,
+    mysql,
+    [out_of_range()],
     [|layer| layer]
 );
 
@@ -369,4 +423,83 @@ through_the_layer!(
 async fn records(idem: &Idempotency) -> usize {
     let listed = idem.records().list(&RecordFilter::new(), 100).await;
     listed.unwrap().len()
+}
+
+/// On MySQL, the attribute's endpoints (`commits = "one"` commits twice there). MariaDB keeps a
+/// NUL in `TEXT`: that request is an ordinary one (201, replayed, the name read back byte for
+/// byte). A number out of `INT`'s range is refused (SQLSTATE 22003) but, unlike PostgreSQL,
+/// MySQL fails only that statement and the transaction goes on: the handler's `400` is a 4xx
+/// like any other, stored with the transaction's writes (none here) and replayed. The first
+/// answer is PostgreSQL's, `400 invalid_value`, never a 503; a retry gets it again without
+/// running; the key then holds that answer, so another body under it is 422 where PostgreSQL,
+/// having stored nothing, would run it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mysql_keeps_a_nul_and_stores_the_400_of_a_number_out_of_range() {
+    let (store, app) = mysql::harness().await;
+    let router = Router::new()
+        .route("/one", post(mysql_endpoints::one_commit))
+        .route("/two", post(mysql_endpoints::two_commits))
+        .with_state(app.clone());
+    let good = json!({ "name": "a", "quantity": 1 });
+    for path in ["/one", "/two"] {
+        let nul = json!({ "name": "a\u{0}b", "quantity": 1 });
+        let before = app.runs.get();
+        for _ in 0..2 {
+            let (status, body) = post_item(&router, path, &format!("{path}-nul"), &nul).await;
+            assert_eq!((status, &body), (StatusCode::CREATED, &nul), "{path}");
+        }
+        assert_eq!(app.runs.get(), before + 1, "{path}: the retry replayed");
+        let names: Vec<Vec<u8>> = sqlx::query_scalar("SELECT CAST(name AS BINARY) FROM items")
+            .fetch_all(store.pool())
+            .await
+            .unwrap();
+        assert_eq!(names, [b"a\0b".to_vec()], "{path}: kept byte for byte");
+        mysql::clear(&store, &app.items).await;
+
+        let key = format!("{path}-range");
+        let before = app.runs.get();
+        for _ in 0..2 {
+            let (status, body) = post_item(&router, path, &key, &out_of_range()).await;
+            assert_eq!(status, StatusCode::BAD_REQUEST, "{path}: {body}");
+            assert_eq!(body["code"], "invalid_value", "{path}");
+        }
+        assert_eq!(
+            app.runs.get(),
+            before + 1,
+            "{path}: the stored 400 replayed"
+        );
+        assert_eq!(mysql::rows(&store, &app.items).await, 0, "{path}");
+        let (status, body) = post_item(&router, path, &key, &good).await;
+        assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{path}: {body}");
+    }
+    store.discard().await;
+}
+
+/// On MySQL, the programmatic API: a closure that returns the database's refusal gets it back,
+/// its transaction rolled back and nothing stored, as on PostgreSQL; a NUL is kept.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mysql_the_programmatic_api_returns_the_operations_error_and_stores_nothing() {
+    let (store, app) = mysql::harness().await;
+    let run = |key: &str, body: Value| {
+        let items = app.items.clone();
+        app.idem.operation("bad_values::create").run_atomic(
+            key.to_owned(),
+            body,
+            move |mut tx: Tx<sqlx::MySql>, body: Value| async move {
+                mysql::insert(&mut tx, &items, &body).await
+            },
+        )
+    };
+    let refused = run("range", out_of_range()).await;
+    assert!(
+        matches!(&refused, Err(OperationError::Failed(e)) if is_bad_value(e)),
+        "{refused:?}"
+    );
+    assert_eq!(mysql::rows(&store, &app.items).await, 0);
+    let good = run("range", json!({ "name": "a", "quantity": 1 })).await;
+    assert!(matches!(good, Ok(Outcome::Fresh(()))), "{good:?}");
+    let nul = run("nul", json!({ "name": "a\u{0}b", "quantity": 1 })).await;
+    assert!(matches!(nul, Ok(Outcome::Fresh(()))), "{nul:?}");
+    assert_eq!(mysql::rows(&store, &app.items).await, 2);
+    store.discard().await;
 }

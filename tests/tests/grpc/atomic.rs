@@ -145,7 +145,8 @@ async fn postgres() -> (Bank, sqlx::PgPool) {
 
 async fn mysql() -> (Bank, MySqlStore) {
     let store = idem_tests::mysql::mysql_store().await;
-    sqlx::raw_sql("CREATE TABLE transfers (id BIGINT NOT NULL, note TEXT NOT NULL)")
+    // `note` is short, so that a long one is a value MySQL refuses (`mysql_...refuses`).
+    sqlx::raw_sql("CREATE TABLE transfers (id BIGINT NOT NULL, note VARCHAR(32) NOT NULL)")
         .execute(store.pool())
         .await
         .unwrap();
@@ -270,4 +271,51 @@ async fn postgres_a_value_the_database_refuses_is_invalid_argument_and_stores_no
             .await
             .unwrap();
     }
+}
+
+/// On MySQL: a NUL in text is kept (MariaDB's `TEXT` and `VARCHAR` take it), an ordinary call.
+/// A note longer than its column is refused (SQLSTATE 22001) and the method's `INVALID_ARGUMENT`
+/// reaches the client, never `UNAVAILABLE`; but MySQL fails only that statement, not the
+/// transaction, so that final status is stored like any other and its retry replays it (on
+/// PostgreSQL the aborted transaction stores nothing and the retry runs again).
+#[tokio::test]
+async fn mysql_keeps_a_nul_and_stores_the_invalid_argument_of_a_refused_value() {
+    use idem_tests::TestStore;
+    let (bank, store) = mysql().await;
+    let notes = || async {
+        let select = "SELECT CAST(note AS BINARY) FROM transfers";
+        let notes: Vec<Vec<u8>> = sqlx::query_scalar(select)
+            .fetch_all(store.pool())
+            .await
+            .unwrap();
+        notes
+    };
+    for method in ["two", "one"] {
+        let send = |message: ChargeRequest| bank.send(method, message);
+        let mut nul = charge(&format!("{method}-nul"), 100);
+        nul.outcome = "a\0b".into();
+        let (first, _) = ok(send(nul.clone()).await);
+        let (again, replayed) = ok(send(nul).await);
+        assert!(replayed && first == again, "{method}");
+        assert_eq!(
+            notes().await,
+            [b"a\0b".to_vec()],
+            "{method}: kept byte for byte"
+        );
+
+        let mut long = charge(&format!("{method}-long"), 100);
+        long.outcome = "x".repeat(100);
+        let before = bank.calls.get();
+        for _ in 0..2 {
+            let status = failed(send(long.clone()).await);
+            assert_eq!(status.code(), Code::InvalidArgument, "{method}: {status:?}");
+        }
+        assert_eq!(bank.calls.get(), before + 1, "{method}: the retry replayed");
+        assert_eq!(notes().await.len(), 1, "{method}: nothing of it written");
+        sqlx::raw_sql("DELETE FROM transfers")
+            .execute(store.pool())
+            .await
+            .unwrap();
+    }
+    store.discard().await;
 }
