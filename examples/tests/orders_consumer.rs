@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use harness::{Process, STEP, Topic, order, unique};
+use harness::{MyDatabase, Process, STEP, Topic, order, unique};
 use postgres::PgDatabase;
 
 /// What `postgres.rs` waits at most for each step.
@@ -47,6 +47,9 @@ async fn orders(url: &str) -> BTreeMap<String, Vec<i64>> {
     let query = "SELECT order_id, amount FROM orders ORDER BY id";
     let rows: Vec<(String, i64)> = if url.starts_with("sqlite:") {
         let pool = sqlx::SqlitePool::connect(url).await.expect("open SQLite");
+        sqlx::query_as(query).fetch_all(&pool).await
+    } else if url.starts_with("mysql:") {
+        let pool = sqlx::MySqlPool::connect(url).await.expect("open MySQL");
         sqlx::query_as(query).fetch_all(&pool).await
     } else {
         let pool = sqlx::PgPool::connect(url).await.expect("open PostgreSQL");
@@ -110,14 +113,27 @@ async fn a_publisher_that_retries_gets_each_order_recorded_once() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_consumer_killed_mid_handler_leaves_nothing_and_the_redelivery_records_once() {
+    let db = SqliteFile::new();
+    killed_mid_handler(&db.url()).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_consumer_killed_mid_handler_leaves_nothing_and_the_redelivery_records_once_on_mysql() {
+    let db = MyDatabase::create().await;
+    killed_mid_handler(&db.url).await;
+}
+
+/// A process SIGKILLed while its handler sleeps in its transaction, its row inserted: no row
+/// after the kill; the redelivery, in a new process once the lease lapses, records it once.
+async fn killed_mid_handler(db: &str) {
     use std::os::unix::process::ExitStatusExt;
-    let (topic, db) = (Topic::new(NATS).await, SqliteFile::new());
+    let topic = Topic::new(NATS).await;
     let slow = [
         ("SLOW_MS", "5000"),
         ("IDEM_LEASE_MS", "1500"),
         ("ACK_WAIT_MS", "2000"),
     ];
-    let mut first = start(&topic, &db.url(), &slow).await;
+    let mut first = start(&topic, db, &slow).await;
     topic.publish(Some("kill-1"), &order("o-kill", 7)).await;
     // Delivered and not acked: the handler has inserted its row and sleeps in its transaction.
     topic.wait_in_hand(1).await;
@@ -129,14 +145,14 @@ async fn a_consumer_killed_mid_handler_leaves_nothing_and_the_redelivery_records
         first.output()
     );
     assert!(
-        orders(&db.url()).await.is_empty(),
+        orders(db).await.is_empty(),
         "the uncommitted row survived the kill"
     );
 
     let lease = [("IDEM_LEASE_MS", "1500")];
-    let second = Process::start(&vars(&topic, &db.url(), &lease));
+    let second = Process::start(&vars(&topic, db, &lease));
     topic.wait_drained(STEP).await;
-    assert_once(&orders(&db.url()).await, ["o-kill".to_owned()]);
+    assert_once(&orders(db).await, ["o-kill".to_owned()]);
     second.assert_said("order recorded");
 }
 

@@ -1,22 +1,21 @@
-//! [`RabbitConsumer`]: consumes a queue on a lapin channel, its prefetch set to the concurrency,
-//! each message processed once per key, until told to stop.
+//! [`RabbitConsumer`]: consumes a queue, its prefetch set to the concurrency, each message
+//! processed once per key, until told to stop; on a channel it is given, or on channels it opens
+//! again whenever the connection is lost.
 
 use std::future::Future;
-use std::sync::Arc;
 use std::time::Duration;
 
-use futures_util::{FutureExt, StreamExt};
 use idem_consumer::{ConsumeError, Core, Counts, Options, Work};
 use lapin::Channel;
-use lapin::options::{BasicCancelOptions, BasicConsumeOptions, BasicNackOptions, BasicQosOptions};
-use lapin::types::FieldTable;
-use tokio::task::JoinSet;
 
+use crate::consume::{Consuming, Ended};
 use crate::message::RabbitDelivery;
-use crate::process::process;
 
-/// How long a stop waits for the broker to end the consumption it cancelled.
-const CANCEL_WAIT: Duration = Duration::from_secs(5);
+/// The first pause before opening a channel again after one was lost; each failed attempt
+/// doubles it, up to [`RECONNECT_MAX`].
+const RECONNECT_FIRST: Duration = Duration::from_millis(200);
+/// The longest pause between two attempts to reconnect.
+const RECONNECT_MAX: Duration = Duration::from_secs(5);
 
 /// An idempotent RabbitMQ consumer: see the [crate](crate) documentation.
 #[derive(Debug, Clone)]
@@ -43,9 +42,13 @@ impl RabbitConsumer {
     /// consumption, requeues what the broker sent after that, lets the messages being
     /// processed finish, and returns the counts. The channel's prefetch is set to the
     /// concurrency. The handler is [`plain`] (its output is stored) or [`atomic`] (handed a
-    /// transaction of the engine's store, idem-runtime's `Tx<Sqlite>` or `Tx<Postgres>`,
-    /// whose writes commit with the key's record, or neither does). It runs at most once per
-    /// key while the key's record lives.
+    /// transaction of the engine's store, idem-runtime's `Tx<Sqlite>`, `Tx<Postgres>` or
+    /// `Tx<MySql>`, whose writes commit with the key's record, or neither does). It runs at
+    /// most once per key while the key's record lives.
+    ///
+    /// A lost channel or connection ends the call with [`ConsumeError::Broker`] once the
+    /// running messages have finished (RabbitMQ requeues the ones they held):
+    /// [`run_reconnecting`](Self::run_reconnecting) opens a new one instead.
     ///
     /// [`plain`]: idem_consumer::plain
     /// [`atomic`]: idem_consumer::atomic
@@ -57,85 +60,96 @@ impl RabbitConsumer {
         stop: impl Future<Output = ()>,
     ) -> Result<Counts, ConsumeError> {
         handler.check(self.core.options())?;
-        self.drive(channel, queue, handler, stop).await
+        let mut consuming = Consuming::new(&self.core, handler, stop);
+        let ended = consuming.on(channel, queue).await;
+        consuming.finish().await;
+        match ended {
+            Ended::Lost(error) => {
+                tracing::warn!(%error, "the consumption ended");
+                Err(ConsumeError::Broker(Box::new(error)))
+            }
+            Ended::Stopped | Ended::Cancelled => Ok(self.core.counts()),
+        }
     }
 
-    /// The consume loop: each delivery processed on a task of its own (the prefetch bounds
-    /// how many); on `stop`, the consumption is cancelled and the running ones finish.
-    async fn drive<W: Work<RabbitDelivery>>(
+    /// Consumes `queue` as [`run`](Self::run) does, on a channel `connect` opens (a
+    /// connection and a channel on it, and whatever the queue needs declared), and opens
+    /// another whenever the channel or its connection is lost (the broker restarted, the
+    /// network failed) or the broker cancelled the consumption: after a pause of 200 ms that
+    /// doubles with each failed attempt up to 5 s, logged at WARN, until one succeeds or
+    /// `stop` completes.
+    ///
+    /// What the lost channel held is requeued by RabbitMQ and delivered again; the messages
+    /// still being processed finish, but their acks cannot reach the broker. A message is
+    /// acked only once its output is stored, so its redelivery finds the key complete (acked,
+    /// not run) or still in flight (handed back until it completes): nothing is processed
+    /// twice. `concurrency` bounds the
+    /// messages processed at once across the old channel and the new.
+    ///
+    /// Fails with [`ConsumeError::Broker`] only when the first `connect` does (the broker
+    /// refuses the credentials, say), before anything is consumed.
+    pub async fn run_reconnecting<W, C, F, E>(
         &self,
-        channel: &Channel,
+        mut connect: C,
         queue: &str,
-        work: W,
+        handler: W,
         stop: impl Future<Output = ()>,
-    ) -> Result<Counts, ConsumeError> {
-        let broker = |error: lapin::Error| ConsumeError::Broker(Box::new(error));
-        let prefetch = u16::try_from(self.core.options().concurrency_limit()).unwrap_or(u16::MAX);
-        channel
-            .basic_qos(prefetch, BasicQosOptions::default())
-            .await
-            .map_err(broker)?;
-        let tag = format!("idem-{}", uuid::Uuid::new_v4());
-        let mut deliveries = channel
-            .basic_consume(
-                queue.into(),
-                tag.as_str().into(),
-                BasicConsumeOptions::default(),
-                FieldTable::default(),
-            )
-            .await
-            .map_err(broker)?;
-        let (options, work) = (Arc::new(self.core.options().clone()), Arc::new(work));
-        let mut running = JoinSet::new();
-        let mut stop = std::pin::pin!(stop.fuse());
-        let mut stopping = false;
-        let mut lost = None;
+    ) -> Result<Counts, ConsumeError>
+    where
+        W: Work<RabbitDelivery>,
+        C: FnMut() -> F,
+        F: Future<Output = Result<Channel, E>>,
+        E: std::error::Error + Send + Sync + 'static,
+    {
+        handler.check(self.core.options())?;
+        let mut consuming = Consuming::new(&self.core, handler, stop);
+        let mut channel = match consuming.unless_stopped(connect()).await {
+            None => return Ok(self.core.counts()),
+            Some(Ok(channel)) => channel,
+            Some(Err(error)) => return Err(ConsumeError::Broker(Box::new(error))),
+        };
         loop {
-            let next = tokio::select! {
-                _ = &mut stop, if !stopping => {
-                    stopping = true;
-                    if let Err(error) = channel.basic_cancel(tag.as_str().into(), BasicCancelOptions::default()).await {
-                        tracing::warn!(%error, "could not cancel the consumption");
-                    }
-                    continue;
-                }
-                next = deliveries.next() => next,
-                _ = tokio::time::sleep(CANCEL_WAIT), if stopping => None,
-            };
-            let delivery = match next {
-                None => break,
-                Some(Ok(delivery)) => delivery,
-                Some(Err(error)) => {
-                    tracing::warn!(%error, "the consumption ended");
-                    lost = Some(error);
-                    break;
-                }
-            };
-            if stopping {
-                // Sent after the stop: back to the queue for another consumer at once.
-                let requeue = BasicNackOptions {
-                    requeue: true,
-                    ..BasicNackOptions::default()
-                };
-                let _ = delivery.acker.nack(requeue).await;
-                continue;
+            match consuming.on(&channel, queue).await {
+                Ended::Stopped => break,
+                Ended::Cancelled => tracing::warn!("the broker cancelled the consumption"),
+                Ended::Lost(error) => tracing::warn!(%error, "the channel to RabbitMQ was lost"),
             }
-            let (options, counters, work) = (
-                Arc::clone(&options),
-                Arc::clone(self.core.counters()),
-                Arc::clone(&work),
-            );
-            running.spawn(async move { process(&options, &counters, &*work, delivery).await });
-            while running.try_join_next().is_some() {}
+            drop(channel);
+            match reconnect(&mut consuming, &mut connect).await {
+                Some(reopened) => channel = reopened,
+                None => break,
+            }
         }
-        tracing::info!(
-            running = running.len(),
-            "stopping: letting the running messages finish"
-        );
-        while running.join_next().await.is_some() {}
-        match lost {
-            Some(error) => Err(broker(error)),
-            None => Ok(self.core.counts()),
+        consuming.finish().await;
+        Ok(self.core.counts())
+    }
+}
+
+/// Opens a channel with `connect`, pausing before each attempt (longer after each failure),
+/// until one succeeds (`Some`) or the stop comes (`None`).
+async fn reconnect<W, S, C, F, E>(
+    consuming: &mut Consuming<W, S>,
+    connect: &mut C,
+) -> Option<Channel>
+where
+    W: Work<RabbitDelivery>,
+    S: Future<Output = ()>,
+    C: FnMut() -> F,
+    F: Future<Output = Result<Channel, E>>,
+    E: std::error::Error,
+{
+    let mut pause = RECONNECT_FIRST;
+    loop {
+        consuming.pause(pause).await;
+        match consuming.unless_stopped(connect()).await? {
+            Ok(channel) => {
+                tracing::info!("reconnected to RabbitMQ: consuming again");
+                return Some(channel);
+            }
+            Err(error) => {
+                pause = (pause * 2).min(RECONNECT_MAX);
+                tracing::warn!(%error, retry_in = ?pause, "could not reconnect to RabbitMQ");
+            }
         }
     }
 }

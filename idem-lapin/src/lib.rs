@@ -12,19 +12,27 @@
 //! use idem_core::idempotency::Idempotency;
 //! use idem_core::store::MemoryStore;
 //! use idem_lapin::{RabbitConsumer, RabbitDelivery, HandlerError, Options, plain};
+//! use lapin::options::QueueDeclareOptions;
+//! use lapin::types::FieldTable;
 //!
 //! #[derive(serde::Deserialize)]
 //! struct Order { order_id: String, amount: i64 }
 //!
 //! # async fn f() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
 //! let idempotency = Idempotency::builder().store(MemoryStore::new()).build()?;
-//! let url = "amqp://guest:guest@127.0.0.1:5672/%2f";
-//! let connection = lapin::Connection::connect(url, lapin::ConnectionProperties::default()).await?;
-//! let channel = connection.create_channel().await?;
+//! // A connection, a channel on it, and the queue: opened again after a connection is lost.
+//! let connect = || async {
+//!     let url = "amqp://guest:guest@127.0.0.1:5672/%2f";
+//!     let connection = lapin::Connection::connect(url, lapin::ConnectionProperties::default()).await?;
+//!     let channel = connection.create_channel().await?; // it keeps its connection open
+//!     let durable = QueueDeclareOptions { durable: true, ..QueueDeclareOptions::default() };
+//!     channel.queue_declare("orders".into(), durable, FieldTable::default()).await?;
+//!     Ok::<_, lapin::Error>(channel)
+//! };
 //!
 //! let consumer = RabbitConsumer::new(Options::new(idempotency, "orders.create").concurrency(8));
 //! let counts = consumer
-//!     .run(&channel, "orders", plain(|delivery: RabbitDelivery| async move {
+//!     .run_reconnecting(connect, "orders", plain(|delivery: RabbitDelivery| async move {
 //!         let order: Order = delivery.json().map_err(HandlerError::poison)?;
 //!         println!("order {} for {}", order.order_id, order.amount);
 //!         Ok::<_, HandlerError<serde_json::Error>>(order.amount)
@@ -33,6 +41,10 @@
 //! println!("{counts:?}");
 //! # Ok(()) }
 //! ```
+//!
+//! [`RabbitConsumer::run`] consumes a channel the application opened, and ends when it is lost;
+//! [`RabbitConsumer::run_reconnecting`] opens another (with a backoff) whenever the broker
+//! restarts or the connection drops, and goes on.
 //!
 //! # What happens to a delivery
 //!
@@ -61,11 +73,14 @@
 
 // The layers, bottom up: `key` (where a message's key comes from), `message` (what a handler
 // sees); `process` (one delivery, start to answer, on idem-consumer's handler runs and
-// answers), `consumer` (the consume loop).
+// answers), `consume` (the consume loop on one channel), `consumer` (the face: one channel, or
+// one after another as connections are lost).
 mod key;
 mod message;
 
 mod process;
+
+mod consume;
 
 mod consumer;
 

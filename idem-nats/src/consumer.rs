@@ -58,10 +58,10 @@ impl NatsConsumer {
     /// Consumes `consumer`'s messages with `handler` until `stop` completes, then lets the
     /// messages being processed finish and returns the counts. The handler is [`plain`] (its
     /// output is stored) or [`atomic`] (handed a transaction of the engine's store,
-    /// idem-runtime's `Tx<Sqlite>` or `Tx<Postgres>`, whose writes commit with the key's
-    /// record, or neither does: a crash at any point leaves both or neither, and a failure,
-    /// a panic or the handler deadline rolls them back). It runs at most once per key while
-    /// the key's record lives; a redelivery is acked without running it.
+    /// idem-runtime's `Tx<Sqlite>`, `Tx<Postgres>` or `Tx<MySql>`, whose writes commit with
+    /// the key's record, or neither does: a crash at any point leaves both or neither, and a
+    /// failure, a panic or the handler deadline rolls them back). It runs at most once per key
+    /// while the key's record lives; a redelivery is acked without running it.
     ///
     /// [`plain`]: idem_consumer::plain
     /// [`atomic`]: idem_consumer::atomic

@@ -83,7 +83,7 @@ pub mod lambda {
 pub mod nats {
     //! Idempotent NATS JetStream consumers, from `idem-nats`: each message's handler runs at
     //! most once per key and the message is acked once its output is stored. A handler taking
-    //! a `Tx` (features `sqlite`, `postgres`) runs in atomic mode through
+    //! a `Tx` (features `sqlite`, `postgres`, `mysql`) runs in atomic mode through
     //! [`NatsConsumer::run`] with [`atomic`]: its writes commit with the key's record.
     pub use idem_nats::{
         ConsumeError, Core, Counts, HandlerError, KeyFrom, Keyless, NATS_MSG_ID, NatsConsumer,
@@ -95,7 +95,7 @@ pub mod nats {
 pub mod rabbitmq {
     //! Idempotent RabbitMQ consumers on lapin, from `idem-lapin`: each message's handler runs
     //! at most once per key and the message is acked once its output is stored. A handler
-    //! taking a `Tx` (features `sqlite`, `postgres`) runs in atomic mode through
+    //! taking a `Tx` (features `sqlite`, `postgres`, `mysql`) runs in atomic mode through
     //! [`RabbitConsumer::run`] with [`atomic`]: its writes commit with the key's record.
     pub use idem_lapin::{
         ConsumeError, Core, Counts, HandlerError, Keyless, Options, RabbitConsumer, RabbitDelivery,

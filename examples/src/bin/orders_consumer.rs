@@ -16,12 +16,14 @@
 //! | `DURABLE` | the durable pull consumer, created if missing (explicit acks, no delivery limit) | `orders-consumer` |
 //! | `ACK_WAIT_MS` | JetStream's ack wait for that consumer | `30000` |
 //! | `QUEUE` | with `amqp://`: the durable classic queue, declared if missing | `orders` |
-//! | `DATABASE_URL` | the `orders` table and the records: `sqlite://FILE` (created if missing) or `postgres://...` | `sqlite://orders-consumer.db` |
+//! | `DATABASE_URL` | the `orders` table and the records: `sqlite://FILE` (created if missing), `postgres://...` or `mysql://...` (MySQL or MariaDB) | `sqlite://orders-consumer.db` |
 //! | `CONCURRENCY` | messages handled at once | `8` |
 //! | `HANDLER_TIMEOUT_MS` | the handler's deadline: past it the transaction rolls back and the message is handed back | `30000` |
 //! | `SLOW_MS` | a sleep inside the handler, in its transaction, after its insert | `0` |
 //! | `IDEM_LEASE_MS` | how soon the key of a process that died mid-handler may be taken over | `30000` |
 //!
+//! On RabbitMQ a lost connection (the broker restarted, the network failed) is opened again,
+//! with a backoff, and the queue declared again; async-nats reconnects to NATS by itself.
 //! SIGTERM (or Ctrl-C) stops pulling, lets the running messages finish, and exits 0.
 
 use std::process::ExitCode;
@@ -30,16 +32,17 @@ use std::time::Duration;
 
 use async_nats::jetstream::{self, consumer, stream};
 use idem_runtime::nats::{HandlerError, Options, atomic};
-use idem_runtime::store::{PostgresStore, SqliteStore};
+use idem_runtime::store::{MySqlStore, PostgresStore, SqliteStore};
 use idem_runtime::{Idempotency, Tx};
 use idem_runtime::{nats, rabbitmq};
 use lapin::ConnectionProperties;
 use lapin::options::QueueDeclareOptions;
 use lapin::types::FieldTable;
 use serde::Deserialize;
+use sqlx::mysql::MySqlPoolOptions;
 use sqlx::postgres::PgPoolOptions;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions};
-use sqlx::{PgPool, Postgres, Sqlite, SqlitePool};
+use sqlx::{MySql, MySqlPool, PgPool, Postgres, Sqlite, SqlitePool};
 use tokio::signal::unix::{SignalKind, signal};
 use tracing_subscriber::EnvFilter;
 
@@ -108,6 +111,7 @@ impl Config {
 enum Db {
     Sqlite(SqlitePool),
     Postgres(PgPool),
+    MySql(MySqlPool),
 }
 
 impl Db {
@@ -130,6 +134,19 @@ impl Db {
             .execute(&pool)
             .await?;
             Ok(Self::Sqlite(pool))
+        } else if url.starts_with("mysql:") {
+            let pool = MySqlPoolOptions::new()
+                .max_connections(16)
+                .acquire_timeout(Duration::from_secs(5))
+                .connect(url)
+                .await?;
+            sqlx::query(
+                "CREATE TABLE IF NOT EXISTS orders (id BIGINT AUTO_INCREMENT PRIMARY KEY, \
+                 order_id VARCHAR(255) NOT NULL, amount BIGINT NOT NULL, message_key VARCHAR(255))",
+            )
+            .execute(&pool)
+            .await?;
+            Ok(Self::MySql(pool))
         } else {
             let pool = PgPoolOptions::new()
                 .max_connections(16)
@@ -175,18 +192,22 @@ macro_rules! handler {
     }};
 }
 
-/// Runs `$consumer.run($subscription.., atomic(handler), $stop)` with the handler for the
+/// Runs `$consumer.$run($subscription.., atomic(handler), $stop)` with the handler for the
 /// database `$db` and the broker's delivery type.
 macro_rules! run_atomic {
-    ($db:expr, $delivery:ty, $slow:expr, $consumer:expr, ($($subscription:expr),+), $stop:expr) => {
+    ($db:expr, $delivery:ty, $slow:expr, $consumer:ident.$run:ident($($subscription:expr),+), $stop:expr) => {
         match $db {
             Db::Sqlite(_) => {
                 let insert = handler!(Sqlite, $delivery, "INSERT INTO orders (order_id, amount, message_key) VALUES (?, ?, ?)", $slow);
-                $consumer.run($($subscription),+, atomic(insert), $stop).await?
+                $consumer.$run($($subscription),+, atomic(insert), $stop).await?
             }
             Db::Postgres(_) => {
                 let insert = handler!(Postgres, $delivery, "INSERT INTO orders (order_id, amount, message_key) VALUES ($1, $2, $3)", $slow);
-                $consumer.run($($subscription),+, atomic(insert), $stop).await?
+                $consumer.$run($($subscription),+, atomic(insert), $stop).await?
+            }
+            Db::MySql(_) => {
+                let insert = handler!(MySql, $delivery, "INSERT INTO orders (order_id, amount, message_key) VALUES (?, ?, ?)", $slow);
+                $consumer.$run($($subscription),+, atomic(insert), $stop).await?
             }
         }
     };
@@ -218,6 +239,7 @@ async fn run(config: Config) -> Result<(), BoxError> {
     let idempotency = match &db {
         Db::Sqlite(pool) => builder.store(SqliteStore::from_pool(pool.clone()).await?),
         Db::Postgres(pool) => builder.store(PostgresStore::from_pool(pool.clone()).await?),
+        Db::MySql(pool) => builder.store(MySqlStore::from_pool(pool.clone()).await?),
     }
     .build()?;
     let options = Options::new(idempotency, "orders.create")
@@ -264,39 +286,42 @@ async fn nats(config: &Config, db: &Db, options: Options) -> Result<String, BoxE
         db,
         nats::NatsDelivery,
         config.slow,
-        consumer,
-        (&durable),
+        consumer.run(&durable),
         stop
     );
     Ok(format!("{counts:?}"))
 }
 
-/// Consumes the durable classic queue, declared if missing.
+/// Consumes the durable classic queue, declared if missing; after a lost connection, on a new
+/// one (the queue declared again).
 async fn rabbitmq(config: &Config, db: &Db, options: Options) -> Result<String, BoxError> {
-    let connection = lapin::Connection::connect(&config.broker, ConnectionProperties::default())
-        .await
-        .map_err(|e| format!("cannot connect to BROKER_URL: {e}"))?;
-    let channel = connection.create_channel().await?;
-    let durable = QueueDeclareOptions {
-        durable: true,
-        ..QueueDeclareOptions::default()
+    let (url, queue) = (config.broker.clone(), config.queue.clone());
+    let connect = move || {
+        let (url, queue) = (url.clone(), queue.clone());
+        async move {
+            let connection =
+                lapin::Connection::connect(&url, ConnectionProperties::default()).await?;
+            let channel = connection.create_channel().await?;
+            let durable = QueueDeclareOptions {
+                durable: true,
+                ..QueueDeclareOptions::default()
+            };
+            channel
+                .queue_declare(queue.as_str().into(), durable, FieldTable::default())
+                .await?;
+            tracing::info!(queue, "orders-consumer ready");
+            Ok::<_, lapin::Error>(channel)
+        }
     };
-    let queue = config.queue.as_str();
-    channel
-        .queue_declare(queue.into(), durable, FieldTable::default())
-        .await?;
-    tracing::info!(queue, "orders-consumer ready");
     let consumer = rabbitmq::RabbitConsumer::new(options);
     let stop = stop_signal()?;
     let counts = run_atomic!(
         db,
         rabbitmq::RabbitDelivery,
         config.slow,
-        consumer,
-        (&channel, queue),
+        consumer.run_reconnecting(connect, &config.queue),
         stop
     );
-    let _ = connection.close(200, "stopped".into()).await;
     Ok(format!("{counts:?}"))
 }
 

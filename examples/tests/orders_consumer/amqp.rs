@@ -3,17 +3,21 @@
 //! shows no unacked count without the management plugin, so a test waits until every order is
 //! recorded, the queue holds nothing ready and a message handed back would have come back,
 //! then stops the consumer with SIGTERM (which lets the running messages finish and answer)
-//! and checks that nothing came back to the queue.
+//! and checks that nothing came back to the queue. The connection to RabbitMQ, or to
+//! PostgreSQL, is cut with a loopback TCP proxy in front of the shared server (live connections
+//! dropped at both ends, new ones refused), which the broker sees as a consumer gone: a private
+//! `rabbitmq-server` node would be too heavy to start per test.
 
 use std::time::{Duration, Instant};
 
+use idem_tests::TcpProxy;
 use lapin::options::{
     BasicPublishOptions, ConfirmSelectOptions, QueueDeclareOptions, QueueDeleteOptions,
 };
 use lapin::types::FieldTable;
 use lapin::{BasicProperties, Channel, Connection, ConnectionProperties};
 
-use super::harness::{Process, STEP, cleanup, lock_orders, order, unique, unlock};
+use super::harness::{MyDatabase, Process, STEP, cleanup, lock_orders, order, unique, unlock};
 use super::postgres::PgDatabase;
 use super::{SqliteFile, assert_once, orders};
 
@@ -51,8 +55,13 @@ impl Queue {
     /// Starts `orders-consumer` on this queue and `database_url`, and waits until it has
     /// declared the queue.
     async fn start(&self, database_url: &str, extra: &[(&str, &str)]) -> Process {
+        self.start_on(AMQP, database_url, extra).await
+    }
+
+    /// [`start`](Self::start) with `BROKER_URL=broker`.
+    async fn start_on(&self, broker: &str, database_url: &str, extra: &[(&str, &str)]) -> Process {
         let mut vars = vec![
-            ("BROKER_URL".to_owned(), AMQP.to_owned()),
+            ("BROKER_URL".to_owned(), broker.to_owned()),
             ("QUEUE".to_owned(), self.name.clone()),
             ("DATABASE_URL".to_owned(), database_url.to_owned()),
         ];
@@ -261,4 +270,89 @@ async fn rabbitmq_a_database_stalled_past_the_handler_deadline_rolls_back_and_ru
     let ids = std::iter::once("o-before".to_owned()).chain((0..5).map(|n| format!("o-{n}")));
     assert_once(&orders(&db.url).await, ids);
     consumer.assert_said("the handler ran longer than");
+}
+
+/// A proxy in front of the server at `target`, and `url` with that address replaced by the
+/// proxy's.
+async fn proxied(target: &str, url: &str) -> (TcpProxy, String) {
+    let proxy = TcpProxy::start(target.parse().expect("an address")).await;
+    let through = url.replacen(target, &proxy.addr().to_string(), 1);
+    assert_ne!(through, url, "this test needs the server at {target}");
+    (proxy, through)
+}
+
+/// Waits until `url` holds at least `rows` orders.
+async fn wait_recorded(url: &str, rows: usize) {
+    let deadline = Instant::now() + STEP;
+    while orders(url).await.values().map(Vec::len).sum::<usize>() < rows {
+        assert!(
+            Instant::now() < deadline,
+            "fewer than {rows} orders recorded"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn rabbitmq_a_connection_cut_mid_stream_reconnects_and_records_each_order_once() {
+    let (queue, db) = (Queue::new().await, SqliteFile::new());
+    let (proxy, broker) = proxied("127.0.0.1:5672", AMQP).await;
+    let mut consumer = queue
+        .start_on(&broker, &db.url(), &[("SLOW_MS", "200")])
+        .await;
+    queue.publish_orders("cut", 0..20).await;
+    // Cut while messages are being handled: RabbitMQ requeues what the consumer held, and the
+    // handlers still running commit, but their acks cannot reach the broker.
+    wait_recorded(&db.url(), 1).await;
+    proxy.set_up(false);
+    let at_cut = orders(&db.url()).await.len();
+    assert!(
+        at_cut < 20,
+        "cut too late: {at_cut} orders recorded already"
+    );
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    proxy.set_up(true);
+    queue.publish_orders("cut", 20..40).await;
+    queue.settle(&db.url(), 40, &mut [&mut consumer]).await;
+    assert_once(&orders(&db.url()).await, (0..40).map(|n| format!("o-{n}")));
+    consumer.assert_said("the channel to RabbitMQ was lost");
+    consumer.assert_said("reconnected to RabbitMQ");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn rabbitmq_a_database_cut_off_hands_messages_back_and_runs_none_twice() {
+    let (queue, db) = (Queue::new().await, PgDatabase::create().await);
+    let (proxy, through) = proxied("127.0.0.1:5432", &db.url).await;
+    let mut consumer = queue.start(&through, &[]).await;
+    queue.publish(Some("before"), &order("o-before", 1)).await;
+    wait_recorded(&db.url, 1).await;
+
+    proxy.set_up(false);
+    queue.publish_orders("cut", 0..10).await;
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    // Nothing recorded while cut; had a message been acked unrecorded, it would never be.
+    assert_eq!(
+        orders(&db.url).await.len(),
+        1,
+        "an order was recorded while cut off"
+    );
+
+    proxy.set_up(true);
+    queue.settle(&db.url, 11, &mut [&mut consumer]).await;
+    let ids = std::iter::once("o-before".to_owned()).chain((0..10).map(|n| format!("o-{n}")));
+    assert_once(&orders(&db.url).await, ids);
+    consumer.assert_said("message handed back");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn rabbitmq_two_consumers_on_one_queue_record_each_order_once_on_mysql() {
+    let (queue, db) = (Queue::new().await, MyDatabase::create().await);
+    let extra = [("CONCURRENCY", "4"), ("SLOW_MS", "20")];
+    let mut a = queue.start(&db.url, &extra).await;
+    let mut b = queue.start(&db.url, &extra).await;
+    // 60 orders, the first 20 sent twice: 80 messages between two processes.
+    queue.publish_orders("my", 0..60).await;
+    queue.publish_orders("my", 0..20).await;
+    queue.settle(&db.url, 60, &mut [&mut a, &mut b]).await;
+    assert_once(&orders(&db.url).await, (0..60).map(|n| format!("o-{n}")));
 }

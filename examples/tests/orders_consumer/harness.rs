@@ -171,8 +171,9 @@ pub(crate) fn cleanup<E: Send + 'static>(
             .enable_all()
             .build()
             .ok()?;
+        // The timeout is made inside the runtime: a timer needs one to exist.
         runtime
-            .block_on(tokio::time::timeout(Duration::from_secs(5), work))
+            .block_on(async { tokio::time::timeout(Duration::from_secs(5), work).await })
             .ok()
     })
     .join();
@@ -198,6 +199,56 @@ pub(crate) async fn unlock(mut session: sqlx::PgConnection) {
         .execute(&mut session)
         .await
         .expect("release the lock");
+}
+
+/// A MySQL (MariaDB) database of the test's own on the server at `MYSQL_URL` (default
+/// `mysql://root@127.0.0.1:3306/test`), created now and dropped on drop.
+pub(crate) struct MyDatabase {
+    admin_url: String,
+    name: String,
+    /// Its `DATABASE_URL`.
+    pub(crate) url: String,
+}
+
+impl MyDatabase {
+    pub(crate) async fn create() -> Self {
+        use sqlx::Connection;
+        let admin_url = std::env::var("MYSQL_URL")
+            .ok()
+            .filter(|url| url.starts_with("mysql://"))
+            .unwrap_or_else(|| "mysql://root@127.0.0.1:3306/test".to_owned());
+        let name = unique("idem_orders_").to_lowercase();
+        let mut admin = sqlx::MySqlConnection::connect(&admin_url)
+            .await
+            .unwrap_or_else(|e| panic!("MySQL or MariaDB at {admin_url} is needed: {e}"));
+        let create = format!("CREATE DATABASE `{name}`");
+        sqlx::raw_sql(sqlx::AssertSqlSafe(create))
+            .execute(&mut admin)
+            .await
+            .expect("create the database");
+        let (server, _) = admin_url.rsplit_once('/').expect("a URL with a database");
+        let url = format!("{server}/{name}");
+        Self {
+            admin_url,
+            name,
+            url,
+        }
+    }
+}
+
+impl Drop for MyDatabase {
+    fn drop(&mut self) {
+        let (admin_url, name) = (self.admin_url.clone(), self.name.clone());
+        cleanup(async move {
+            use sqlx::Connection;
+            let mut admin = sqlx::MySqlConnection::connect(&admin_url).await?;
+            let statement = format!("DROP DATABASE IF EXISTS `{name}`");
+            sqlx::raw_sql(sqlx::AssertSqlSafe(statement))
+                .execute(&mut admin)
+                .await
+                .map(drop)
+        });
+    }
 }
 
 /// A running `orders-consumer`; killed on drop.
