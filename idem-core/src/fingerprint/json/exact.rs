@@ -6,7 +6,7 @@ use super::tests::document;
 use crate::fingerprint::Version;
 
 fn canonical(input: &[u8]) -> Option<Vec<u8>> {
-    super::canonical(input, Version::V2).map(super::Canonical::into_vec)
+    super::canonical(input, Version::V2)
 }
 
 fn number(token: &str) -> Option<String> {

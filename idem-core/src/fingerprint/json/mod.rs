@@ -25,6 +25,7 @@
 //! What serde_json refuses (bad syntax, invalid UTF-8, lone surrogates, nesting 128 deep; in V1
 //! numbers out of range) is refused here too.
 
+use std::cell::RefCell;
 use std::cmp::Ordering;
 
 use super::Version;
@@ -38,44 +39,98 @@ pub(crate) use scan::Scan;
 /// most 127 containers are open at once.
 const MAX_OPEN: usize = 127;
 
-/// A canonical form: the bytes written to a buffer, then the rest of the input, which was
-/// canonical as it stood. Either may be empty.
-pub(super) struct Canonical<'a> {
-    /// What was written.
-    pub(super) head: Vec<u8>,
-    /// The input's last run, which follows `head`.
-    pub(super) tail: &'a [u8],
-}
-
-impl Canonical<'_> {
-    /// The whole form in one buffer.
-    pub(super) fn into_vec(self) -> Vec<u8> {
-        let mut all = self.head;
-        all.extend_from_slice(self.tail);
-        all
-    }
-}
-
 /// The canonical form of a JSON document in `version`, or `None` when it is not JSON (or, in
 /// V2, repeats a key in one object).
-pub(super) fn canonical(input: &[u8], version: Version) -> Option<Canonical<'_>> {
+pub(super) fn canonical(input: &[u8], version: Version) -> Option<Vec<u8>> {
     canonical_with(input, version, Scan::best())
 }
 
 /// [`canonical`] with the string scanner `scan`: every scanner gives the same form.
-pub(super) fn canonical_with(input: &[u8], version: Version, scan: Scan) -> Option<Canonical<'_>> {
-    let writer = Writer {
+pub(super) fn canonical_with(input: &[u8], version: Version, scan: Scan) -> Option<Vec<u8>> {
+    with_canonical(input, version, scan, |head, tail| [head, tail].concat())
+}
+
+/// Calls `f` with the canonical form of `input` in `version`, in two parts (what was written to
+/// a buffer, then the input's last run, canonical as it stood; either may be empty), and
+/// returns what it returns; `None` when `input` has no canonical form.
+pub(super) fn with_canonical<R>(
+    input: &[u8],
+    version: Version,
+    scan: Scan,
+    f: impl FnOnce(&[u8], &[u8]) -> R,
+) -> Option<R> {
+    BUFFERS.with(|buffers| match buffers.try_borrow_mut() {
+        Ok(mut buffers) => write(input, version, scan, &mut buffers, f),
+        // Only if `f` itself fingerprinted JSON: buffers of its own then.
+        Err(_) => write(input, version, scan, &mut Buffers::default(), f),
+    })
+}
+
+/// The buffers a document is written with, kept by each thread for its next document: once
+/// they have grown to the size of the documents it sees, a fingerprint allocates nothing.
+#[derive(Default)]
+struct Buffers {
+    out: Vec<u8>,
+    members: Vec<Member>,
+    keys: Vec<u8>,
+    open: Vec<Open>,
+}
+
+thread_local! {
+    static BUFFERS: RefCell<Buffers> = RefCell::new(Buffers::default());
+}
+
+/// The largest buffer kept for the next document, in bytes: a larger one (a document of more
+/// than 128 KiB) is freed, so that a thread does not hold the memory of its largest body.
+const KEEP: usize = 256 * 1024;
+
+fn write<R>(
+    input: &[u8],
+    version: Version,
+    scan: Scan,
+    buffers: &mut Buffers,
+    f: impl FnOnce(&[u8], &[u8]) -> R,
+) -> Option<R> {
+    let mut writer = Writer {
         version,
         scan,
         input,
         pos: 0,
         run: 0,
-        out: Vec::new(),
-        members: Vec::new(),
-        keys: Vec::new(),
-        open: Vec::new(),
+        out: std::mem::take(&mut buffers.out),
+        members: std::mem::take(&mut buffers.members),
+        keys: std::mem::take(&mut buffers.keys),
+        open: std::mem::take(&mut buffers.open),
     };
-    writer.document().ok()
+    let result = writer
+        .document()
+        .ok()
+        .map(|end| f(&writer.out, &input[writer.run..end]));
+    let Writer {
+        mut out,
+        mut members,
+        mut keys,
+        mut open,
+        ..
+    } = writer;
+    out.clear();
+    members.clear();
+    keys.clear();
+    open.clear();
+    let small = |bytes: usize| bytes <= KEEP;
+    if small(out.capacity()) {
+        buffers.out = out;
+    }
+    if small(members.capacity() * size_of::<Member>()) {
+        buffers.members = members;
+    }
+    if small(keys.capacity()) {
+        buffers.keys = keys;
+    }
+    if small(open.capacity() * size_of::<Open>()) {
+        buffers.open = open;
+    }
+    result
 }
 
 /// Not JSON (the detail does not matter: the body is then hashed raw).
@@ -186,11 +241,13 @@ struct Writer<'a> {
 }
 
 impl<'a> Writer<'a> {
+    #[inline(always)]
     fn peek(&self) -> Option<u8> {
         self.input.get(self.pos).copied()
     }
 
     /// Where the cursor is in the output: what is written, then the pending run.
+    #[inline(always)]
     fn at(&self) -> usize {
         self.out.len() + (self.pos - self.run)
     }
@@ -198,9 +255,9 @@ impl<'a> Writer<'a> {
     /// Copies the pending run into the output, before something else is written or input is
     /// skipped.
     fn cut(&mut self) {
-        if self.out.capacity() == 0 {
+        if self.out.is_empty() {
             // Room for the canonical form (numbers may grow: `0.2` is `2e-1`) and, after it,
-            // for an object's members put in order: one allocation for the whole document.
+            // for an object's members put in order: at most one allocation for the document.
             self.out.reserve(2 * self.input.len() + 16);
         }
         self.out.extend_from_slice(&self.input[self.run..self.pos]);
@@ -224,7 +281,9 @@ impl<'a> Writer<'a> {
         self.run = self.pos;
     }
 
-    fn document(mut self) -> Result<Canonical<'a>, Invalid> {
+    /// Reads the whole document: where its value ends (the form is then `out`, followed by
+    /// `input[run..end]`).
+    fn document(&mut self) -> Result<usize, Invalid> {
         self.skip_whitespace();
         self.value()?;
         let end = self.pos;
@@ -235,10 +294,7 @@ impl<'a> Writer<'a> {
         {
             return Err(Invalid);
         }
-        Ok(Canonical {
-            head: self.out,
-            tail: &self.input[self.run..end],
-        })
+        Ok(end)
     }
 
     /// Reads one value (the cursor on its first byte) with every container in it.
@@ -301,6 +357,7 @@ impl<'a> Writer<'a> {
 
     /// Opens an object or an array (the cursor on its bracket): `true` when an element
     /// follows, `false` when it was empty and is closed already.
+    #[inline(always)]
     fn enter(&mut self, object: bool) -> Result<bool, Invalid> {
         if self.open.len() >= MAX_OPEN {
             return Err(Invalid);
@@ -320,6 +377,7 @@ impl<'a> Writer<'a> {
     }
 
     /// Reads an object member's key and its colon (the cursor on the key), up to its value.
+    #[inline(always)]
     fn key(&mut self) -> Parsed {
         if self.peek() != Some(b'"') {
             return Err(Invalid);
@@ -419,6 +477,7 @@ impl<'a> Writer<'a> {
         Ok(())
     }
 
+    #[inline(always)]
     fn literal(&mut self, word: &[u8]) -> Parsed {
         if !self.input[self.pos..].starts_with(word) {
             return Err(Invalid);
@@ -427,6 +486,7 @@ impl<'a> Writer<'a> {
         Ok(())
     }
 
+    #[inline(always)]
     fn string_value(&mut self) -> Parsed {
         if let Some((text, close)) = self.string()? {
             self.write_decoded(&text, close);
@@ -437,6 +497,7 @@ impl<'a> Writer<'a> {
     /// Reads a string (the cursor on its opening quote). Without escapes it stays in the run
     /// (`None`, the cursor after it); with escapes it is decoded by serde_json and returned
     /// with where its closing quote is, the cursor left on its opening quote.
+    #[inline(always)]
     fn string(&mut self) -> Result<Option<(String, usize)>, Invalid> {
         let open = self.pos;
         let contents = open + 1;
@@ -481,6 +542,7 @@ impl<'a> Writer<'a> {
     /// Reads a number. An integer (the common case) stays in the run; anything else is the
     /// longest run of number characters, which must be a number whole (a number followed by
     /// any of them is invalid in the document too), written in its canonical form.
+    #[inline(always)]
     fn number(&mut self) -> Parsed {
         let input = self.input;
         let start = self.pos;

@@ -60,9 +60,16 @@ pub(super) fn write_exact(out: &mut Vec<u8>, token: &[u8]) -> Parsed {
         out.extend_from_slice(token);
         return Ok(());
     };
-    let all = || integer.iter().chain(fraction).copied();
-    let leading = all().take_while(|&b| b == b'0').count();
+    let zeros = |text: &[u8]| text.iter().take_while(|&&b| b == b'0').count();
+    let zeros_at_end = |text: &[u8]| text.iter().rev().take_while(|&&b| b == b'0').count();
+    // The digits are the integer's, then the fraction's; the integer has no leading zero unless
+    // it is `0` (the grammar says so, and it was checked above).
     let total = integer.len() + fraction.len();
+    let leading = if integer == b"0" {
+        1 + zeros(fraction)
+    } else {
+        0
+    };
     if negative {
         out.push(b'-');
     }
@@ -70,8 +77,18 @@ pub(super) fn write_exact(out: &mut Vec<u8>, token: &[u8]) -> Parsed {
         out.extend_from_slice(b"0e0");
         return Ok(());
     }
-    let trailing = all().rev().take_while(|&b| b == b'0').count();
-    out.extend(all().skip(leading).take(total - leading - trailing));
+    let trailing = match zeros_at_end(fraction) {
+        all if all == fraction.len() => all + zeros_at_end(integer),
+        some => some,
+    };
+    // The significant digits, `leading..total - trailing` of the two, as slices.
+    let (from, to, split) = (leading, total - trailing, integer.len());
+    if from < split {
+        out.extend_from_slice(&integer[from..to.min(split)]);
+    }
+    if to > split {
+        out.extend_from_slice(&fraction[from.saturating_sub(split)..to - split]);
+    }
     // Digits `d` of the mantissa stand for d * 10^(exponent - fraction + trailing).
     let scale = i128::from(exponent) - fraction.len() as i128 + trailing as i128;
     // Within 18 digits it fits an `i64`, whose formatting is far cheaper than an `i128`'s.

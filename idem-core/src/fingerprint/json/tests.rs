@@ -8,7 +8,7 @@ use super::previous;
 use crate::fingerprint::Version;
 
 fn canonical(input: &[u8]) -> Option<Vec<u8>> {
-    super::canonical(input, Version::V1).map(super::Canonical::into_vec)
+    super::canonical(input, Version::V1)
 }
 
 fn same(input: &[u8]) {
