@@ -72,9 +72,12 @@ impl TokioPostgresStore {
             .map_err(StoreError::unavailable)?;
         let row = client
             .query_opt(&statement, &[&key.as_bytes().as_slice()])
-            .await
-            .map_err(StoreError::unavailable)?;
-        row.as_ref().map(read_row).transpose()
+            .await;
+        client.done();
+        row.map_err(StoreError::unavailable)?
+            .as_ref()
+            .map(read_row)
+            .transpose()
     }
 }
 
@@ -91,10 +94,9 @@ impl Admin for TokioPostgresStore {
             .map_err(StoreError::unavailable)?;
         let args = FilterArgs::new(filter, now);
         let limit = i64::from(limit);
-        let rows = client
-            .query(&statement, &args.with(&[&limit]))
-            .await
-            .map_err(StoreError::unavailable)?;
+        let rows = client.query(&statement, &args.with(&[&limit])).await;
+        client.done();
+        let rows = rows.map_err(StoreError::unavailable)?;
         rows.iter().map(record_info).collect()
     }
 
@@ -127,10 +129,11 @@ impl Admin for TokioPostgresStore {
             if let Some(row) = deleted {
                 let record = record_info(&row)?;
                 tx.commit().await.map_err(unavailable)?;
+                client.done();
                 return Ok(Forgotten::Deleted(record));
             }
             tx.rollback().await.map_err(unavailable)?;
-            drop(client);
+            client.done();
             // Deleted nothing: absent, leased, or changed in between (then again).
             let answer = match self.read_row(key).await? {
                 None => Some(Forgotten::Absent),
@@ -157,10 +160,9 @@ impl Admin for TokioPostgresStore {
             .map_err(StoreError::unavailable)?;
         let args = FilterArgs::new(filter, now);
         let limit = i64::from(limit);
-        client
-            .execute(&statement, &args.with(&[&limit]))
-            .await
-            .map_err(StoreError::unavailable)
+        let purged = client.execute(&statement, &args.with(&[&limit])).await;
+        client.done();
+        purged.map_err(StoreError::unavailable)
     }
 
     async fn record_stats(
@@ -173,10 +175,8 @@ impl Admin for TokioPostgresStore {
             .await
             .map_err(StoreError::unavailable)?;
         let args = FilterArgs::new(filter, now);
-        let rows = client
-            .query(&statement, &args.with(&[]))
-            .await
-            .map_err(StoreError::unavailable)?;
-        record_stats(&rows)
+        let rows = client.query(&statement, &args.with(&[])).await;
+        client.done();
+        record_stats(&rows.map_err(StoreError::unavailable)?)
     }
 }

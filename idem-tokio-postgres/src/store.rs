@@ -4,7 +4,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
+use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, RecyclingMethod};
 use tokio_postgres::NoTls;
 
 use crate::db::{Db, prepared};
@@ -184,10 +184,11 @@ fn fence(rows: Result<u64, tokio_postgres::Error>) -> Result<Fence, StoreError> 
     }
 }
 
-impl Store for TokioPostgresStore {
-    async fn claim(&self, req: ClaimRequest<'_>) -> Result<Claim, StoreError> {
-        let client = self.db.client().await?;
-        let statement = prepared(&client, &self.db.sql.claim)
+impl TokioPostgresStore {
+    /// The claim's statement on `client`, run again while its snapshot cannot report the
+    /// record that stopped it.
+    async fn claim_on(&self, client: &Object, req: ClaimRequest<'_>) -> Result<Claim, StoreError> {
+        let statement = prepared(client, &self.db.sql.claim)
             .await
             .map_err(StoreError::unavailable)?;
         let (key, fingerprint) = (req.key.as_bytes().as_slice(), req.fingerprint.as_bytes());
@@ -234,6 +235,15 @@ impl Store for TokioPostgresStore {
             "the record kept changing under the claim",
         )))
     }
+}
+
+impl Store for TokioPostgresStore {
+    async fn claim(&self, req: ClaimRequest<'_>) -> Result<Claim, StoreError> {
+        let client = self.db.client().await?;
+        let claimed = self.claim_on(&client, req).await;
+        client.done();
+        claimed
+    }
 
     async fn complete(
         &self,
@@ -259,9 +269,9 @@ impl Store for TokioPostgresStore {
                 ],
             )
             .await;
+        client.done();
         fence(done)
     }
-
     async fn release(&self, key: &RecordKey, token: LeaseToken) -> Result<Fence, StoreError> {
         let client = self.db.client().await?;
         let statement = prepared(&client, &self.db.sql.release)
@@ -270,6 +280,7 @@ impl Store for TokioPostgresStore {
         let done = client
             .execute(&statement, &[&key.as_bytes().as_slice(), &token.as_i64()])
             .await;
+        client.done();
         fence(done)
     }
 
@@ -293,6 +304,7 @@ impl Store for TokioPostgresStore {
                 ],
             )
             .await;
+        client.done();
         fence(done)
     }
 
@@ -301,10 +313,11 @@ impl Store for TokioPostgresStore {
         let statement = prepared(&client, &self.db.sql.purge)
             .await
             .map_err(StoreError::unavailable)?;
-        client
+        let purged = client
             .execute(&statement, &[&now.as_millis(), &i64::from(limit)])
-            .await
-            .map_err(StoreError::unavailable)
+            .await;
+        client.done();
+        purged.map_err(StoreError::unavailable)
     }
 
     fn offer_capabilities(self: &Arc<Self>, capabilities: &mut Capabilities) {

@@ -1,12 +1,14 @@
 //! Atomic mode through `#[idempotent]` handlers that take this crate's `Tx`: the writes and
 //! the stored response commit together, in one commit or two, or not at all.
 
+#[path = "support/app.rs"]
+mod app;
 mod support;
 
+use app::Harness;
 use axum::http::StatusCode;
 use idem_tokio_postgres::Tx;
 use serde_json::json;
-use support::app::Harness;
 use support::{Schemas, pool_at, url};
 
 const PATHS: [&str; 2] = ["/one", "/two"];
@@ -75,7 +77,7 @@ async fn a_lost_fence_rolls_the_writes_back_although_the_commit_was_sent_with_it
 
     let router = h.router.clone();
     let first = tokio::spawn(async move {
-        support::app::send(
+        app::send(
             &router,
             "/mixed-one",
             "k",
@@ -93,7 +95,7 @@ async fn a_lost_fence_rolls_the_writes_back_although_the_commit_was_sent_with_it
 
     let router = h.router.clone();
     let held = tokio::spawn(async move {
-        support::app::send(
+        app::send(
             &router,
             "/two",
             "f",

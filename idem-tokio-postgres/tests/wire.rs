@@ -3,13 +3,15 @@
 //! completion with the `COMMIT`), and a connection cut between pipelined messages commits
 //! nothing half: the retry runs once, or replays what committed.
 
+#[path = "support/app.rs"]
+mod app;
 mod support;
 
 use std::time::Duration;
 
+use app::Harness;
 use axum::http::StatusCode;
 use serde_json::json;
-use support::app::Harness;
 use support::proxy::{Counts, Cut, Proxy, When, server_of};
 use support::{Schemas, pool_at, url};
 

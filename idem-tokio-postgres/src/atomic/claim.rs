@@ -63,7 +63,7 @@ impl Claims {
         let lock = db.sql.lock_of(request.key);
         let (lock_ms, statement_ms) = (millis(lock_wait), millis(statement_timeout));
         // Until the pair is answered, a drop closes the connection (nothing half-sent reused).
-        let mut conn = LentConn::new(client, db.clone(), None);
+        let mut conn = LentConn::new(client.keep(), db.clone(), None);
         conn.busy.store(true, std::sync::atomic::Ordering::Relaxed);
         let args: [&(dyn ToSql + Sync); 4] = [&key, &lock, &lock_ms, &statement_ms];
         let (begun, claimed) = tokio::join!(
@@ -88,14 +88,25 @@ impl Claims {
         match code {
             // The claim found a committed record.
             SqlState::UNIQUE_VIOLATION => Ok(TransactionClaim::Stored),
-            // The lock wait ran out (or the session's `statement_timeout` ended it first): the
-            // other claim's transaction is still open.
-            SqlState::LOCK_NOT_AVAILABLE | SqlState::QUERY_CANCELED => {
+            // The wait for the key's lock ran out (or the session's `statement_timeout` ended
+            // it first): the other claim's transaction is still open.
+            SqlState::LOCK_NOT_AVAILABLE | SqlState::QUERY_CANCELED if on_the_key(&error) => {
                 Ok(TransactionClaim::InFlight)
             }
+            // Anything else, a lock on the records table among them: the store cannot answer
+            // (503), which is not a request in flight (409).
             _ => Err(StoreError::unavailable(error)),
         }
     }
+}
+
+/// Whether a lock wait that ran out was the wait for the key's advisory lock, as the error's
+/// context (the claim function's line) says, rather than for a lock on the records table.
+fn on_the_key(error: &tokio_postgres::Error) -> bool {
+    error
+        .as_db_error()
+        .and_then(|e| e.where_())
+        .is_some_and(|context| context.contains("pg_advisory_xact_lock"))
 }
 
 /// What the record will say of `request`'s claim when it completes.

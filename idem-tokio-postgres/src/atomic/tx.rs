@@ -110,8 +110,10 @@ impl Tx {
         self.conn.as_deref().expect("opened")
     }
 
-    /// Runs `statement` on the transaction's connection, with the `BEGIN` in front of it when
-    /// the transaction has not begun: the two share one round trip.
+    /// Runs `statement` (its preparation, on the connection's first use of it, then its
+    /// execution) on the transaction's connection, with the `BEGIN` in front of it when the
+    /// transaction has not begun: with a prepared statement, the two share one round trip, and
+    /// a statement prepared now is prepared inside the transaction and its timeouts.
     async fn run<T>(
         &self,
         begin: Option<String>,
@@ -139,8 +141,11 @@ impl Tx {
     ) -> Result<Vec<Row>, TxError> {
         let begin = self.open().await?;
         let client = self.conn().client();
-        let statement = client.prepare_cached(sql).await?;
-        self.run(begin, client.query(&statement, params)).await
+        let statement = async move {
+            let statement = client.prepare_cached(sql).await?;
+            client.query(&statement, params).await
+        };
+        self.run(begin, statement).await
     }
 
     /// Like tokio-postgres's `Client::query_one`: the one row `sql` returns.
@@ -151,8 +156,11 @@ impl Tx {
     ) -> Result<Row, TxError> {
         let begin = self.open().await?;
         let client = self.conn().client();
-        let statement = client.prepare_cached(sql).await?;
-        self.run(begin, client.query_one(&statement, params)).await
+        let statement = async move {
+            let statement = client.prepare_cached(sql).await?;
+            client.query_one(&statement, params).await
+        };
+        self.run(begin, statement).await
     }
 
     /// Like tokio-postgres's `Client::query_opt`: at most one row.
@@ -163,8 +171,11 @@ impl Tx {
     ) -> Result<Option<Row>, TxError> {
         let begin = self.open().await?;
         let client = self.conn().client();
-        let statement = client.prepare_cached(sql).await?;
-        self.run(begin, client.query_opt(&statement, params)).await
+        let statement = async move {
+            let statement = client.prepare_cached(sql).await?;
+            client.query_opt(&statement, params).await
+        };
+        self.run(begin, statement).await
     }
 
     /// Like tokio-postgres's `Client::execute`: the number of rows changed.
@@ -175,8 +186,11 @@ impl Tx {
     ) -> Result<u64, TxError> {
         let begin = self.open().await?;
         let client = self.conn().client();
-        let statement = client.prepare_cached(sql).await?;
-        self.run(begin, client.execute(&statement, params)).await
+        let statement = async move {
+            let statement = client.prepare_cached(sql).await?;
+            client.execute(&statement, params).await
+        };
+        self.run(begin, statement).await
     }
 
     /// Like tokio-postgres's `Client::batch_execute`: statements as text, without parameters

@@ -2,7 +2,6 @@
 //! when the test ends, pass or fail), and a proxy that counts round trips on the wire.
 #![allow(dead_code, unreachable_pub)]
 
-pub mod app;
 pub mod proxy;
 
 use std::sync::atomic::{AtomicU64, Ordering};
