@@ -73,7 +73,7 @@ impl Scan {
 
     /// How many bytes `text` starts with that are neither a quote, a backslash nor a control
     /// character, and whether all of those are ASCII.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn plain(self, text: &[u8]) -> (usize, bool) {
         match self {
             Scan::Scalar => scalar(text),
@@ -104,7 +104,7 @@ impl Scan {
 /// The answer once a block of `text` from `start` held the run's end: `stop` has a bit set for
 /// each byte of the block that ends a run, `high` one for each non-ASCII byte, `seen` the
 /// non-ASCII bytes of the blocks before.
-#[inline]
+#[inline(always)]
 fn ended(start: usize, stop: u32, high: u32, seen: u32) -> (usize, bool) {
     let len = stop.trailing_zeros();
     let before = (1u32 << len) - 1;
