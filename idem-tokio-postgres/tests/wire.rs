@@ -12,7 +12,7 @@ use std::time::Duration;
 use app::Harness;
 use axum::http::StatusCode;
 use serde_json::json;
-use support::proxy::{Counts, Cut, Proxy, When, server_of};
+use support::proxy::{Cut, Proxy, When, server_of};
 use support::{Schemas, pool_at, url};
 
 /// A harness whose store and handlers reach PostgreSQL through a proxy, on a pool of `max`.
@@ -40,11 +40,20 @@ async fn a_fresh_atomic_request_costs_the_bare_round_trips_plus_two() {
         }
         let spent = proxy.counts().since(before);
         assert_eq!(spent.connections, 0, "{path}: one warm connection");
+        // Every statement was prepared by the warm-up, once on the connection, and every
+        // parameter goes in binary.
+        assert_eq!(
+            (spent.parses, spent.text_binds),
+            (0, 0),
+            "{path}: {spent:?}"
+        );
         assert_eq!(spent.round_trips % N, 0, "{path}: {spent:?}");
         assert_eq!(spent.statements % N, 0, "{path}: {spent:?}");
         per_request.push((path, spent.round_trips / N, spent.statements / N));
     }
     eprintln!("(path, round trips, statements) per fresh request: {per_request:?}");
+    // The warm-up of each path prepared its statements once, with parameters bound in binary.
+    assert_eq!(proxy.counts().text_binds, 0);
     assert_eq!(
         per_request,
         [
@@ -56,7 +65,6 @@ async fn a_fresh_atomic_request_costs_the_bare_round_trips_plus_two() {
             ("/two", 3, 5),
         ]
     );
-    let _: Counts = proxy.counts();
 }
 
 /// Cuts the connection at `BEGIN` or `COMMIT`, before the server gets it or with its answer

@@ -45,6 +45,8 @@ pub struct Cut {
 struct Shared {
     round_trips: AtomicU64,
     statements: AtomicU64,
+    parses: AtomicU64,
+    text_binds: AtomicU64,
     connections: AtomicU64,
     cut: Mutex<Option<Cut>>,
 }
@@ -61,6 +63,10 @@ pub struct Proxy {
 pub struct Counts {
     pub round_trips: u64,
     pub statements: u64,
+    /// `Parse` messages: statements prepared.
+    pub parses: u64,
+    /// `Bind` messages with a parameter in text format.
+    pub text_binds: u64,
     pub connections: u64,
 }
 
@@ -70,6 +76,8 @@ impl Counts {
         Counts {
             round_trips: self.round_trips - earlier.round_trips,
             statements: self.statements - earlier.statements,
+            parses: self.parses - earlier.parses,
+            text_binds: self.text_binds - earlier.text_binds,
             connections: self.connections - earlier.connections,
         }
     }
@@ -111,6 +119,8 @@ impl Proxy {
         Counts {
             round_trips: s.round_trips.load(Ordering::SeqCst),
             statements: s.statements.load(Ordering::SeqCst),
+            parses: s.parses.load(Ordering::SeqCst),
+            text_binds: s.text_binds.load(Ordering::SeqCst),
             connections: s.connections.load(Ordering::SeqCst),
         }
     }
@@ -204,6 +214,12 @@ async fn upstream_side(
             if matches!(kind, b'Q' | b'E') {
                 shared.statements.fetch_add(1, Ordering::SeqCst);
             }
+            if kind == b'P' {
+                shared.parses.fetch_add(1, Ordering::SeqCst);
+            }
+            if kind == b'B' && binds_text(&body) {
+                shared.text_binds.fetch_add(1, Ordering::SeqCst);
+            }
         }
         if kind == b'Q' {
             let cut = {
@@ -228,6 +244,24 @@ async fn upstream_side(
         to.write_all(&head).await?;
         to.write_all(&body).await?;
     }
+}
+
+/// Whether a `Bind` message's body sends a parameter in text format: after the portal's and the
+/// statement's names, the format codes (none: all text; one: for all; else one per parameter),
+/// then the number of parameters.
+fn binds_text(body: &[u8]) -> bool {
+    let after_names = body
+        .iter()
+        .enumerate()
+        .filter(|(_, b)| **b == 0)
+        .nth(1)
+        .map(|(i, _)| i + 1);
+    let Some(at) = after_names else { return true };
+    let int16 = |at: usize| i16::from_be_bytes([body[at], body[at + 1]]);
+    let codes = int16(at) as usize;
+    let params = int16(at + 2 + 2 * codes);
+    let text = (0..codes).any(|i| int16(at + 2 + 2 * i) == 0);
+    params > 0 && (codes == 0 || text)
 }
 
 /// Server to client: holds each answer for [`DELAY`], counts its ReadyForQuery messages as
