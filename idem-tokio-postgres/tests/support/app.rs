@@ -198,9 +198,25 @@ impl Harness {
         pool: Pool,
         settings: impl FnOnce(idem_runtime::Builder) -> idem_runtime::Builder,
     ) -> Self {
-        let store = schemas.store_on(pool.clone()).await;
+        Self::at(&schemas.fresh(), pool, settings).await
+    }
+
+    /// In `schema`, made (with its `items` table) if missing: another process's harness may
+    /// share it.
+    pub async fn at(
+        schema: &str,
+        pool: Pool,
+        settings: impl FnOnce(idem_runtime::Builder) -> idem_runtime::Builder,
+    ) -> Self {
+        let store = TokioPostgresStore::builder(pool.clone())
+            .schema(schema)
+            .build()
+            .await
+            .unwrap();
         let table: Arc<str> = format!("\"{}\".items", store.schema()).into();
-        let ddl = format!("CREATE TABLE {table} (id bigserial PRIMARY KEY, name text NOT NULL)");
+        let ddl = format!(
+            "CREATE TABLE IF NOT EXISTS {table} (id bigserial PRIMARY KEY, name text NOT NULL)"
+        );
         pool.get().await.unwrap().batch_execute(&ddl).await.unwrap();
         let idem = settings(Idempotency::builder().store(store.clone()))
             .build()
