@@ -142,3 +142,55 @@ async fn run_atomic_commits_the_output_with_the_writes() {
     assert_eq!(first, again);
     assert_eq!(h.names().await, ["shipped 1"]);
 }
+
+/// Without an idempotency key the handler still writes in a transaction: committed with a 2xx,
+/// rolled back with a 5xx, nothing stored.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_a_key_the_transaction_commits_alone_or_rolls_back() {
+    let schemas = Schemas::default();
+    let h = Harness::on(&schemas, pool_at(&url(), 4)).await;
+    for path in PATHS {
+        let failed = h
+            .send(path, "", json!({ "name": "failed", "status": 500 }))
+            .await;
+        assert_eq!(failed.0, StatusCode::INTERNAL_SERVER_ERROR);
+        let kept = h.send(path, "", json!({ "name": path })).await;
+        assert_eq!(kept.0, StatusCode::CREATED, "{path}: {kept:?}");
+    }
+    assert_eq!(h.names().await, ["/one", "/two"]);
+    assert_eq!(h.records().await, (0, 0));
+}
+
+/// Twelve duplicates of a request that holds its one-commit claim are answered 409 while, on a
+/// pool of three, a request for another key is served; the first's answer is replayed once it
+/// commits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn duplicates_of_a_running_request_get_409_while_other_keys_are_served() {
+    let schemas = Schemas::default();
+    let h = Harness::on(&schemas, pool_at(&url(), 3)).await;
+    let gate = h.app.gate.clone();
+    let body = json!({ "name": "first", "gate": true });
+    let router = h.router.clone();
+    let first = {
+        let body = body.clone();
+        tokio::spawn(async move { app::send(&router, "/one", "flood", body).await })
+    };
+    gate.entered().await;
+    let duplicates: Vec<_> = (0..12)
+        .map(|_| {
+            let (router, body) = (h.router.clone(), body.clone());
+            tokio::spawn(async move { app::send(&router, "/one", "flood", body).await })
+        })
+        .collect();
+    let other = h.send("/one", "other", json!({ "name": "other" })).await;
+    assert_eq!(other.0, StatusCode::CREATED, "{other:?}");
+    for duplicate in duplicates {
+        let reply = duplicate.await.unwrap();
+        assert_eq!(reply.0, StatusCode::CONFLICT, "{reply:?}");
+    }
+    gate.release();
+    assert_eq!(first.await.unwrap().0, StatusCode::CREATED);
+    let replay = h.send("/one", "flood", body).await;
+    assert_eq!((replay.0, replay.2), (StatusCode::CREATED, true));
+    assert_eq!(h.names().await, ["first", "other"]);
+}

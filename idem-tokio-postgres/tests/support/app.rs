@@ -297,18 +297,18 @@ impl Harness {
     }
 }
 
-/// Sends `body` to `path` of `router` under the idempotency key `key`.
+/// Sends `body` to `path` of `router` under the idempotency key `key` (none when empty).
 pub async fn send(
     router: &Router,
     path: &str,
     key: &str,
     body: Value,
 ) -> (StatusCode, Value, bool) {
-    let request = Request::post(path)
-        .header("idempotency-key", key)
-        .header("content-type", "application/json")
-        .body(Body::from(body.to_string()))
-        .unwrap();
+    let mut request = Request::post(path).header("content-type", "application/json");
+    if !key.is_empty() {
+        request = request.header("idempotency-key", key);
+    }
+    let request = request.body(Body::from(body.to_string())).unwrap();
     let response = router.clone().oneshot(request).await.unwrap();
     let status = response.status();
     let replayed = response.headers().contains_key("idempotent-replayed");
