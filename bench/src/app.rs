@@ -28,6 +28,11 @@ pub const HELD: &str = "/held";
 
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 
+/// The `#[idempotent]` handlers [`router`] routes, for `Builder::serves`.
+pub fn idempotent() -> impl idem_runtime::Serves {
+    (idem, held)
+}
+
 /// The work every variant does once its body is parsed.
 fn create_order(order: &Value) -> Response {
     let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);

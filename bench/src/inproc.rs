@@ -82,8 +82,7 @@ impl idem_runtime::store::Store for ClaimedReplays {
 pub fn idempotency_on(store: impl idem_runtime::store::Store) -> Idempotency {
     Idempotency::builder()
         .store(store)
-        // The PostgreSQL handlers' atomic form needs a store with transactions.
-        .endpoints_under("idem_bench::app")
+        .serves(app::idempotent())
         .build()
         .expect("an engine")
 }

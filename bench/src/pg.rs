@@ -215,6 +215,12 @@ pub struct PgState {
     pub pool: PgPool,
 }
 
+/// The `#[idempotent]` handlers [`router`] routes, for `Builder::serves`: they need the
+/// PostgreSQL store's transactions.
+pub fn idempotent() -> impl idem_runtime::Serves {
+    (plain, atomic, atomic_two)
+}
+
 /// `POST /pg/bare`, `/pg/plain`, `/pg/atomic`, `/pg/atomic-two` and `/pg/hand` on `engine`
 /// and `pool`.
 pub fn router(idempotency: Idempotency, pool: PgPool) -> Router {

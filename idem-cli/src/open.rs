@@ -54,10 +54,7 @@ pub(crate) async fn records(cli: &Cli) -> Result<Records, Failure> {
             )));
         }
     };
-    let idempotency = builder
-        .skip_endpoint_checks()
-        .build()
-        .map_err(|e| Failure::Usage(e.to_string()))?;
+    let idempotency = builder.build().map_err(|e| Failure::Usage(e.to_string()))?;
     Ok(idempotency.records())
 }
 

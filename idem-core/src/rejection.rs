@@ -92,7 +92,8 @@ pub enum Rejection {
     #[error("the response body failed while it was being read; nothing was stored")]
     ResponseFailed,
     /// `500 idempotency_scope_unknown`: the endpoint names a scope the engine has no resolver
-    /// for (only when the start-up checks skipped the endpoint).
+    /// for (only for an endpoint the engine was not told it
+    /// [serves](crate::idempotency::Builder::serves): those are checked when it is built).
     #[error("this endpoint's idempotency scope \"{scope}\" has no resolver on the engine")]
     ScopeUnknown {
         /// The endpoint's scope.
@@ -112,7 +113,16 @@ impl Rejection {
     pub fn of_scope(scope: &'static str, error: ScopeError) -> Self {
         match error {
             ScopeError::Unresolved => Self::ScopeUnresolved { scope },
-            ScopeError::Unknown => Self::ScopeUnknown { scope },
+            ScopeError::Unknown => {
+                tracing::error!(
+                    scope,
+                    "an idempotent endpoint names scope \"{scope}\", which has no resolver on \
+                     its engine: answered 500 without running it; give the engine \
+                     `.scope(\"{scope}\", ...)`, and pass the endpoint to `Builder::serves` to \
+                     have such mistakes refuse the build instead"
+                );
+                Self::ScopeUnknown { scope }
+            }
         }
     }
 

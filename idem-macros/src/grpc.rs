@@ -9,6 +9,7 @@
 
 use proc_macro2::{Ident, Span, TokenStream, TokenTree};
 use quote::{format_ident, quote, quote_spanned};
+use syn::ext::IdentExt;
 use syn::{Attribute, FnArg, ImplItem, ImplItemFn, ItemImpl, Pat, PathArguments, Type};
 
 use crate::attr::{Arg, Args};
@@ -90,11 +91,19 @@ fn expand(item: TokenStream) -> syn::Result<TokenStream> {
         )
     })?;
     let mut errors: Option<syn::Error> = None;
+    let mut idempotent = Vec::new();
     for item in &mut block.items {
         let ImplItem::Fn(method) = item else { continue };
         let Some(at) = method.attrs.iter().position(is_idempotent) else {
             continue;
         };
+        let rust_name = method.sig.ident.to_string();
+        idempotent.push(
+            rust_name
+                .strip_prefix("r#")
+                .unwrap_or(&rust_name)
+                .to_owned(),
+        );
         if let Err(error) = rewrite(method, at) {
             match &mut errors {
                 Some(errors) => errors.combine(error),
@@ -108,7 +117,53 @@ fn expand(item: TokenStream) -> syn::Result<TokenStream> {
         method.attrs[at] = syn::parse_quote!(#[#path(#expanded)]);
     }
     let errors = errors.map(syn::Error::into_compile_error);
-    Ok(quote!(#block #errors))
+    let methods = methods_const(&block, &idempotent);
+    Ok(quote!(#block #methods #errors))
+}
+
+/// `IDEMPOTENT_<TRAIT>` on the service type: its `#[idempotent]` methods, for
+/// `Builder::serves`. Named after the trait, so one type can serve several tonic services.
+fn methods_const(block: &ItemImpl, methods: &[String]) -> TokenStream {
+    let Some((_, trait_path, _)) = &block.trait_ else {
+        return TokenStream::new();
+    };
+    let Some(service) = trait_path.segments.last() else {
+        return TokenStream::new();
+    };
+    let name = format_ident!(
+        "IDEMPOTENT_{}",
+        upper_snake(&service.ident.unraw().to_string()),
+        span = service.ident.span()
+    );
+    let p = quote!(::idem_runtime::__private);
+    let (impl_generics, _, where_clause) = block.generics.split_for_impl();
+    let self_ty = &block.self_ty;
+    let doc = format!(
+        " The `#[idempotent]` methods of this type's `{}` service, for \
+         `Builder::serves`: the engine then checks them when it is built.",
+        service.ident.unraw()
+    );
+    quote! {
+        impl #impl_generics #self_ty #where_clause {
+            #[doc = #doc]
+            #[allow(dead_code)]
+            pub const #name: #p::Handlers = #p::Handlers(&[
+                #(::core::concat!(::core::module_path!(), "::", #methods)),*
+            ]);
+        }
+    }
+}
+
+/// `LedgerAdmin` as a constant's name: `LEDGER_ADMIN`.
+fn upper_snake(camel: &str) -> String {
+    let mut out = String::with_capacity(camel.len() + 4);
+    for (i, c) in camel.char_indices() {
+        if c.is_uppercase() && i > 0 {
+            out.push('_');
+        }
+        out.extend(c.to_uppercase());
+    }
+    out
 }
 
 fn is_idempotent(attr: &Attribute) -> bool {

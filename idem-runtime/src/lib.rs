@@ -140,7 +140,7 @@ pub use idem_core::clock;
 pub use idem_core::endpoint::KeyMode;
 pub use idem_core::engine::{AtomicCommits, InFlightMode, InvocationDeadline};
 pub use idem_core::error::{KeyError, StoreError};
-pub use idem_core::idempotency::{BuildError, Builder, Idempotency, Records};
+pub use idem_core::idempotency::{BuildError, Builder, Idempotency, Records, Serves};
 pub use idem_core::key::{IdempotencyKey, MAX_KEY_LEN};
 pub use idem_core::operation::{Operation, OperationError, OperationKey, Outcome, PayloadError};
 pub use idem_core::rejection::Rejection;

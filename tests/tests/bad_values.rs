@@ -75,7 +75,6 @@ macro_rules! items_on {
                     .unwrap();
                 let idem = Idempotency::builder()
                     .store(store.clone())
-                    .endpoints_under($endpoints)
                     .build()
                     .unwrap();
                 let app = App {

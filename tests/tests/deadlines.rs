@@ -170,7 +170,6 @@ fn with_deadline<S: Store>(store: S) -> Idempotency {
     Idempotency::builder()
         .store(store)
         .transaction_timeout(DEADLINE)
-        .skip_endpoint_checks()
         .build()
         .unwrap()
 }

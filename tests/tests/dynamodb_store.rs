@@ -350,11 +350,7 @@ async fn a_completion_too_large_for_an_item_is_refused_and_never_runs_twice() {
 async fn a_response_over_what_an_item_holds_is_sent_once_and_its_retries_get_409() {
     let store = DynamoDbStore::fresh().await;
     let calls = Arc::new(AtomicUsize::new(0));
-    let idem = Idempotency::builder()
-        .store(store.clone())
-        .endpoints_under("dynamodb_store::plain")
-        .build()
-        .unwrap();
+    let idem = Idempotency::builder().store(store.clone()).build().unwrap();
     let app = app(idem, calls.clone());
     let (status, _, body) = send(&app, "/export", "big").await;
     assert_eq!((status, body.len()), (StatusCode::OK, 1 << 20));
@@ -381,7 +377,6 @@ async fn an_unreachable_dynamodb_fails_closed_with_503_and_the_handler_does_not_
     let idem = Idempotency::builder()
         .store(store.clone())
         .clock(clock.clone())
-        .endpoints_under("dynamodb_store::plain")
         .build()
         .unwrap();
     let app = app(idem, calls.clone());
@@ -501,11 +496,7 @@ async fn throttling_is_retried_a_bounded_number_of_times_then_fails_closed() {
         );
 
         let served = Arc::new(AtomicUsize::new(0));
-        let idem = Idempotency::builder()
-            .store(store)
-            .endpoints_under("dynamodb_store::plain")
-            .build()
-            .unwrap();
+        let idem = Idempotency::builder().store(store).build().unwrap();
         let (status, retry_after, _) = send(&app(idem, served.clone()), "/create", "k").await;
         assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{code}");
         assert!(retry_after.is_some(), "{code}");

@@ -1,5 +1,6 @@
-//! Start-up checks per engine: a binary with several engines, each checking the endpoints of its
-//! own modules, and atomic endpoints refused on a store that lends no transactions.
+//! Start-up checks per engine: a binary with several engines, each checking the endpoints it is
+//! told it serves, atomic endpoints refused on a store that lends no transactions, and an
+//! endpoint no engine was told of failing closed at its first request.
 
 use axum::http::StatusCode;
 use idem_runtime::store::{MemoryStore, SqliteStore};
@@ -11,7 +12,6 @@ mod billing {
 
     /// Billing's handlers are scoped by organisation.
     #[idempotent(scope = "org")]
-    #[allow(dead_code)] // registered, never routed: the checks are what is tested
     pub(crate) async fn create_invoice() -> StatusCode {
         StatusCode::CREATED
     }
@@ -26,7 +26,6 @@ mod ledger {
 
     /// Ledger's handlers are scoped by user and write in atomic mode.
     #[idempotent(scope = "user")]
-    #[allow(dead_code)] // registered, never routed: the checks are what is tested
     pub(crate) async fn post_entry(tx: Db) -> StatusCode {
         drop(tx);
         StatusCode::CREATED
@@ -38,36 +37,39 @@ fn org(caller: &idem_runtime::Caller<'_>) -> Option<String> {
 }
 
 #[test]
-fn each_engine_checks_the_endpoints_of_its_own_modules() {
+fn each_engine_checks_what_it_is_told_it_serves() {
+    // Billing's engine serves billing's handler: ledger's, linked into the same binary, is not
+    // its business.
     let billing = Idempotency::builder()
         .store(MemoryStore::new())
         .scope("org", org)
-        .endpoints_under("engines::billing")
+        .serves(billing::create_invoice)
         .build();
     assert!(billing.is_ok(), "{billing:?}");
 
-    // Checking every endpoint in the binary finds ledger's scope missing on billing's engine.
-    let everything = Idempotency::builder()
+    // Told it serves ledger's handler too, it finds ledger's scope missing.
+    let both = Idempotency::builder()
         .store(MemoryStore::new())
         .scope("org", org)
+        .serves((billing::create_invoice, ledger::post_entry))
         .build()
         .unwrap_err();
-    assert!(
-        matches!(
-            everything,
-            BuildError::UnresolvedScope {
-                endpoint: "engines::ledger::post_entry",
-                scope: "user"
-            } | BuildError::AtomicUnsupported { .. }
-        ),
-        "{everything}"
+    assert_eq!(
+        both,
+        BuildError::UnresolvedScope {
+            endpoint: "engines::ledger::post_entry",
+            scope: "user"
+        }
     );
-    // A module prefix matches whole path segments only.
-    let other = Idempotency::builder()
-        .store(MemoryStore::new())
-        .endpoints_under("engines::bill")
-        .build();
-    assert!(other.is_ok(), "no endpoint lives under `engines::bill`");
+    assert!(both.to_string().contains(".scope(\"user\""), "{both}");
+}
+
+#[test]
+fn an_engine_told_nothing_builds_whatever_the_binary_links() {
+    // Neither resolver, and a store without transactions: the binary links handlers this engine
+    // never serves, and it need not say so.
+    let bare = Idempotency::builder().store(MemoryStore::new()).build();
+    assert!(bare.is_ok(), "{bare:?}");
 }
 
 #[test]
@@ -75,7 +77,7 @@ fn an_atomic_endpoint_on_a_store_without_transactions_is_refused_naming_both() {
     let err = Idempotency::builder()
         .store(MemoryStore::new())
         .scope("user", |_| None)
-        .endpoints_under("engines::ledger")
+        .serves(ledger::post_entry)
         .build()
         .unwrap_err();
     assert_eq!(
@@ -101,7 +103,39 @@ async fn the_same_endpoint_builds_on_a_store_that_lends_its_transactions() {
     let built = Idempotency::builder()
         .store(store)
         .scope("user", |_| None)
-        .endpoints_under("engines::ledger")
+        .serves(ledger::post_entry)
         .build();
     assert!(built.is_ok(), "{built:?}");
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn an_atomic_endpoint_not_served_fails_closed_at_its_first_request_and_says_why() {
+    use axum::{Router, body::Body, http::Request, routing::post};
+    use tower::ServiceExt;
+
+    let logs = idem_tests::logs::Logs::default();
+    let guard = logs.capture();
+    let idem = Idempotency::builder()
+        .store(MemoryStore::new())
+        .scope("user", |_| Some("u1".to_owned()))
+        .build()
+        .unwrap();
+    let app = Router::new()
+        .route("/entries", post(ledger::post_entry))
+        .with_state(idem);
+    let request = Request::post("/entries")
+        .header("idempotency-key", "k")
+        .body(Body::empty())
+        .unwrap();
+    let response = app.oneshot(request).await.unwrap();
+    assert_eq!(response.status(), StatusCode::INTERNAL_SERVER_ERROR);
+    let body = http_body_util::BodyExt::collect(response.into_body())
+        .await
+        .unwrap()
+        .to_bytes();
+    let problem: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(problem["code"], "idempotency_misconfigured");
+    let said = logs.text();
+    assert!(said.contains("Builder::serves"), "{said}");
+    drop(guard);
 }

@@ -73,7 +73,6 @@ async fn send(
 async fn form_bodies_in_another_order_replay_and_a_changed_value_is_another_request() {
     let idem = Idempotency::builder()
         .store(MemoryStore::new())
-        .skip_endpoint_checks()
         .build()
         .unwrap();
     let app = app(idem, Gate::default());
@@ -98,7 +97,6 @@ async fn form_bodies_in_another_order_replay_and_a_changed_value_is_another_requ
 async fn the_engine_answers_in_the_application_envelope_keeping_status_and_retry_after() {
     let idem = Idempotency::builder()
         .store(MemoryStore::new())
-        .skip_endpoint_checks()
         .retry_after(std::time::Duration::from_secs(3))
         .render_rejections(|rejection: &Rejection| {
             let kind = match rejection {

@@ -77,11 +77,7 @@ async fn no_sweeper_runs_on_redis_and_it_says_so() {
     assert!(!capabilities_of(store.clone()).needs_sweeping());
     let logs = Logs::default();
     let guard = logs.capture();
-    let idem = Idempotency::builder()
-        .store(store.clone())
-        .endpoints_under("redis_store::plain")
-        .build()
-        .unwrap();
+    let idem = Idempotency::builder().store(store.clone()).build().unwrap();
     let sweeper = idem.spawn_sweeper(Duration::from_millis(10), 100);
     tokio::time::timeout(Duration::from_secs(10), sweeper)
         .await

@@ -445,7 +445,6 @@ async fn a_server_that_does_not_answer_in_time_gets_503_and_the_handler_does_not
     let idem = Idempotency::builder()
         .store(store)
         .clock(clock.clone())
-        .endpoints_under("redis_store::plain")
         .build()
         .unwrap();
     let app = Router::new()
@@ -493,6 +492,7 @@ async fn an_atomic_endpoint_is_refused_at_start_up_and_the_message_says_why() {
     let store = redis_store().await;
     let err = Idempotency::builder()
         .store(store.clone())
+        .serves(atomic::charge)
         .build()
         .unwrap_err();
     assert_eq!(
@@ -516,7 +516,7 @@ async fn an_atomic_endpoint_is_refused_at_start_up_and_the_message_says_why() {
     // The other endpoints of the binary are served.
     let plain = Idempotency::builder()
         .store(store.clone())
-        .endpoints_under("redis_store::plain")
+        .serves(plain::create)
         .build();
     assert!(plain.is_ok());
     store.discard().await;

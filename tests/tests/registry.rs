@@ -21,6 +21,7 @@ async fn ping() -> StatusCode {
 fn a_scope_without_a_resolver_fails_at_start_up() {
     let err = Idempotency::builder()
         .store(MemoryStore::new())
+        .serves(create_order)
         .build()
         .unwrap_err();
     assert_eq!(
@@ -78,14 +79,11 @@ fn the_engine_lists_every_annotated_endpoint() {
 }
 
 #[tokio::test]
-async fn skipped_checks_answer_500_for_a_scope_without_resolver() {
+async fn an_endpoint_not_served_answers_500_for_a_scope_without_resolver() {
     use axum::{Router, body::Body, http::Request, routing::post};
     use tower::ServiceExt;
 
-    let idem = Idempotency::builder()
-        .store(MemoryStore::new())
-        .skip_endpoint_checks()
-        .build();
+    let idem = Idempotency::builder().store(MemoryStore::new()).build();
     let app = Router::new()
         .route("/orders", post(create_order))
         .with_state(idem.unwrap());

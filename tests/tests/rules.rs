@@ -32,7 +32,6 @@ async fn plain_echo(body: String) -> String {
 fn idempotency() -> Idempotency {
     Idempotency::builder()
         .store(MemoryStore::new())
-        .skip_endpoint_checks()
         .max_request_bytes(16)
         .render_rejections(|rejection: &Rejection| {
             format!("app format: {}", rejection.code()).into_response()
@@ -247,6 +246,7 @@ fn a_scope_without_a_resolver_is_refused_at_start_up_with_one_message() {
 
     let built = Idempotency::builder()
         .store(MemoryStore::new())
+        .serves(scoped)
         .build()
         .unwrap_err()
         .to_string();
@@ -256,5 +256,4 @@ fn a_scope_without_a_resolver_is_refused_at_start_up_with_one_message() {
                 `Idempotency::builder()`, or use \"global\"";
     assert!(built.ends_with(rule), "{built}");
     assert!(layer.ends_with(rule), "{layer}");
-    let _ = scoped;
 }

@@ -340,11 +340,13 @@ async fn serve(args: Args) -> Result<(), String> {
             started.elapsed().as_secs_f64()
         );
     }
-    // Only the PostgreSQL store lends the transactions `/pg/atomic` needs.
+    // `/pg/atomic`'s handler is routed, and served, only where the PostgreSQL store lends the
+    // transactions it needs.
+    let builder = builder.serves(app::idempotent());
     let builder = if pg_pool.is_some() {
-        builder
+        builder.serves(pg::idempotent())
     } else {
-        builder.endpoints_under("idem_bench::app")
+        builder
     };
     let idempotency = builder.build().map_err(|e| e.to_string())?;
     let mut router = app::router(idempotency.clone(), Arc::default()).merge(peer::router());

@@ -34,7 +34,10 @@ async fn create_order(Json(order): Json<Value>) -> (StatusCode, Json<Value>) {
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let idempotency = Idempotency::builder().store(MemoryStore::new()).build()?;
+    let idempotency = Idempotency::builder()
+        .store(MemoryStore::new())
+        .serves(create_order) // checked at build
+        .build()?;
     let app = Router::new()
         .route("/orders", post(create_order))
         .with_state(idempotency);

@@ -80,7 +80,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .scope("org", |caller| {
             caller.extension::<Org>().map(|org| org.0.clone())
         })
-        .build()?; // fails fast if an endpoint names a scope with no resolver
+        .serves(create_charge) // the handlers it serves (a tuple for several), checked below
+        .build()?; // fails fast if a handler it serves names a scope with no resolver
     idempotency.spawn_sweeper(std::time::Duration::from_secs(60), 1_000); // purge expired records
 
     let app = Router::new()

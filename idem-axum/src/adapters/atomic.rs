@@ -36,7 +36,14 @@ pub fn lent<T: Lent>(extensions: &Extensions) -> Result<T, Rejection> {
             reason: "a `Tx` works only in an `#[idempotent]` handler or method, or under \
                      `IdempotencyLayer`, with a store that lends transactions",
         })?;
-    T::lent(lending).map_err(|error| Rejection::Misconfigured {
-        reason: error.reason(),
+    T::lent(lending).map_err(|error| {
+        tracing::error!(
+            reason = error.reason(),
+            "a handler takes a `Tx` its engine's store cannot lend: answered 500 without running \
+             it; pass the handler to `Builder::serves` to have this refuse the build instead"
+        );
+        Rejection::Misconfigured {
+            reason: error.reason(),
+        }
     })
 }

@@ -102,6 +102,23 @@ pub fn begin(
             operation: None,
         });
     }
+    let engine = idempotency.engine();
+    if let Some(need) = endpoint
+        .atomic()
+        .filter(|need| !need.is_met(engine.capabilities()))
+    {
+        // What `Builder::serves` would have refused at build: the handler cannot run.
+        tracing::error!(
+            endpoint = endpoint.handler(),
+            database = need.database(),
+            store = engine.store_name(),
+            "an `#[idempotent]` handler takes a `Tx`, but its engine's store lends no \
+             transactions on that database: answered 500 without running it; pass the handler \
+             to `Builder::serves` to have this refuse the build instead"
+        );
+        let reason = "the handler takes a `Tx` the engine's store cannot lend";
+        return Err(reject(idempotency, Rejection::Misconfigured { reason }));
+    }
     let operation = HttpOperation::of_endpoint(endpoint, idempotency.limits(), parts);
     start(idempotency, operation, parts)
 }

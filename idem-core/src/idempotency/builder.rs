@@ -1,5 +1,5 @@
 //! Configuring an [`Idempotency`]: the store, the policy, the settings every face applies, what
-//! the faces add, and the start-up checks.
+//! the faces add, and what the engine serves, which the start-up checks cover.
 
 use std::any::{Any, TypeId};
 use std::fmt;
@@ -8,9 +8,9 @@ use std::time::Duration;
 
 use http::HeaderName;
 
-use super::checks::Checks;
 use super::error::BuildError;
 use super::faces::{FaceSetup, Faces, ProtobufDescriptors, RenderedAs, Renderer, Setup};
+use super::serves::{Served, Serves};
 use super::{Idempotency, Inner};
 use crate::clock::{Clock, SystemClock};
 use crate::engine::{Engine, Policy};
@@ -24,7 +24,7 @@ use crate::store::{Capabilities, DynStore, Store};
 pub struct Builder {
     store: Option<(Arc<dyn DynStore>, &'static str, Capabilities)>,
     reserved_scope: bool,
-    checks: Checks,
+    served: Served,
     policy: Policy,
     scopes: Scopes,
     limits: Limits,
@@ -38,7 +38,7 @@ impl Default for Builder {
         Self {
             store: None,
             reserved_scope: false,
-            checks: Checks::All,
+            served: Served::default(),
             policy: Policy::DEFAULT,
             scopes: Scopes::default(),
             limits: Limits::DEFAULT,
@@ -244,22 +244,36 @@ impl Builder {
         self
     }
 
-    /// Limits the start-up checks of [`Builder::build`] to the `#[idempotent]` endpoints (and
-    /// tonic methods) whose module path starts with `module` (such as `"my_app::admin"`); call it again to add
-    /// another. For binaries with several engines (different stores or scope sets), each serving
-    /// the handlers of its own modules: each engine checks its own endpoints only.
-    pub fn endpoints_under(mut self, module: impl Into<String>) -> Self {
-        let module = module.into();
-        self.checks.add_module(module);
-        self
-    }
-
-    /// Skips the start-up checks of [`Builder::build`] altogether. For binaries holding
-    /// applications whose endpoints no module path separates (merged doctests). A request to
-    /// an endpoint whose scope has no resolver is then answered `500 idempotency_scope_unknown`,
-    /// and one in atomic mode on a store without transactions `500 idempotency_misconfigured`.
-    pub fn skip_endpoint_checks(mut self) -> Self {
-        self.checks = Checks::None;
+    /// Tells the engine what it serves: `#[idempotent]` handlers (the attribute's expansion is a
+    /// value of the handler's name), tonic services (`MyService::IDEMPOTENT_METHODS`, which
+    /// `#[idem_runtime::grpc::service]` adds), or a tuple or array of these; call it again to
+    /// add more. [`Builder::build`] then checks each: its scope has a resolver, a handler that
+    /// takes a `Tx` gets transactions from the store, a tonic method's request message is in the
+    /// [protobuf descriptors](Builder::protobuf_descriptors).
+    ///
+    /// ```
+    /// # use idem_core::idempotency::{Served, Serves};
+    /// # #[allow(non_camel_case_types)] struct create_charge;
+    /// # impl Serves for create_charge { fn add_to(&self, _: &mut Served) {} }
+    /// # #[allow(non_camel_case_types)] struct refund_charge;
+    /// # impl Serves for refund_charge { fn add_to(&self, _: &mut Served) {} }
+    /// # fn main() -> Result<(), idem_core::idempotency::BuildError> {
+    /// let idempotency = idem_core::idempotency::Idempotency::builder()
+    ///     .store(idem_core::store::MemoryStore::new())
+    ///     .serves((create_charge, refund_charge)) // two `#[idempotent]` handlers
+    ///     .build()?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// An endpoint the engine was not told of is checked at its first request instead: a
+    /// misconfigured one is answered `500` (`idempotency_scope_unknown` or
+    /// `idempotency_misconfigured`; gRPC `INTERNAL`) without running, and an error is logged.
+    /// The engine is told rather than finding out because nothing of idem's runs where axum
+    /// attaches a route to its state, and every `#[idempotent]` linked into a binary is not
+    /// what one engine serves: tests, examples and binaries with several engines link
+    /// handlers that engine never sees.
+    pub fn serves(mut self, endpoints: impl Serves) -> Self {
+        endpoints.add_to(&mut self.served);
         self
     }
 
@@ -273,8 +287,9 @@ impl Builder {
     /// order of its `HashMap`, which differs between two decodings of one request. The
     /// descriptors say which fields are maps, so their entries are sorted first.
     /// [`build`](Builder::build) fails when a set does not decode, or when an `#[idempotent]`
-    /// method it checks has a request message the descriptors do not hold (with the checks
-    /// skipped, that method answers `INTERNAL`, reason `IDEMPOTENCY_MISCONFIGURED`).
+    /// method the engine [serves](Builder::serves) has a request message the descriptors do not
+    /// hold (a method the engine was not told of answers `INTERNAL`, reason
+    /// `IDEMPOTENCY_MISCONFIGURED`, at its first request instead).
     pub fn protobuf_descriptors(mut self, encoded: &[u8]) -> Self {
         self.faces
             .get_or_default::<ProtobufDescriptors>()
@@ -282,11 +297,11 @@ impl Builder {
         self
     }
 
-    /// Builds the engine, checking that every `#[idempotent]` endpoint in the binary (or under
-    /// the modules of [`Builder::endpoints_under`]) names a scope that has a resolver, and that
-    /// every endpoint in atomic mode can get a transaction from the store; then each face linked
-    /// in runs its [`FaceSetup`]: the gRPC face checks that every `#[idempotent]` tonic method
-    /// names a scope that has a resolver and has its request message in the [protobuf
+    /// Builds the engine, checking that every `#[idempotent]` endpoint it
+    /// [serves](Builder::serves) names a scope that has a resolver, and that every one in atomic
+    /// mode can get a transaction from the store; then each face linked in runs its
+    /// [`FaceSetup`]: the gRPC face checks that every `#[idempotent]` tonic method served names
+    /// a scope that has a resolver and has its request message in the [protobuf
     /// descriptors](Builder::protobuf_descriptors), the HTTP faces that a
     /// [renderer](Builder::render_rejections) returns their response type.
     pub fn build(self) -> Result<Idempotency, BuildError> {
@@ -298,13 +313,13 @@ impl Builder {
         if let Some(limit) = capabilities.payload_limit() {
             limits = limits.fitted_to(limit);
         }
-        self.checks.run(&self.scopes, &capabilities, store_name)?;
+        self.served.check(&self.scopes, &capabilities, store_name)?;
         let mut faces = self.faces;
         let mut setup = Setup {
             scopes: &self.scopes,
             capabilities: &capabilities,
             store: store_name,
-            checks: &self.checks,
+            served: &self.served,
             faces: &mut faces,
         };
         for face in inventory::iter::<FaceSetup> {

@@ -111,7 +111,7 @@ pub struct Setup<'a> {
     pub(super) scopes: &'a Scopes,
     pub(super) capabilities: &'a Capabilities,
     pub(super) store: &'static str,
-    pub(super) checks: &'a super::checks::Checks,
+    pub(super) served: &'a super::serves::Served,
     pub(super) faces: &'a mut Faces,
 }
 
@@ -131,11 +131,10 @@ impl Setup<'_> {
         self.store
     }
 
-    /// Whether the start-up checks cover the handler at Rust path `handler`
-    /// ([`Builder::endpoints_under`](super::Builder::endpoints_under),
-    /// [`Builder::skip_endpoint_checks`](super::Builder::skip_endpoint_checks)).
-    pub fn checks(&self, handler: &str) -> bool {
-        self.checks.covers_path(handler)
+    /// Whether the engine was told it serves the handler at Rust path `handler`
+    /// ([`Builder::serves`](super::Builder::serves)): the handlers a face checks at build.
+    pub fn serves(&self, handler: &str) -> bool {
+        self.served.contains(handler)
     }
 
     /// The faces' settings of type `T`, as the builder holds them.

@@ -15,16 +15,17 @@ use crate::settings::scope::Scopes;
 use faces::Faces;
 
 mod builder;
-mod checks;
 mod error;
 mod faces;
 mod records;
+mod serves;
 mod sweeper;
 
 pub use builder::Builder;
 pub use error::BuildError;
 pub use faces::{FaceSetup, ProtobufDescriptors, RenderedAs, Renderer, Setup};
 pub use records::Records;
+pub use serves::{Handlers, Served, Serves};
 
 /// The idempotency engine: a store, the policy every idempotent operation follows, and the
 /// settings of its faces. Built once with [`Builder`], shared by every face.

@@ -51,7 +51,6 @@ fn engine(store: &Flaky, clock: &ManualClock, background_work: bool) -> Idempote
         .lease(LEASE)
         .store_timeout(STORE_TIMEOUT)
         .background_work(background_work)
-        .skip_endpoint_checks()
         .build()
         .unwrap()
 }

@@ -23,7 +23,7 @@ use crate::key::RecordKey;
 /// | reads in process ([`ReadInProcess`]) | [`offer_reads_in_process`](Self::offer_reads_in_process) | every retry is answered through a claim |
 /// | expiry by the backend | [`expires_by_itself`](Self::expires_by_itself) | the engine's sweeper calls [`purge_expired`](super::Store::purge_expired) |
 /// | a payload limit below the engine's | [`limit_payload`](Self::limit_payload) | the engine's own limit |
-/// | atomic mode | [`offer_transactions`](Self::offer_transactions) | an endpoint in atomic mode is refused at start-up |
+/// | atomic mode | [`offer_transactions`](Self::offer_transactions) | an endpoint in atomic mode is refused at start-up (one the engine [serves](crate::idempotency::Builder::serves)) or at its first request |
 /// | one-commit claims | [`offer_claim_in_transaction`](Self::offer_claim_in_transaction) | atomic mode claims, then begins the transaction |
 ///
 /// Atomic mode, where a handler's transaction carries the completion of its record, is offered
@@ -33,7 +33,7 @@ use crate::key::RecordKey;
 /// claim rides in that transaction too, is offered with
 /// [`offer_claim_in_transaction`](Self::offer_claim_in_transaction). A store that offers
 /// neither (the memory and Redis stores) cannot serve an endpoint in atomic mode, and the
-/// engine's builder says so at start-up.
+/// engine's builder says so at start-up for the endpoints it is told it serves.
 #[derive(Default)]
 pub struct Capabilities {
     admin: Option<Arc<dyn DynAdmin>>,

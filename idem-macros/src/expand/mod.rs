@@ -115,6 +115,11 @@ fn expand(handler: &Handler, config: &validate::Config) -> TokenStream {
                 #stable_name;
                 #arguments
                 #p::inventory::submit! { #p::Registration(&__IDEM_ENDPOINT) }
+                impl #p::Serves for #name {
+                    fn add_to(&self, served: &mut #p::Served) {
+                        served.endpoint(&__IDEM_ENDPOINT);
+                    }
+                }
 
                 #body
 

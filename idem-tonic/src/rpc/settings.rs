@@ -29,7 +29,7 @@ impl GrpcSettings {
 }
 
 /// Decodes the descriptors given to the builder, then checks each `#[idempotent]` tonic method
-/// the checks cover: its scope has a resolver and its request message is in the descriptors.
+/// the engine serves: its scope has a resolver and its request message is in the descriptors.
 fn setup(setup: &mut Setup<'_>) -> Result<(), BuildError> {
     let mut settings = GrpcSettings::default();
     for set in setup
@@ -41,7 +41,7 @@ fn setup(setup: &mut Setup<'_>) -> Result<(), BuildError> {
             return Err(BuildError::ProtobufDescriptors(error.to_string()));
         }
     }
-    for m in method::registered().filter(|m| setup.checks(m.handler())) {
+    for m in method::registered().filter(|m| setup.serves(m.handler())) {
         if setup.scopes().check(m.scope()).is_err() {
             return Err(BuildError::UnresolvedScope {
                 endpoint: m.handler(),

@@ -157,7 +157,7 @@ fn bank<S: idem_runtime::store::Store>(store: S, table: String) -> Bank {
     let idempotency = Idempotency::builder()
         .store(store)
         .protobuf_descriptors(&descriptors())
-        .endpoints_under(module_path!())
+        .serves(Bank::IDEMPOTENT_LEDGER)
         .build()
         .unwrap();
     Bank {

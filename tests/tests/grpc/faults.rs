@@ -91,8 +91,8 @@ async fn a_message_without_descriptors_is_internal_and_runs_nothing() {
         idempotency: Idempotency::builder()
             .store(MemoryStore::new())
             .scope("tenant", tenant_of)
-            // The start-up check would refuse it: see `build_refuses_...` below.
-            .skip_endpoint_checks()
+            // Not told it serves the service: told, the build refuses it (see
+            // `build_refuses_...` below).
             .build()
             .unwrap(),
         calls: Calls::default(),
@@ -112,7 +112,7 @@ fn build_refuses_a_method_whose_scope_has_no_resolver_or_whose_message_has_no_de
     let without_resolver = Idempotency::builder()
         .store(MemoryStore::new())
         .protobuf_descriptors(&crate::service::descriptors())
-        .endpoints_under("grpc::service")
+        .serves(Service::IDEMPOTENT_PAYMENTS)
         .build();
     match without_resolver {
         Err(BuildError::UnresolvedScope { endpoint, scope }) => {
@@ -124,7 +124,7 @@ fn build_refuses_a_method_whose_scope_has_no_resolver_or_whose_message_has_no_de
     let without_descriptors = Idempotency::builder()
         .store(MemoryStore::new())
         .scope("tenant", tenant_of)
-        .endpoints_under("grpc::service")
+        .serves(Service::IDEMPOTENT_PAYMENTS)
         .build();
     match without_descriptors {
         Err(error @ BuildError::MissingDescriptors { .. }) => {
@@ -152,7 +152,6 @@ async fn a_scope_without_a_resolver_is_internal_and_runs_nothing() {
         idempotency: Idempotency::builder()
             .store(MemoryStore::new())
             .protobuf_descriptors(&crate::service::descriptors())
-            .skip_endpoint_checks()
             .build()
             .unwrap(),
         calls: Calls::default(),

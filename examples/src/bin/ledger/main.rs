@@ -205,7 +205,9 @@ async fn idempotency(db: &Db, lease: Duration) -> Result<Idempotency, BoxError> 
         .scope("tenant", auth::tenant_scope)
         .lease(lease)
         // The request messages' fields, from the descriptor set build.rs wrote: fingerprints.
-        .protobuf_descriptors(proto::FILE_DESCRIPTOR_SET);
+        .protobuf_descriptors(proto::FILE_DESCRIPTOR_SET)
+        // Its `#[idempotent]` methods, checked at build: scopes, descriptors.
+        .serves(LedgerService::IDEMPOTENT_LEDGER);
     let builder = match db {
         Db::Sqlite(pool) => builder.store(SqliteStore::from_pool(pool.clone()).await?),
         Db::Postgres(pool) => builder.store(PostgresStore::from_pool(pool.clone()).await?),

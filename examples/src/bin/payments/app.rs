@@ -16,6 +16,7 @@ async fn engine(config: &Config, db: &Db, background_work: bool) -> Result<Idemp
     Ok(store::builder(config, db)
         .await?
         .background_work(background_work)
+        .serves(routes::idempotent())
         .build()?)
 }
 

@@ -53,6 +53,17 @@ pub(crate) struct AppState {
     pub(crate) metrics: Metrics,
 }
 
+/// The `#[idempotent]` handlers [`router`] routes, which the engine is told it serves so that
+/// building it checks them (each scope has a resolver, the store lends `AnyTx`'s transactions).
+pub(crate) fn idempotent() -> impl idem_runtime::Serves {
+    (
+        create_charge,
+        create_refund,
+        create_charge_refund,
+        create_payout,
+    )
+}
+
 /// The service's routes, and `GET /openapi.json` documenting them.
 pub(crate) fn router(state: AppState) -> Router {
     let (router, doc) = OpenApiRouter::with_openapi(ApiDoc::openapi())

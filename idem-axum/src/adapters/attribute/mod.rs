@@ -29,6 +29,7 @@ pub use axum::handler::Handler;
 pub use axum::response::{IntoResponse, Response};
 pub use idem_core::endpoint::{AtomicNeed, Endpoint, KeyMode, Registration};
 pub use idem_core::engine::{AtomicCommits, InFlightMode};
+pub use idem_core::idempotency::{Handlers, Served, Serves};
 pub use inventory;
 
 use crate::http::problem::Problem;

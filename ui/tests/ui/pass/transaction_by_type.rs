@@ -38,20 +38,21 @@ mod lookalike {
 }
 
 fn main() {
-    let build = |module: &str| {
-        Idempotency::builder()
-            .store(MemoryStore::new())
-            .endpoints_under(format!("{}::{module}", module_path!()))
-            .build()
-    };
     // The look-alike needs nothing from the store: a store without transactions serves it.
-    let idempotency = build("lookalike").unwrap();
+    let lookalike = Idempotency::builder()
+        .store(MemoryStore::new())
+        .serves(lookalike::create)
+        .build()
+        .unwrap();
     let _app: axum::Router = axum::Router::new()
         .route("/lookalike", axum::routing::post(lookalike::create))
-        .route("/alias", axum::routing::post(alias::create))
-        .with_state(idempotency);
+        .with_state(lookalike);
     // The alias is a transaction: the same store is refused at start-up.
-    match build("alias") {
+    let alias = Idempotency::builder()
+        .store(MemoryStore::new())
+        .serves(alias::create)
+        .build();
+    match alias {
         Err(BuildError::AtomicUnsupported { endpoint, database, .. }) => {
             assert!(endpoint.ends_with("::alias::create"), "{endpoint}");
             assert_eq!(database, "SQLite");
