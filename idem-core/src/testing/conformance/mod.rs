@@ -15,7 +15,7 @@
 //! ```
 //!
 //! Each case is also a function of its own (`claim_complete_replay(store)`, …), for a test per
-//! case, so that a failure is named by the test runner: see [`cases`] and [`Case::run`], or
+//! case, so that a failure is named by the test runner: see [`cases`] and [`ConformanceCase::run`], or
 //! call the functions directly.
 //!
 //! Every case starts from an empty store and uses fixed, explicit
@@ -26,7 +26,7 @@
 //!
 //! A store with a payload limit of its own
 //! ([`Capabilities::limit_payload`](crate::store::Capabilities::limit_payload), DynamoDB's item
-//! size) skips the cases that store more than it keeps: [`Case::largest_payload`] says how much
+//! size) skips the cases that store more than it keeps: [`ConformanceCase::largest_payload`] says how much
 //! each case stores, and [`run_all`] reports what it skipped.
 
 use std::future::Future;
@@ -65,7 +65,7 @@ pub const SMALL_PAYLOAD: usize = 1 << 10;
 pub const LARGE_PAYLOAD: usize = 8 << 20;
 
 /// One case of the suite, runnable on a store of type `S`.
-pub struct Case<S> {
+pub struct ConformanceCase<S> {
     /// The case's name: the name of its function in this module.
     pub name: &'static str,
     /// The largest payload the case stores, in bytes. A store whose payload limit
@@ -75,7 +75,7 @@ pub struct Case<S> {
     run: fn(S) -> BoxFuture<'static, ()>,
 }
 
-impl<S: Store + Clone> Case<S> {
+impl<S: Store + Clone> ConformanceCase<S> {
     /// The case, run on `store`, which must hold no records. The future panics, with the
     /// failing assertion's message, when the store breaks the contract.
     pub fn run(&self, store: S) -> BoxFuture<'static, ()> {
@@ -89,9 +89,9 @@ impl<S: Store + Clone> Case<S> {
     }
 }
 
-impl<S> std::fmt::Debug for Case<S> {
+impl<S> std::fmt::Debug for ConformanceCase<S> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Case")
+        f.debug_struct("ConformanceCase")
             .field("name", &self.name)
             .field("largest_payload", &self.largest_payload)
             .finish_non_exhaustive()
@@ -106,9 +106,9 @@ macro_rules! suite {
         pub const CASES: &[&str] = &[$(stringify!($case)),+];
 
         /// Every case of the suite for stores of type `S`, in the order of [`CASES`].
-        pub fn cases<S: Store + Admin + Clone>() -> Vec<Case<S>> {
+        pub fn cases<S: Store + Admin + Clone>() -> Vec<ConformanceCase<S>> {
             vec![$(
-                Case {
+                ConformanceCase {
                     name: stringify!($case),
                     largest_payload: suite!(@payload $($payload)?),
                     run: |store| Box::pin($case(store)),
@@ -149,7 +149,7 @@ suite! {
 }
 
 /// The case named `name`, if the suite has one.
-pub fn case<S: Store + Admin + Clone>(name: &str) -> Option<Case<S>> {
+pub fn case<S: Store + Admin + Clone>(name: &str) -> Option<ConformanceCase<S>> {
     cases().into_iter().find(|case| case.name == name)
 }
 
@@ -163,7 +163,7 @@ pub fn payload_limit<S: Store + Clone>(store: &S) -> Option<usize> {
 /// What [`run_all`] did when every case it ran passed.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 #[non_exhaustive]
-pub struct Report {
+pub struct ConformanceReport {
     /// The cases that ran and passed, in order.
     pub passed: Vec<&'static str>,
     /// The cases not run because they store payloads larger than the store's payload limit.
@@ -175,11 +175,11 @@ pub struct Report {
 ///
 /// `fresh` must make a store that shares no records with any store it made before (a new
 /// in-memory store, a new schema, table or key prefix). The stores are dropped after their case;
-/// to delete what they leave in a server, iterate [`cases`] and call [`Case::run`] yourself, as
+/// to delete what they leave in a server, iterate [`cases`] and call [`ConformanceCase::run`] yourself, as
 /// the repository's own conformance tests do.
 ///
-/// A case whose [`largest_payload`](Case::largest_payload) exceeds the store's
-/// [`payload_limit`] is skipped (and named in [`Report::skipped`]), so a store with an item-size
+/// A case whose [`largest_payload`](ConformanceCase::largest_payload) exceeds the store's
+/// [`payload_limit`] is skipped (and named in [`ConformanceReport::skipped`]), so a store with an item-size
 /// limit such as DynamoDB's runs every other case.
 ///
 /// Call it inside a Tokio runtime: the concurrency cases spawn tasks, and a multi-threaded
@@ -188,13 +188,13 @@ pub struct Report {
 /// # Panics
 /// When any case fails, after running all of them: the message names every failing case and
 /// what it asserted. A store that cannot be made panics from `fresh` itself.
-pub async fn run_all<S, F, Fut>(mut fresh: F) -> Report
+pub async fn run_all<S, F, Fut>(mut fresh: F) -> ConformanceReport
 where
     S: Store + Admin + Clone,
     F: FnMut() -> Fut,
     Fut: Future<Output = S>,
 {
-    let mut report = Report::default();
+    let mut report = ConformanceReport::default();
     let mut failures = Vec::new();
     for case in cases::<S>() {
         let store = fresh().await;

@@ -43,7 +43,7 @@
 //! passes on the wrapped store's payload limit and expiry by itself, and offers neither reads
 //! in process nor transactions (they would reach the store around the faults): the suite
 //! checks plain mode. Each case is also a function of its own, for a test per case, so that a
-//! failure is named by the test runner: see [`cases`] and [`Case::run`], or call the functions
+//! failure is named by the test runner: see [`cases`] and [`FaultCase::run`], or call the functions
 //! directly.
 
 use std::future::Future;
@@ -79,13 +79,13 @@ pub use writes::{
 pub const CASE_LIMIT: Duration = Duration::from_secs(60);
 
 /// One case of the suite, runnable on a store of type `S`.
-pub struct Case<S> {
+pub struct FaultCase<S> {
     /// The case's name: the name of its function in this module.
     pub name: &'static str,
     run: fn(S) -> BoxFuture<'static, ()>,
 }
 
-impl<S: Store> Case<S> {
+impl<S: Store> FaultCase<S> {
     /// The case, run on `store`, which must hold no records. The future panics, with the
     /// failing assertion's message, when the engine on the store breaks what the case checks,
     /// or when the case runs longer than [`CASE_LIMIT`].
@@ -100,9 +100,9 @@ impl<S: Store> Case<S> {
     }
 }
 
-impl<S> std::fmt::Debug for Case<S> {
+impl<S> std::fmt::Debug for FaultCase<S> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Case")
+        f.debug_struct("FaultCase")
             .field("name", &self.name)
             .finish_non_exhaustive()
     }
@@ -115,9 +115,9 @@ macro_rules! suite {
         pub const CASES: &[&str] = &[$(stringify!($case)),+];
 
         /// Every case of the suite for stores of type `S`, in the order of [`CASES`].
-        pub fn cases<S: Store>() -> Vec<Case<S>> {
+        pub fn cases<S: Store>() -> Vec<FaultCase<S>> {
             vec![$(
-                Case { name: stringify!($case), run: |store| Box::pin($case(store)) }
+                FaultCase { name: stringify!($case), run: |store| Box::pin($case(store)) }
             ),+]
         }
     };
@@ -137,14 +137,14 @@ suite! {
 }
 
 /// The case named `name`, if the suite has one.
-pub fn case<S: Store>(name: &str) -> Option<Case<S>> {
+pub fn case<S: Store>(name: &str) -> Option<FaultCase<S>> {
     cases().into_iter().find(|case| case.name == name)
 }
 
 /// What [`run_all`] did when every case passed.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 #[non_exhaustive]
-pub struct Report {
+pub struct FaultReport {
     /// The cases that ran and passed, in order: every case of [`CASES`].
     pub passed: Vec<&'static str>,
     /// How long they took together.
@@ -156,7 +156,7 @@ pub struct Report {
 ///
 /// `fresh` must make a store that shares no records with any store it made before (a new
 /// in-memory store, a new schema, table or key prefix). The stores are dropped after their case;
-/// to delete what they leave in a server, iterate [`cases`] and call [`Case::run`] yourself, as
+/// to delete what they leave in a server, iterate [`cases`] and call [`FaultCase::run`] yourself, as
 /// the repository's own tests do.
 ///
 /// Call it inside a Tokio runtime with its time driver (`#[tokio::test]`); the engine and the
@@ -165,14 +165,14 @@ pub struct Report {
 /// # Panics
 /// When any case fails, after running all of them: the message names every failing case and
 /// what it asserted. A store that cannot be made panics from `fresh` itself.
-pub async fn run_all<S, F, Fut>(mut fresh: F) -> Report
+pub async fn run_all<S, F, Fut>(mut fresh: F) -> FaultReport
 where
     S: Store,
     F: FnMut() -> Fut,
     Fut: Future<Output = S>,
 {
     let started = Instant::now();
-    let mut report = Report::default();
+    let mut report = FaultReport::default();
     let mut failures = Vec::new();
     for case in cases::<S>() {
         let store = fresh().await;

@@ -65,7 +65,7 @@ pub struct Checked {
 /// sequence shrinking found.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
-pub struct Failure {
+pub struct Divergence {
     /// The step whose answers differed, with the store's answer (or error) and the model's.
     pub message: String,
     /// The failing sequence, shrunk; [`replay`] runs it again. Empty when proptest gave up
@@ -73,7 +73,7 @@ pub struct Failure {
     pub steps: Vec<Step>,
 }
 
-impl fmt::Display for Failure {
+impl fmt::Display for Divergence {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "the store differs from the model: {}", self.message)?;
         if !self.steps.is_empty() {
@@ -90,7 +90,7 @@ impl fmt::Display for Failure {
     }
 }
 
-impl std::error::Error for Failure {}
+impl std::error::Error for Divergence {}
 
 /// Runs `cases` random sequences (`PROPTEST_CASES` overrides) on the store `fresh` makes, on a
 /// current-thread Tokio runtime of its own, and returns what ran.
@@ -98,7 +98,7 @@ impl std::error::Error for Failure {}
 /// Call it from a plain `#[test]`, not from inside a Tokio runtime (a `#[tokio::test]`).
 ///
 /// # Panics
-/// When the store differs from the model, with the [`Failure`]: the differing answers and the
+/// When the store differs from the model, with the [`Divergence`]: the differing answers and the
 /// shrunk sequence. Also when called inside a Tokio runtime, and when `fresh` panics.
 pub fn check<S, F, Fut>(fresh: F, cases: u32) -> Checked
 where
@@ -124,7 +124,7 @@ where
 ///
 /// [`check`] with a store the caller made and cleans up itself. Call it outside `runtime`, from
 /// a thread that can block.
-pub fn run<S: Store>(runtime: &Runtime, store: &S, cases: u32) -> Result<Checked, Failure> {
+pub fn run<S: Store>(runtime: &Runtime, store: &S, cases: u32) -> Result<Checked, Divergence> {
     let cases = std::env::var("PROPTEST_CASES")
         .ok()
         .and_then(|n| n.parse().ok())
@@ -138,7 +138,7 @@ pub fn run<S: Store>(runtime: &Runtime, store: &S, cases: u32) -> Result<Checked
 }
 
 /// [`run`] with proptest's `config` as it is.
-fn run_with<S: Store>(runtime: &Runtime, store: &S, config: Config) -> Result<Checked, Failure> {
+fn run_with<S: Store>(runtime: &Runtime, store: &S, config: Config) -> Result<Checked, Divergence> {
     let cases = config.cases;
     let mut runner = TestRunner::new(config);
     let steps = Cell::new(0);
@@ -153,11 +153,11 @@ fn run_with<S: Store>(runtime: &Runtime, store: &S, config: Config) -> Result<Ch
             cases,
             steps: steps.get(),
         }),
-        Err(TestError::Fail(reason, steps)) => Err(Failure {
+        Err(TestError::Fail(reason, steps)) => Err(Divergence {
             message: reason.message().to_owned(),
             steps,
         }),
-        Err(TestError::Abort(reason)) => Err(Failure {
+        Err(TestError::Abort(reason)) => Err(Divergence {
             message: format!("proptest gave up: {}", reason.message()),
             steps: Vec::new(),
         }),
@@ -169,10 +169,10 @@ fn run_with<S: Store>(runtime: &Runtime, store: &S, config: Config) -> Result<Ch
 /// that differs. For a regression test of a sequence a failure printed.
 ///
 /// # Errors
-/// The [`Failure`] when an answer differs, when the store returns an error, or when a step names
+/// The [`Divergence`] when an answer differs, when the store returns an error, or when a step names
 /// a key outside `0..3`.
-pub async fn replay<S: Store>(store: &S, steps: &[Step]) -> Result<(), Failure> {
-    run_case(store, steps).await.map_err(|message| Failure {
+pub async fn replay<S: Store>(store: &S, steps: &[Step]) -> Result<(), Divergence> {
+    run_case(store, steps).await.map_err(|message| Divergence {
         message,
         steps: steps.to_vec(),
     })
