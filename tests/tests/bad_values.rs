@@ -56,13 +56,13 @@ struct App {
 }
 
 /// The items of the application on the database `$db`, beside the records of a fresh `$store`:
-/// `harness` makes both (the table named by `$table`, made by `$ddl`, and an engine checking the
-/// `#[idempotent]` endpoints under the module path `$endpoints`); `insert` writes `body` as
+/// `harness` makes both (the table named by `$table`, made by `$ddl`, and an engine on the
+/// store); `insert` writes `body` as
 /// an item in the operation's transaction (`name` is text, `quantity` a 32-bit integer);
 /// `create` answers `201`, or `400 invalid_value` for a value the database refuses; `handler`
 /// is `create` as a plain handler, for the layer.
 macro_rules! items_on {
-    ($module:ident, $db:ty, $store:ty, $table:expr, $ddl:literal, $endpoints:expr, $values:literal) => {
+    ($module:ident, $db:ty, $store:ty, $table:expr, $ddl:literal, $values:literal) => {
         mod $module {
             use super::*;
 
@@ -149,7 +149,6 @@ items_on!(
     PostgresStore,
     |store: &PostgresStore| format!("{}.items", store.schema()),
     "CREATE TABLE {items} (name text NOT NULL, quantity integer NOT NULL)",
-    "bad_values::postgres_endpoints",
     "($1, $2)"
 );
 // SQLite keeps a NUL in text and 64-bit integers: the table declares PostgreSQL's limits.
@@ -162,8 +161,6 @@ items_on!(
         name TEXT NOT NULL CHECK (instr(CAST(name AS BLOB), x'00') = 0),
         quantity INTEGER NOT NULL CHECK (quantity BETWEEN -2147483648 AND 2147483647)
     )",
-    // Not the attribute's endpoints, which take a PostgreSQL or MySQL transaction.
-    "bad_values::sqlite",
     "($1, $2)"
 );
 // MariaDB keeps a NUL in `TEXT`; a number out of `INT`'s range fails its statement (strict mode,
@@ -174,7 +171,6 @@ items_on!(
     MySqlStore,
     |_: &MySqlStore| "items".to_owned(),
     "CREATE TABLE {items} (name TEXT NOT NULL, quantity INT NOT NULL)",
-    "bad_values::mysql_endpoints",
     "(?, ?)"
 );
 use postgres::{harness, insert, rows};
@@ -321,9 +317,6 @@ async fn a_nul_scope_value_is_refused<S: TestStore>((store, app): (S, App)) {
     let idem = Idempotency::builder()
         .store(store.clone())
         .scope("tenant", |_| Some("acme\u{0}admin".to_owned()))
-        // The layer's route alone: none of the attribute's endpoints, which take one database's
-        // transaction or the other's.
-        .endpoints_under("bad_values::layer")
         .build()
         .unwrap();
     let runs = app.runs.clone();
