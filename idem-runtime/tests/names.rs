@@ -60,7 +60,11 @@ fn no_two_public_types_of_the_family_share_a_name() {
             // closes it (`tests.rs` files are skipped below).
             let api = text.split("#[cfg(test)]\nmod tests {").next().unwrap_or("");
             for name in api.lines().filter_map(declared) {
-                let at = file.strip_prefix(&root).unwrap_or(&file).display().to_string();
+                let at = file
+                    .strip_prefix(&root)
+                    .unwrap_or(&file)
+                    .display()
+                    .to_string();
                 by_name.entry(name.to_owned()).or_default().push(at);
             }
         }

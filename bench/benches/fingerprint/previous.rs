@@ -498,7 +498,6 @@ impl Visitor<'_> for NumberVisitor {
     }
 }
 
-
 /// Writes `value` in decimal (what `itoa` did in idem-core; the bench crate does not depend on
 /// it, and `write!` would be slower than the original).
 fn push_i64(out: &mut Vec<u8>, value: i64) {

@@ -77,9 +77,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     .await?;
     let idempotency = Idempotency::builder()
         .store(SqliteStore::from_pool(db.clone()).await?) // its migrations run in their own table
-        .scope("org", |caller| {
-            caller.extension::<Org>().map(|org| org.0.clone())
-        })
+        .scope("org", |caller| Some(caller.extension::<Org>()?.0.clone()))
         .serves(create_charge) // the handlers it serves (a tuple for several), checked below
         .build()?; // fails fast if a handler it serves names a scope with no resolver
     idempotency.spawn_sweeper(std::time::Duration::from_secs(60), 1_000); // purge expired records
