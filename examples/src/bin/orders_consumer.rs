@@ -338,7 +338,17 @@ async fn main() -> ExitCode {
     match outcome {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
-            eprintln!("orders-consumer: {error}");
+            // With its causes: "the broker failed the consumer: IO error: Connection refused".
+            let mut message = error.to_string();
+            let mut cause = error.source();
+            while let Some(inner) = cause {
+                let text = inner.to_string();
+                if !message.ends_with(&text) {
+                    message.push_str(&format!(": {text}"));
+                }
+                cause = inner.source();
+            }
+            eprintln!("orders-consumer: {message}");
             ExitCode::FAILURE
         }
     }
