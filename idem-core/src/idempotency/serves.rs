@@ -31,6 +31,12 @@ use crate::store::Capabilities;
 /// // With `#[idempotent]` handlers `Charge` and `Refund`:
 /// builder.serves((Charge, Refund));
 /// ```
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not something an engine serves",
+    label = "not an `#[idempotent]` handler",
+    note = "`Builder::serves` takes `#[idempotent]` handlers (the handler's name), a tonic \
+            service's `IDEMPOTENT_<TRAIT>` constant, or a tuple, array or reference of these"
+)]
 pub trait Serves {
     /// Adds the endpoints and handlers `self` stands for to `served`.
     fn add_to(&self, served: &mut Served);
