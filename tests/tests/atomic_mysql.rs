@@ -249,8 +249,16 @@ mod session {
             .await
             .unwrap();
         *inside.lock().unwrap() = Some(read);
-        StatusCode::from_u16(answer.load(Ordering::SeqCst)).unwrap()
+        let answer = answer.load(Ordering::SeqCst);
+        if answer == STOPPED {
+            // Past the transaction's deadline: the engine stops it.
+            tokio::time::sleep(Duration::from_secs(30)).await;
+        }
+        StatusCode::from_u16(answer).unwrap()
     }
+
+    /// The handler outlives its transaction's deadline, and the request is answered 503.
+    const STOPPED: u16 = 503;
 
     /// Every connection of `pool` (at most two), held at once so none is read twice.
     async fn every_session(pool: &MySqlPool) -> Vec<Settings> {
@@ -295,8 +303,9 @@ mod session {
         let router = Router::new()
             .route("/items", post(create_item))
             .with_state(app.clone());
-        // Committed with its record (201, and a stored 4xx), rolled back (5xx).
-        for (n, status) in [201, 409, 500, 201].into_iter().enumerate() {
+        // Committed with its record (201, and a stored 4xx), rolled back (5xx), stopped at its
+        // deadline (503).
+        for (n, status) in [201, 409, 500, STOPPED, 201].into_iter().enumerate() {
             app.answer.store(status, Ordering::SeqCst);
             let request = Request::post("/items")
                 .header("idempotency-key", format!("k{n}"))
@@ -328,7 +337,7 @@ mod session {
             .unwrap();
         assert_eq!(
             items, 3,
-            "the 201s and the 409 committed, the 500 rolled back"
+            "the 201s and the 409 committed, the 500 and the stopped one rolled back"
         );
         pool.close().await;
         drop_database(&database).await;
