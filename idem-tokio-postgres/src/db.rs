@@ -89,3 +89,11 @@ pub(crate) fn discard(client: Object) {
     }
     drop(Object::take(client));
 }
+
+/// Polls `future` once, so that a request it makes on a tokio-postgres client is queued on the
+/// connection, ahead of whatever its next user sends; its answer is then dropped unread.
+pub(crate) fn poll_once<F: std::future::Future>(future: F) {
+    let future = std::pin::pin!(future);
+    let waker = std::task::Waker::noop();
+    let _ = future.poll(&mut std::task::Context::from_waker(waker));
+}

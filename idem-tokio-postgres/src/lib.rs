@@ -7,6 +7,10 @@
 //! - [`Tx`]: atomic mode. A handler's writes and its stored response commit in one
 //!   transaction, pipelined: the `BEGIN` travels with the claim, the completion with the
 //!   `COMMIT`, so a fresh request costs its own statements plus two round trips.
+//! - [`diesel::DieselTx`] (feature `diesel-async`): atomic mode for handlers that write with
+//!   diesel-async on `AsyncPgConnection`, from the application's diesel-async pool
+//!   ([`TokioPostgresStoreBuilder::diesel`]); the completion and the `COMMIT` go one after the
+//!   other there, a round trip more.
 //!
 //! Written against the public contracts of `idem-core` (the store, atomic mode's hand-over,
 //! the conformance, model and fault suites) and `idem-axum` (`atomic::AtomicParam` and `lent`,
@@ -25,10 +29,15 @@
 //! [tokio-postgres]: https://docs.rs/tokio-postgres
 //! [deadpool-postgres]: https://docs.rs/deadpool-postgres
 
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
 mod admin;
 mod atomic;
 mod db;
 mod decode;
+#[cfg(feature = "diesel-async")]
+#[cfg_attr(docsrs, doc(cfg(feature = "diesel-async")))]
+pub mod diesel;
 mod gate;
 mod schema;
 mod statements;

@@ -43,6 +43,9 @@ use idem_core::store::{Capabilities, Claim, ClaimRequest, Completion, Fence, Lea
 #[derive(Clone)]
 pub struct TokioPostgresStore {
     pub(crate) db: Arc<Db>,
+    /// Where the transactions of atomic mode come from, when not from `db`'s pool.
+    #[cfg(feature = "diesel-async")]
+    diesel: Option<crate::diesel::DieselPool>,
 }
 
 impl TokioPostgresStore {
@@ -82,6 +85,8 @@ impl TokioPostgresStore {
             pool,
             schema: Self::DEFAULT_SCHEMA.to_owned(),
             table: Self::DEFAULT_TABLE.to_owned(),
+            #[cfg(feature = "diesel-async")]
+            diesel: None,
         }
     }
 
@@ -128,12 +133,22 @@ impl fmt::Debug for TokioPostgresStore {
 }
 
 /// Configures a [`TokioPostgresStore`]; made by [`TokioPostgresStore::builder`].
-#[derive(Debug)]
 #[must_use = "call `.build().await` to get the store"]
 pub struct TokioPostgresStoreBuilder {
     pool: Pool,
     schema: String,
     table: String,
+    #[cfg(feature = "diesel-async")]
+    diesel: Option<crate::diesel::DieselPool>,
+}
+
+impl fmt::Debug for TokioPostgresStoreBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TokioPostgresStoreBuilder")
+            .field("schema", &self.schema)
+            .field("table", &self.table)
+            .finish_non_exhaustive()
+    }
 }
 
 impl TokioPostgresStoreBuilder {
@@ -149,6 +164,18 @@ impl TokioPostgresStoreBuilder {
     /// [`schema`](Self::schema), at most 52.
     pub fn table(mut self, table: impl Into<String>) -> Self {
         self.table = table.into();
+        self
+    }
+
+    /// Atomic mode on diesel-async: the transactions lent to handlers (as
+    /// [`DieselTx`](crate::diesel::DieselTx)) come from `pool`, a pool of the same database,
+    /// instead of tokio-postgres's [`Tx`](crate::Tx), which the store then no longer lends.
+    /// Configure its manager with `RecyclingMethod::Fast`: the default checks each connection
+    /// with a query before handing it out, a round trip per request.
+    #[cfg(feature = "diesel-async")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "diesel-async")))]
+    pub fn diesel(mut self, pool: crate::diesel::DieselPool) -> Self {
+        self.diesel = Some(pool);
         self
     }
 
@@ -168,6 +195,8 @@ impl TokioPostgresStoreBuilder {
                 sql: Statements::new(&names),
                 gates: KeyGates::default(),
             }),
+            #[cfg(feature = "diesel-async")]
+            diesel: self.diesel,
         })
     }
 }
@@ -322,6 +351,10 @@ impl Store for TokioPostgresStore {
 
     fn offer_capabilities(self: &Arc<Self>, capabilities: &mut Capabilities) {
         capabilities.offer_admin(self.clone());
+        #[cfg(feature = "diesel-async")]
+        if let Some(pool) = &self.diesel {
+            return crate::diesel::offer(capabilities, &self.db, pool);
+        }
         crate::atomic::offer(capabilities, &self.db);
     }
 }

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use tokio_postgres::error::SqlState;
 use tokio_postgres::types::ToSql;
 
-use super::conn::{Claimed, LentConn};
+use super::conn::{LentConn, claimed_by};
 use crate::db::{Db, discard, prepared, sqlstate};
 use idem_core::error::StoreError;
 use idem_core::store::atomic::{ClaimInTransaction, TransactionClaim};
@@ -107,16 +107,4 @@ fn on_the_key(error: &tokio_postgres::Error) -> bool {
         .as_db_error()
         .and_then(|e| e.where_())
         .is_some_and(|context| context.contains("pg_advisory_xact_lock"))
-}
-
-/// What the record will say of `request`'s claim when it completes.
-fn claimed_by(request: &ClaimRequest<'_>) -> Claimed {
-    Claimed {
-        fingerprint: *request.fingerprint.as_bytes(),
-        lease_until: request.lease_until.as_millis(),
-        operation: request.operation.to_owned(),
-        created_at: request.now.as_millis(),
-        scope: request.scope.to_owned(),
-        scope_value: request.scope_value.to_owned(),
-    }
 }

@@ -3,17 +3,14 @@
 //! for the engine to complete the record in and commit, pipelined with the `COMMIT`.
 
 use std::any::Any;
-use std::future::Future;
-use std::pin::pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::task::{Context, Waker};
 
 use deadpool_postgres::Object;
 use tokio_postgres::error::SqlState;
 use tokio_postgres::types::ToSql;
 
-use crate::db::{Db, discard, prepared, sqlstate};
+use crate::db::{Db, discard, poll_once, prepared, sqlstate};
 use idem_core::error::StoreError;
 use idem_core::key::RecordKey;
 use idem_core::store::atomic::OpenTransaction;
@@ -27,6 +24,18 @@ pub(crate) struct Claimed {
     pub(crate) created_at: i64,
     pub(crate) scope: String,
     pub(crate) scope_value: String,
+}
+
+/// What the record will say of `request`'s claim when it completes.
+pub(crate) fn claimed_by(request: &idem_core::store::ClaimRequest<'_>) -> Claimed {
+    Claimed {
+        fingerprint: *request.fingerprint.as_bytes(),
+        lease_until: request.lease_until.as_millis(),
+        operation: request.operation.to_owned(),
+        created_at: request.now.as_millis(),
+        scope: request.scope.to_owned(),
+        scope_value: request.scope_value.to_owned(),
+    }
 }
 
 /// An open transaction on a pooled connection. Dropped unfinished, it rolls back: the
@@ -64,7 +73,7 @@ impl LentConn {
         if let Some(client) = &self.client
             && !self.busy.load(Ordering::Relaxed)
         {
-            send_now(client.batch_execute(sql));
+            poll_once(client.batch_execute(sql));
         }
     }
 
@@ -189,14 +198,7 @@ fn failed(client: Object, error: tokio_postgres::Error) -> StoreError {
 /// Queues a `ROLLBACK` on `client`'s connection without waiting for it: polled once, the
 /// request is on the connection's queue, ahead of whatever its next user sends.
 fn rollback_later(client: &Object) {
-    send_now(client.batch_execute("ROLLBACK"));
-}
-
-/// Polls `future` once, so that a request it makes on a tokio-postgres client is queued on the
-/// connection; its answer is then dropped unread.
-fn send_now<F: Future>(future: F) {
-    let future = pin!(future);
-    let _ = future.poll(&mut Context::from_waker(Waker::noop()));
+    poll_once(client.batch_execute("ROLLBACK"));
 }
 
 impl Drop for LentConn {

@@ -15,6 +15,8 @@ mod claim;
 mod conn;
 mod tx;
 
+#[cfg(feature = "diesel-async")]
+pub(crate) use conn::{Claimed, claimed_by};
 pub use tx::{Savepoint, Tx, TxError};
 
 /// The database's name in atomic mode's errors and start-up checks.

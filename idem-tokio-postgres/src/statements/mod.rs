@@ -40,6 +40,14 @@ pub(crate) struct Statements {
     pub(crate) stats: Sql,
     /// Mixed into each key's advisory lock (one commit).
     pub(crate) lock_salt: i64,
+    /// diesel-async's one-commit claim: `$1` key, `$2` lock; as many rows as it found (0 the
+    /// key is this claim's, 1 a record holds it, 2 another claim holds its lock).
+    #[cfg(feature = "diesel-async")]
+    pub(crate) diesel_try_claim: String,
+    /// diesel-async's completion with two commits: fails with `check_violation` when the fence
+    /// is lost.
+    #[cfg(feature = "diesel-async")]
+    pub(crate) diesel_complete_fenced: String,
 }
 
 const BYTEA: Type = Type::BYTEA;
@@ -86,6 +94,10 @@ impl Statements {
             purge_records: operators(operators::PURGE, &FILTER_AND_LIMIT),
             stats: operators(operators::STATS, &FILTER_TYPES),
             lock_salt: names.claim_lock_salt,
+            #[cfg(feature = "diesel-async")]
+            diesel_try_claim: names.render(DIESEL_TRY_CLAIM),
+            #[cfg(feature = "diesel-async")]
+            diesel_complete_fenced: names.render(DIESEL_COMPLETE_FENCED),
             schema: names.schema.clone(),
             table: names.table.clone(),
         }
@@ -99,6 +111,28 @@ impl Statements {
         i64::from_be_bytes(first) ^ self.lock_salt
     }
 }
+
+/// diesel-async's claim, which reports in its row count what it found, since diesel-async does
+/// not pass on the SQLSTATE of a lock wait that ran out: the key's lock, tried without waiting,
+/// then a look for a committed record.
+#[cfg(feature = "diesel-async")]
+const DIESEL_TRY_CLAIM: &str = "\
+SELECT generate_series(1, CASE WHEN NOT pg_try_advisory_xact_lock($2) THEN 2
+                              WHEN EXISTS (SELECT FROM {records} WHERE key = $1) THEN 1
+                              ELSE 0 END)";
+
+/// [`COMPLETE`] that fails with `check_violation` (which diesel-async names) when it matched no
+/// row: the row it then inserts has an empty key, which the table's check refuses.
+#[cfg(feature = "diesel-async")]
+const DIESEL_COMPLETE_FENCED: &str = "\
+WITH done AS (
+    UPDATE {records} SET state = 'completed', response = $3, expires_at = $4, status = $5,
+        completed_at = $6
+    WHERE key = $1 AND token = $2 AND state = 'in_flight'
+    RETURNING 1
+)
+INSERT INTO {records} (key, fingerprint, token, state, owners, lease_until, expires_at)
+SELECT '\\x'::bytea, '\\x'::bytea, 0, 'in_flight', 0, 0, 0 WHERE NOT EXISTS (SELECT FROM done)";
 
 /// One-commit mode's claim: the key's advisory lock within `$3` (ms), a look for a committed
 /// record (`unique_violation` when there is one), then the transaction's own timeouts `$4`.

@@ -1,0 +1,300 @@
+//! Atomic mode for diesel-async handlers (`DieselTx`): their writes commit with the record, in
+//! one commit or two, or roll back; counted on the wire.
+#![cfg(feature = "diesel-async")]
+
+mod support;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use axum::body::Body;
+use axum::extract::{FromRef, State};
+use axum::http::{Request, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use axum::{Json, Router};
+use diesel::sql_types::Text;
+use diesel_async::pooled_connection::{
+    AsyncDieselConnectionManager, ManagerConfig, RecyclingMethod,
+};
+use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
+use http_body_util::BodyExt;
+use idem_runtime::{Idempotency, idempotent};
+use idem_tokio_postgres::TokioPostgresStore;
+use idem_tokio_postgres::diesel::{DieselPool, DieselTx};
+use serde_json::{Value, json};
+use support::proxy::{Proxy, server_of};
+use support::{Schemas, pool_at, url};
+use tokio::sync::Semaphore;
+use tower::ServiceExt;
+
+#[derive(Clone, FromRef)]
+struct App {
+    idem: Idempotency,
+    items: Items,
+}
+
+#[derive(Clone)]
+struct Items {
+    table: Arc<str>,
+    runs: Arc<AtomicUsize>,
+    pool: DieselPool,
+    /// `{"gate": true}` handlers add a permit to `entered`, then wait for one of `released`.
+    entered: Arc<Semaphore>,
+    released: Arc<Semaphore>,
+}
+
+fn diesel_pool(url: &str, max: usize) -> DieselPool {
+    let mut config = ManagerConfig::default();
+    config.recycling_method = RecyclingMethod::Fast;
+    let manager = AsyncDieselConnectionManager::<AsyncPgConnection>::new_with_config(url, config);
+    DieselPool::builder(manager).max_size(max).build().unwrap()
+}
+
+fn insert(table: &str) -> String {
+    format!("INSERT INTO {table} (name) VALUES ($1)")
+}
+
+/// Inserts the body's `name`; answers its `status` (201).
+async fn write(items: &Items, tx: &mut DieselTx, body: &Value) -> Response {
+    items.runs.fetch_add(1, Ordering::SeqCst);
+    let name = body["name"].as_str().unwrap_or("item").to_owned();
+    let conn = match tx.conn().await {
+        Ok(conn) => conn,
+        Err(e) => return (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response(),
+    };
+    let inserted = diesel::sql_query(insert(&items.table))
+        .bind::<Text, _>(&name)
+        .execute(conn)
+        .await;
+    if let Err(e) = inserted {
+        return (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response();
+    }
+    if body["gate"] == true {
+        items.entered.add_permits(1);
+        items.released.acquire().await.unwrap().forget();
+    }
+    let status = StatusCode::from_u16(body["status"].as_u64().unwrap_or(201) as u16).unwrap();
+    (status, Json(json!({ "name": name }))).into_response()
+}
+
+#[idempotent(scope = "global")]
+async fn one(State(items): State<Items>, mut tx: DieselTx, Json(b): Json<Value>) -> Response {
+    write(&items, &mut tx, &b).await
+}
+
+#[idempotent(scope = "global", commits = "two")]
+async fn two(State(items): State<Items>, mut tx: DieselTx, Json(b): Json<Value>) -> Response {
+    write(&items, &mut tx, &b).await
+}
+
+#[idempotent(scope = "global", name = "items.mixed")]
+async fn mixed_one(State(items): State<Items>, mut tx: DieselTx, Json(b): Json<Value>) -> Response {
+    write(&items, &mut tx, &b).await
+}
+
+#[idempotent(scope = "global", name = "items.mixed", commits = "two")]
+async fn mixed_two(State(items): State<Items>, mut tx: DieselTx, Json(b): Json<Value>) -> Response {
+    write(&items, &mut tx, &b).await
+}
+
+/// `kept`, then `undone` in a nested transaction (a savepoint) that fails, then `inner` in one
+/// that succeeds.
+#[idempotent(scope = "global")]
+async fn nested(State(items): State<Items>, mut tx: DieselTx) -> StatusCode {
+    let sql = insert(&items.table);
+    let conn = tx.conn().await.unwrap();
+    let kept = diesel::sql_query(&sql).bind::<Text, _>("kept");
+    kept.execute(conn).await.unwrap();
+    let undone = conn
+        .transaction(async |c| {
+            let q = diesel::sql_query(&sql).bind::<Text, _>("undone");
+            q.execute(c).await?;
+            Err::<(), _>(diesel::result::Error::RollbackTransaction)
+        })
+        .await;
+    assert!(undone.is_err());
+    conn.transaction(async |c| {
+        let q = diesel::sql_query(&sql).bind::<Text, _>("inner");
+        q.execute(c).await.map(drop)
+    })
+    .await
+    .unwrap();
+    StatusCode::CREATED
+}
+
+/// The same write without idem, on the diesel pool.
+async fn bare(State(items): State<Items>) -> StatusCode {
+    let mut conn = items.pool.get().await.unwrap();
+    let q = diesel::sql_query(insert(&items.table)).bind::<Text, _>("bare");
+    q.execute(&mut conn).await.unwrap();
+    StatusCode::CREATED
+}
+
+#[derive(Clone)]
+struct Harness {
+    router: Router,
+    items: Items,
+    store: TokioPostgresStore,
+    idem: Idempotency,
+}
+
+/// A store in a fresh schema, with `connections` in its diesel pool.
+async fn harness(schemas: &Schemas, at: &str, connections: usize) -> Harness {
+    let diesel = diesel_pool(at, connections);
+    let store = TokioPostgresStore::builder(pool_at(at, 2))
+        .schema(schemas.fresh())
+        .diesel(diesel.clone())
+        .build()
+        .await
+        .unwrap();
+    let table: Arc<str> = format!("\"{}\".items", store.schema()).into();
+    let ddl = format!("CREATE TABLE {table} (id bigserial PRIMARY KEY, name text NOT NULL)");
+    let client = store.pool().get().await.unwrap();
+    client.batch_execute(&ddl).await.unwrap();
+    let idem = Idempotency::builder().store(store.clone()).build().unwrap();
+    let items = Items {
+        table,
+        runs: Arc::default(),
+        pool: diesel,
+        entered: Arc::new(Semaphore::new(0)),
+        released: Arc::new(Semaphore::new(0)),
+    };
+    let router = Router::new()
+        .route("/one", post(one))
+        .route("/two", post(two))
+        .route("/mixed-one", post(mixed_one))
+        .route("/mixed-two", post(mixed_two))
+        .route("/nested", post(nested))
+        .route("/bare", post(bare))
+        .with_state(App {
+            idem: idem.clone(),
+            items: items.clone(),
+        });
+    Harness {
+        router,
+        items,
+        store,
+        idem,
+    }
+}
+
+impl Harness {
+    async fn send(&self, path: &str, key: &str, body: Value) -> (StatusCode, bool) {
+        let request = Request::post(path)
+            .header("idempotency-key", key)
+            .header("content-type", "application/json")
+            .body(Body::from(body.to_string()))
+            .unwrap();
+        let response = self.router.clone().oneshot(request).await.unwrap();
+        let replayed = response.headers().contains_key("idempotent-replayed");
+        let status = response.status();
+        let _ = response.into_body().collect().await;
+        (status, replayed)
+    }
+
+    async fn names(&self) -> Vec<String> {
+        let sql = format!("SELECT name FROM {} ORDER BY id", self.items.table);
+        let client = self.store.pool().get().await.unwrap();
+        let rows = client.query(&sql, &[]).await.unwrap();
+        rows.iter().map(|row| row.get(0)).collect()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn diesel_writes_commit_with_the_record_or_roll_back_with_a_failure() {
+    let schemas = Schemas::default();
+    let h = harness(&schemas, &url(), 4).await;
+    for path in ["/one", "/two"] {
+        let failed = h
+            .send(path, path, json!({ "name": "failed", "status": 500 }))
+            .await;
+        assert_eq!(failed.0, StatusCode::INTERNAL_SERVER_ERROR, "{path}");
+        let first = h.send(path, path, json!({ "name": path })).await;
+        assert_eq!(first, (StatusCode::CREATED, false), "{path}");
+        let again = h.send(path, path, json!({ "name": path })).await;
+        assert_eq!(again, (StatusCode::CREATED, true), "{path}");
+    }
+    assert_eq!(
+        h.send("/nested", "n", json!({})).await.0,
+        StatusCode::CREATED
+    );
+    assert_eq!(h.names().await, ["/one", "/two", "kept", "inner"]);
+    assert_eq!(AtomicUsize::load(&h.items.runs, Ordering::SeqCst), 4);
+}
+
+/// Through a proxy that frames the protocol, on one warm connection per pool.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fresh_diesel_request_costs_the_bare_round_trips_plus_three() {
+    let schemas = Schemas::default();
+    let proxy = Proxy::start(server_of(&url()).await).await;
+    let h = harness(&schemas, &proxy.url(&url()), 1).await;
+    const N: u64 = 5;
+    let mut per_request = Vec::new();
+    for path in ["/bare", "/one", "/two"] {
+        assert_eq!(
+            h.send(path, &format!("warm{path}"), json!({})).await.0,
+            StatusCode::CREATED
+        );
+        let before = proxy.counts();
+        for i in 0..N {
+            let reply = h.send(path, &format!("{path}-{i}"), json!({})).await;
+            assert_eq!(reply.0, StatusCode::CREATED);
+        }
+        let spent = proxy.counts().since(before);
+        assert_eq!(spent.connections, 0, "{path}: warm connections");
+        per_request.push((
+            path,
+            spent.round_trips / N,
+            spent.statements / N,
+            spent.parses / N,
+        ));
+    }
+    eprintln!("(path, round trips, statements, parses) per fresh request: {per_request:?}");
+    let round_trips: Vec<_> = per_request.iter().map(|(p, r, ..)| (*p, *r)).collect();
+    // The handler's `sql_query` is prepared anew each time by diesel (a round trip of its own,
+    // bare or not); the store's statements are prepared once per connection. Atomic mode adds
+    // three: the claim (with the `BEGIN` in one commit; the `BEGIN` rides with the handler's
+    // first statement in two), the completion, and the `COMMIT`.
+    assert_eq!(round_trips, [("/bare", 2), ("/one", 5), ("/two", 5)]);
+    assert!(
+        per_request.iter().all(|(.., parses)| *parses == 1),
+        "{per_request:?}"
+    );
+    assert_eq!(proxy.counts().text_binds, 0, "binary parameters only");
+}
+
+/// One commit: a two-commit request of the same operation claims the key and completes while
+/// the first holds its claim; the first's completion meets that record (`unique_violation`) and
+/// its `COMMIT` rolls back. Two commits: the record is forgotten (forced) under its owner, whose
+/// fenced completion then fails (`check_violation`), and its `COMMIT` rolls back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_fence_rolls_the_diesel_writes_back() {
+    let schemas = Schemas::default();
+    let h = harness(&schemas, &url(), 4).await;
+    let held = |path: &'static str, key: &'static str, name: &'static str| {
+        let h = h.clone();
+        tokio::spawn(async move {
+            h.send(path, key, json!({ "name": name, "gate": true }))
+                .await
+        })
+    };
+    let first = held("/mixed-one", "k", "first");
+    h.items.entered.acquire().await.unwrap().forget();
+    let second = h.send("/mixed-two", "k", json!({ "name": "second" })).await;
+    assert_eq!(second.0, StatusCode::CREATED);
+    h.items.released.add_permits(1);
+    assert_eq!(first.await.unwrap().0, StatusCode::CONFLICT);
+
+    let forgotten = held("/two", "f", "forgotten");
+    h.items.entered.acquire().await.unwrap().forget();
+    let records = h.idem.records();
+    let filter = idem_core::store::records::RecordFilter::default();
+    let listed = records.list(&filter, 10).await.unwrap();
+    let leased: Vec<_> = listed.iter().filter(|r| !r.completed).collect();
+    assert_eq!(leased.len(), 1, "{listed:?}");
+    records.force_forget(&leased[0].key).await.unwrap();
+    h.items.released.add_permits(1);
+    assert_eq!(forgotten.await.unwrap().0, StatusCode::CONFLICT);
+    assert_eq!(h.names().await, ["second"]);
+}
