@@ -23,7 +23,7 @@ use idem_runtime::{Idempotency, idempotent};
 use idem_tokio_postgres::TokioPostgresStore;
 use idem_tokio_postgres::diesel::{DieselPool, DieselTx};
 use serde_json::{Value, json};
-use support::proxy::{Proxy, server_of};
+use support::proxy::{Cut, Proxy, When, server_of};
 use support::{Schemas, pool_at, url};
 use tokio::sync::Semaphore;
 use tower::ServiceExt;
@@ -297,4 +297,51 @@ async fn a_lost_fence_rolls_the_diesel_writes_back() {
     h.items.released.add_permits(1);
     assert_eq!(forgotten.await.unwrap().0, StatusCode::CONFLICT);
     assert_eq!(h.names().await, ["second"]);
+}
+
+/// The connection cut at `BEGIN` or `COMMIT`, before the server gets it or with its answer
+/// lost, in one commit and in two: all or nothing commits, and the retry runs or replays.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cut_diesel_connection_commits_nothing_half() {
+    let schemas = Schemas::default();
+    let proxy = Proxy::start(server_of(&url()).await).await;
+    let h = harness(&schemas, &proxy.url(&url()), 2).await;
+    let mut case = 0;
+    for path in ["/one", "/two"] {
+        for (prefix, when) in [
+            ("BEGIN", When::Before),
+            ("BEGIN", When::AnswerLost),
+            ("COMMIT", When::Before),
+            ("COMMIT", When::AnswerLost),
+        ] {
+            case += 1;
+            let key = format!("cut-{case}");
+            let committed = prefix == "COMMIT" && when == When::AnswerLost;
+            proxy.cut(Cut { prefix, when });
+            let body = json!({ "name": key });
+            let cut = h.send(path, &key, body.clone()).await;
+            assert!(cut.0.is_server_error(), "{path} {prefix} {when:?}: {cut:?}");
+            let written = h.names().await.iter().filter(|n| **n == key).count();
+            assert_eq!(written, usize::from(committed), "{path} {prefix} {when:?}");
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+            let retry = loop {
+                let reply = h.send(path, &key, body.clone()).await;
+                let busy = matches!(
+                    reply.0,
+                    StatusCode::CONFLICT | StatusCode::SERVICE_UNAVAILABLE
+                );
+                if !busy || std::time::Instant::now() > deadline {
+                    break reply;
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            };
+            assert_eq!(
+                retry,
+                (StatusCode::CREATED, committed),
+                "{path} {prefix} {when:?}"
+            );
+            let written = h.names().await.iter().filter(|n| **n == key).count();
+            assert_eq!(written, 1, "{path} {prefix} {when:?}: once");
+        }
+    }
 }
