@@ -1,12 +1,11 @@
 //! A loopback proxy in front of PostgreSQL that frames the wire protocol, for two things:
 //!
 //! - **Round trips, counted on the wire.** A round trip is a wait of the client: it begins when
-//!   the client sends while every exchange it sent before has been answered (each `Query` and
-//!   each `Sync` is answered by one `ReadyForQuery`). Messages the client sends before those
-//!   answers reach it ride in the same round trip: pipelined. The server's answers are held
-//!   for [`DELAY`] before they are passed on (a server a little way off), and counted as
-//!   received before they are written, so a pipelined message can never be taken for a wait,
-//!   nor a wait for pipelining.
+//!   the client sends after the server's last answer reached it (or first on a connection).
+//!   Messages the client sends before an answer reaches it ride in the same round trip:
+//!   pipelined. The server's answers are held for [`DELAY`] before they are passed on (a server
+//!   a little way off), so messages a client sends together cannot be split by an answer, and a
+//!   message that needed an answer always comes after it.
 //! - **Cuts.** The connection can be cut when the client sends a chosen simple-protocol
 //!   statement: before it reaches the server, or after, with its answer lost.
 //!
@@ -22,7 +21,7 @@ use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{TcpListener, TcpStream};
 
 /// How long the server's answers are held before they are passed on.
-pub const DELAY: Duration = Duration::from_millis(3);
+pub const DELAY: Duration = Duration::from_millis(10);
 
 /// Where a [`Cut`] falls.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -150,10 +149,8 @@ pub async fn server_of(url: &str) -> SocketAddr {
 /// One connection's state, shared by its two directions.
 #[derive(Default)]
 struct Exchange {
-    /// Queries and Syncs sent and not answered yet.
-    unanswered: u64,
-    /// A flight of messages has begun and not ended with a Query or a Sync.
-    in_flight: bool,
+    /// The server's answers reached the client since it last sent.
+    answered: bool,
     /// The server's answers are dropped from now on.
     muted: bool,
 }
@@ -162,11 +159,7 @@ async fn serve(client: TcpStream, upstream: TcpStream, shared: Arc<Shared>) {
     let _ = (client.set_nodelay(true), upstream.set_nodelay(true));
     let (client_read, client_write) = client.into_split();
     let (server_read, server_write) = upstream.into_split();
-    let exchange = Arc::new(Mutex::new(Exchange {
-        // The start-up is answered by a ReadyForQuery too.
-        unanswered: 1,
-        ..Exchange::default()
-    }));
+    let exchange = Arc::new(Mutex::new(Exchange::default()));
     let up = tokio::spawn(upstream_side(
         client_read,
         server_write,
@@ -204,13 +197,10 @@ async fn upstream_side(
         let kind = head[0];
         {
             let mut exchange = lock(&exchange);
-            if kind != b'X' && !exchange.in_flight && exchange.unanswered == 0 {
+            if kind != b'X' && exchange.answered {
                 shared.round_trips.fetch_add(1, Ordering::SeqCst);
             }
-            exchange.in_flight = !matches!(kind, b'Q' | b'S' | b'X');
-            if matches!(kind, b'Q' | b'S') {
-                exchange.unanswered += 1;
-            }
+            exchange.answered = false;
             if matches!(kind, b'Q' | b'E') {
                 shared.statements.fetch_add(1, Ordering::SeqCst);
             }
@@ -264,8 +254,8 @@ fn binds_text(body: &[u8]) -> bool {
     params > 0 && (codes == 0 || text)
 }
 
-/// Server to client: holds each answer for [`DELAY`], counts its ReadyForQuery messages as
-/// received, then passes it on (unless muted by a cut).
+/// Server to client: holds each answer for [`DELAY`], marks it received, then passes it on
+/// (unless muted by a cut).
 async fn downstream_side(
     mut from: OwnedReadHalf,
     mut to: OwnedWriteHalf,
@@ -280,26 +270,15 @@ async fn downstream_side(
         }
         tokio::time::sleep(DELAY).await;
         pending.extend_from_slice(&buf[..n]);
-        // Whole messages only: count their ReadyForQuery, then pass them on.
-        let mut end = 0;
-        let mut ready = 0;
-        while pending.len() >= end + 5 {
-            let len = u32::from_be_bytes(pending[end + 1..end + 5].try_into().unwrap()) as usize;
-            if pending.len() < end + 1 + len {
-                break;
-            }
-            ready += u64::from(pending[end] == b'Z');
-            end += 1 + len;
-        }
         let muted = {
             let mut exchange = lock(&exchange);
-            exchange.unanswered = exchange.unanswered.saturating_sub(ready);
+            exchange.answered = true;
             exchange.muted
         };
         if muted {
             return Ok(());
         }
-        to.write_all(&pending[..end]).await?;
-        pending.drain(..end);
+        to.write_all(&pending).await?;
+        pending.clear();
     }
 }
