@@ -22,6 +22,7 @@ use http_body_util::BodyExt;
 use idem_runtime::{Idempotency, idempotent};
 use idem_tokio_postgres::TokioPostgresStore;
 use idem_tokio_postgres::diesel::{DieselPool, DieselTx};
+use idem_tokio_postgres::tokio_postgres;
 use serde_json::{Value, json};
 use support::proxy::{Cut, Proxy, When, server_of};
 use support::{Schemas, pool_at, url};
@@ -141,6 +142,16 @@ struct Harness {
 
 /// A store in a fresh schema, with `connections` in its diesel pool.
 async fn harness(schemas: &Schemas, at: &str, connections: usize) -> Harness {
+    harness_with(schemas, at, connections, |b| b).await
+}
+
+/// The same, with engine settings of the test's.
+async fn harness_with(
+    schemas: &Schemas,
+    at: &str,
+    connections: usize,
+    settings: impl FnOnce(idem_runtime::Builder) -> idem_runtime::Builder,
+) -> Harness {
     let diesel = diesel_pool(at, connections);
     let store = TokioPostgresStore::builder(pool_at(at, 2))
         .schema(schemas.fresh())
@@ -152,7 +163,9 @@ async fn harness(schemas: &Schemas, at: &str, connections: usize) -> Harness {
     let ddl = format!("CREATE TABLE {table} (id bigserial PRIMARY KEY, name text NOT NULL)");
     let client = store.pool().get().await.unwrap();
     client.batch_execute(&ddl).await.unwrap();
-    let idem = Idempotency::builder().store(store.clone()).build().unwrap();
+    let idem = settings(Idempotency::builder().store(store.clone()))
+        .build()
+        .unwrap();
     let items = Items {
         table,
         runs: Arc::default(),
@@ -347,4 +360,50 @@ async fn a_cut_diesel_connection_commits_nothing_half() {
             assert_eq!(written, 1, "{path} {prefix} {when:?}: once");
         }
     }
+}
+
+/// Another session holds the application's table longer than the transaction's deadline: each
+/// diesel handler's `INSERT` waits, each request is answered 503 at the deadline on a diesel
+/// pool of two that they never exhaust, and once the lock goes each retry runs once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_locked_table_stops_the_diesel_handler_at_its_deadline() {
+    let schemas = Schemas::default();
+    let deadline = std::time::Duration::from_millis(500);
+    let h = harness_with(&schemas, &url(), 2, |b| b.transaction_timeout(deadline)).await;
+    let (locker, connection) = tokio_postgres::connect(&url(), tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(connection);
+    let lock = format!("BEGIN; LOCK TABLE {} IN EXCLUSIVE MODE", h.items.table);
+    locker.batch_execute(&lock).await.unwrap();
+    let keys: Vec<_> = ["/one", "/two"]
+        .into_iter()
+        .flat_map(|path| (0..3).map(move |i| (path, format!("{path}-{i}"))))
+        .collect();
+    for (path, key) in &keys {
+        let started = std::time::Instant::now();
+        let reply = h.send(path, key, json!({ "name": key })).await;
+        assert_eq!(reply.0, StatusCode::SERVICE_UNAVAILABLE, "{key}");
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(3),
+            "{key}"
+        );
+    }
+    drop(locker);
+    for (path, key) in &keys {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        let reply = loop {
+            let reply = h.send(path, key, json!({ "name": key })).await;
+            let busy = matches!(
+                reply.0,
+                StatusCode::CONFLICT | StatusCode::SERVICE_UNAVAILABLE
+            );
+            if !busy || std::time::Instant::now() > deadline {
+                break reply;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        };
+        assert_eq!(reply, (StatusCode::CREATED, false), "{key}");
+    }
+    assert_eq!(h.names().await.len(), keys.len(), "each retry ran once");
 }

@@ -7,7 +7,6 @@
 //! a lost fence fails the completion with one of those two.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use diesel::result::{DatabaseErrorKind, Error};
@@ -17,7 +16,7 @@ use diesel_async::{AnsiTransactionManager, AsyncPgConnection, RunQueryDsl, Simpl
 
 use super::raw::{Param, Raw};
 use crate::atomic::{Claimed, claimed_by};
-use crate::db::{Db, poll_once};
+use crate::db::Db;
 use idem_core::error::StoreError;
 use idem_core::key::RecordKey;
 use idem_core::store::atomic::{OpenTransaction, TransactionClaim};
@@ -27,14 +26,12 @@ use idem_core::store::{BoxFuture, ClaimRequest, Completion, Fence, LeaseToken};
 pub(crate) type Pooled = deadpool::managed::Object<AsyncDieselConnectionManager<AsyncPgConnection>>;
 
 /// An open transaction on a pooled diesel-async connection, diesel's transaction depth kept at
-/// one so that the handler's `conn.transaction(..)` makes savepoints. Dropped unfinished, it
-/// queues a `ROLLBACK` and goes back to the pool; with a statement possibly still running, the
-/// connection is closed instead.
+/// one so that the handler's `conn.transaction(..)` makes savepoints. Dropped unfinished, its
+/// connection is closed: the transaction rolls back on the server.
 pub(crate) struct DieselConn {
     conn: Option<Pooled>,
     db: Arc<Db>,
     claimed: Option<Claimed>,
-    pub(crate) busy: AtomicBool,
 }
 
 /// Sets diesel's transaction depth to one (`true`) or none.
@@ -61,7 +58,6 @@ impl DieselConn {
             conn: Some(conn),
             db,
             claimed,
-            busy: AtomicBool::new(false),
         })
     }
 
@@ -85,7 +81,6 @@ impl DieselConn {
             completion.completed_at.as_millis(),
         );
         let key = key.as_bytes().as_slice();
-        self.busy.store(true, Ordering::Relaxed);
         let completed = async {
             let mut c = conn;
             match &self.claimed {
@@ -140,7 +135,6 @@ impl DieselConn {
         // commit the operation's writes without the record whose fence was lost.
         let completed = completed.await;
         let committed = commit.await;
-        self.busy.store(false, Ordering::Relaxed);
         completed?;
         committed
     }
@@ -185,18 +179,11 @@ fn close(conn: Pooled) {
 
 impl Drop for DieselConn {
     fn drop(&mut self) {
-        let Some(mut conn) = self.conn.take() else {
-            return;
-        };
-        if *self.busy.get_mut() {
-            close(conn);
-            return;
-        }
-        {
-            let mut c: &AsyncPgConnection = &conn;
-            poll_once(c.batch_execute("ROLLBACK"));
-        }
-        if in_transaction(&mut conn, false).is_err() {
+        // Unfinished: rolled back. The handler's own statements run on the connection without
+        // this value seeing them, so one may still run (its future dropped at the deadline):
+        // the connection is closed, its statement cancelled, rather than handed to the pool's
+        // next user behind it.
+        if let Some(conn) = self.conn.take() {
             close(conn);
         }
     }
@@ -219,12 +206,10 @@ impl OpenTransaction for DieselConn {
                     "a claim's transaction commits only with its record",
                 )));
             }
-            self.busy.store(true, Ordering::Relaxed);
             let committed = {
                 let mut c: &AsyncPgConnection = self.conn.as_deref().expect("finished once");
                 c.batch_execute("COMMIT").await
             };
-            self.busy.store(false, Ordering::Relaxed);
             let mut conn = self.conn.take().expect("finished once");
             match committed {
                 Ok(()) if in_transaction(&mut conn, false).is_ok() => Ok(()),
@@ -269,7 +254,6 @@ pub(crate) async fn claim(
     let lock = db.sql.lock_of(request.key);
     let conn = DieselConn::new(conn, db.clone(), Some(claimed_by(&request)))
         .map_err(StoreError::unavailable)?;
-    conn.busy.store(true, Ordering::Relaxed);
     let first = {
         let c: &AsyncPgConnection = conn.conn.as_deref().expect("open");
         let begun = async {
@@ -286,7 +270,6 @@ pub(crate) async fn claim(
         let c: &AsyncPgConnection = conn.conn.as_deref().expect("open");
         found = try_claim(&db.sql.diesel_try_claim, c, key, lock).await;
     }
-    conn.busy.store(false, Ordering::Relaxed);
     match found {
         Ok(0) => Ok(TransactionClaim::Acquired(Box::new(conn))),
         // Dropped: rolled back.
