@@ -339,18 +339,7 @@ async fn a_cut_diesel_connection_commits_nothing_half() {
             assert!(cut.0.is_server_error(), "{path} {prefix} {when:?}: {cut:?}");
             let written = h.names().await.iter().filter(|n| **n == key).count();
             assert_eq!(written, usize::from(committed), "{path} {prefix} {when:?}");
-            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-            let retry = loop {
-                let reply = h.send(path, &key, body.clone()).await;
-                let busy = matches!(
-                    reply.0,
-                    StatusCode::CONFLICT | StatusCode::SERVICE_UNAVAILABLE
-                );
-                if !busy || std::time::Instant::now() > deadline {
-                    break reply;
-                }
-                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-            };
+            let retry = settle(&h, path, &key, body.clone()).await;
             assert_eq!(
                 retry,
                 (StatusCode::CREATED, committed),
@@ -391,19 +380,73 @@ async fn a_locked_table_stops_the_diesel_handler_at_its_deadline() {
     }
     drop(locker);
     for (path, key) in &keys {
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-        let reply = loop {
-            let reply = h.send(path, key, json!({ "name": key })).await;
-            let busy = matches!(
-                reply.0,
-                StatusCode::CONFLICT | StatusCode::SERVICE_UNAVAILABLE
-            );
-            if !busy || std::time::Instant::now() > deadline {
-                break reply;
-            }
-            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-        };
+        let reply = settle(&h, path, key, json!({ "name": key })).await;
         assert_eq!(reply, (StatusCode::CREATED, false), "{key}");
     }
     assert_eq!(h.names().await.len(), keys.len(), "each retry ran once");
+}
+
+/// Another session holds the records table: a diesel request that cannot claim is answered 503
+/// within the store's deadline, its handler never runs, and once the lock goes the retries run
+/// once. A client that hangs up leaves its request to commit, and its retry replays.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_locked_records_table_and_a_hang_up_on_diesel() {
+    let schemas = Schemas::default();
+    let timeout = std::time::Duration::from_millis(500);
+    let h = harness_with(&schemas, &url(), 4, |b| b.store_timeout(timeout)).await;
+    let (locker, connection) = tokio_postgres::connect(&url(), tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(connection);
+    let records = format!("\"{}\".idempotency_records", h.store.schema());
+    let lock = format!("BEGIN; LOCK TABLE {records} IN ACCESS EXCLUSIVE MODE");
+    locker.batch_execute(&lock).await.unwrap();
+    for path in ["/one", "/two"] {
+        let started = std::time::Instant::now();
+        let reply = h.send(path, path, json!({ "name": path })).await;
+        assert_eq!(reply.0, StatusCode::SERVICE_UNAVAILABLE, "{path}");
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(3),
+            "{path}"
+        );
+    }
+    assert_eq!(AtomicUsize::load(&h.items.runs, Ordering::SeqCst), 0);
+    drop(locker);
+    for path in ["/one", "/two"] {
+        let reply = settle(&h, path, path, json!({ "name": path })).await;
+        assert_eq!(reply, (StatusCode::CREATED, false), "{path}");
+    }
+
+    for path in ["/one", "/two"] {
+        let key = format!("left{path}");
+        let body = json!({ "name": key, "gate": true });
+        let client = {
+            let (h, key, body) = (h.clone(), key.clone(), body.clone());
+            tokio::spawn(async move { h.send(path, &key, body).await })
+        };
+        h.items.entered.acquire().await.unwrap().forget();
+        client.abort();
+        assert!(client.await.unwrap_err().is_cancelled());
+        h.items.released.add_permits(1);
+        let retry = settle(&h, path, &key, body).await;
+        assert_eq!(retry, (StatusCode::CREATED, true), "{path}: replayed");
+    }
+    assert_eq!(h.names().await, ["/one", "/two", "left/one", "left/two"]);
+    assert_eq!(AtomicUsize::load(&h.items.runs, Ordering::SeqCst), 4);
+}
+
+/// Retries until the answer is neither 409 nor 503, for at most ten seconds.
+async fn settle(h: &Harness, path: &str, key: &str, body: Value) -> (StatusCode, bool) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let reply = h.send(path, key, body.clone()).await;
+        let busy = matches!(
+            reply.0,
+            StatusCode::CONFLICT | StatusCode::SERVICE_UNAVAILABLE
+        );
+        if !busy || std::time::Instant::now() > deadline {
+            return reply;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
 }
