@@ -152,15 +152,27 @@ async fn harness_with(
     connections: usize,
     settings: impl FnOnce(idem_runtime::Builder) -> idem_runtime::Builder,
 ) -> Harness {
+    harness_at(&schemas.fresh(), at, connections, settings).await
+}
+
+/// In `schema`, made (with its `items` table) if missing: another process may share it.
+async fn harness_at(
+    schema: &str,
+    at: &str,
+    connections: usize,
+    settings: impl FnOnce(idem_runtime::Builder) -> idem_runtime::Builder,
+) -> Harness {
     let diesel = diesel_pool(at, connections);
     let store = TokioPostgresStore::builder(pool_at(at, 2))
-        .schema(schemas.fresh())
+        .schema(schema)
         .diesel(diesel.clone())
         .build()
         .await
         .unwrap();
     let table: Arc<str> = format!("\"{}\".items", store.schema()).into();
-    let ddl = format!("CREATE TABLE {table} (id bigserial PRIMARY KEY, name text NOT NULL)");
+    let ddl = format!(
+        "CREATE TABLE IF NOT EXISTS {table} (id bigserial PRIMARY KEY, name text NOT NULL)"
+    );
     let client = store.pool().get().await.unwrap();
     client.batch_execute(&ddl).await.unwrap();
     let idem = settings(Idempotency::builder().store(store.clone()))
@@ -448,5 +460,89 @@ async fn settle(h: &Harness, path: &str, key: &str, body: Value) -> (StatusCode,
             return reply;
         }
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}
+
+const KILL_SCHEMA: &str = "ITP_DIESEL_SIGKILL_SCHEMA";
+const KILL_PATH: &str = "ITP_DIESEL_SIGKILL_PATH";
+
+/// The child of [`a_process_killed_mid_diesel_transaction_commits_nothing`]: with its schema
+/// and path in the environment, it sends one request whose diesel handler writes, then waits
+/// forever in its transaction. Without them, it does nothing.
+#[test]
+fn diesel_sigkill_child() {
+    let (Ok(schema), Ok(path)) = (std::env::var(KILL_SCHEMA), std::env::var(KILL_PATH)) else {
+        return;
+    };
+    tokio::runtime::Runtime::new()
+        .unwrap()
+        .block_on(async move {
+            let lease = std::time::Duration::from_secs(1);
+            let h = harness_at(&schema, &url(), 2, |b| b.lease(lease)).await;
+            h.send(&path, "killed", json!({ "name": "killed", "gate": true }))
+                .await;
+            unreachable!("the handler waits until the process is killed");
+        });
+}
+
+/// A process killed (SIGKILL) while its diesel handler holds its transaction after writing:
+/// nothing commits, and the retry in this process runs once (at once with one commit, once the
+/// lease lapses with two).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_process_killed_mid_diesel_transaction_commits_nothing() {
+    struct Killed(std::process::Child);
+    impl Drop for Killed {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let schemas = Schemas::default();
+    let (watcher, connection) = tokio_postgres::connect(&url(), tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(connection);
+    let waiting = async |schema: &str| -> i64 {
+        let pattern = format!("INSERT INTO \"{schema}\".items%");
+        let sql = "SELECT count(*) FROM pg_stat_activity \
+                   WHERE state LIKE 'idle in transaction%' AND query LIKE $1";
+        watcher.query_one(sql, &[&pattern]).await.unwrap().get(0)
+    };
+    for path in ["/one", "/two"] {
+        let schema = schemas.fresh();
+        let lease = std::time::Duration::from_secs(1);
+        let h = harness_at(&schema, &url(), 2, |b| b.lease(lease)).await;
+        let mut child = Killed(
+            std::process::Command::new(std::env::current_exe().unwrap())
+                .args(["--exact", "diesel_sigkill_child", "--nocapture"])
+                .env(KILL_SCHEMA, &schema)
+                .env(KILL_PATH, path)
+                .stdout(std::process::Stdio::null())
+                .spawn()
+                .unwrap(),
+        );
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while waiting(&schema).await != 1 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{path}: the child writes"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+        child.0.kill().unwrap();
+        child.0.wait().unwrap();
+        while waiting(&schema).await != 0 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{path}: its transaction ends"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+        assert!(h.names().await.is_empty(), "{path}: nothing committed");
+        h.items.released.add_permits(1);
+        let body = json!({ "name": "killed", "gate": true });
+        let retry = settle(&h, path, "killed", body).await;
+        assert_eq!(retry, (StatusCode::CREATED, false), "{path}");
+        assert_eq!(h.names().await, ["killed"], "{path}: ran once");
     }
 }
