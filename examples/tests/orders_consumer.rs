@@ -247,3 +247,6 @@ mod faults;
 
 #[path = "orders_consumer/amqp.rs"]
 mod amqp;
+
+#[path = "orders_consumer/rabbitmq_node.rs"]
+mod rabbitmq_node;
