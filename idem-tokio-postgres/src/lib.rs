@@ -4,7 +4,7 @@
 //!   and rows as idem-sqlx's `PostgresStore`: the `idem` command and a sqlx instance read the
 //!   same records, and an application moves from one driver to the other without losing one.
 //!   Every statement is prepared once per connection and bound in binary; payloads are `bytea`.
-//! - [`Tx`]: atomic mode. A handler's writes and its stored response commit in one
+//! - [`TokioPostgresTx`]: atomic mode. A handler's writes and its stored response commit in one
 //!   transaction, pipelined: the `BEGIN` travels with the claim, the completion with the
 //!   `COMMIT`, so a fresh request costs its own statements plus two round trips.
 //! - [`diesel::DieselTx`] (feature `diesel-async`): atomic mode for handlers that write with
@@ -21,7 +21,7 @@
 //!
 //! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
 //! let store = TokioPostgresStore::connect("postgres://app@db.internal/payments").await?;
-//! // `Idempotency::builder().store(store).build()?`, then handlers take a `Tx`.
+//! // `Idempotency::builder().store(store).build()?`, then handlers take a `TokioPostgresTx`.
 //! # let _ = store;
 //! # Ok(()) }
 //! ```
@@ -43,7 +43,7 @@ mod schema;
 mod statements;
 mod store;
 
-pub use atomic::{Savepoint, Tx, TxError};
+pub use atomic::{Savepoint, TokioPostgresTx, TxError};
 pub use store::{TokioPostgresStore, TokioPostgresStoreBuilder};
 
 /// The driver and the pool, as this crate uses them: build a pool or a statement's parameters

@@ -27,7 +27,7 @@ use idem_core::store::{Capabilities, Claim, ClaimRequest, Completion, Fence, Lea
 /// round trip: a claim is an `INSERT .. ON CONFLICT DO UPDATE` that reports the record it found
 /// when it could not take it; completion, release and renewal are fenced on the owner's token.
 ///
-/// The store offers atomic mode ([`Tx`](crate::Tx)): a handler's writes and the record's
+/// The store offers atomic mode ([`TokioPostgresTx`](crate::TokioPostgresTx)): a handler's writes and the record's
 /// completion commit in one transaction, with one commit per fresh request by default, the
 /// claim sent together with the `BEGIN` and the completion with the `COMMIT`.
 ///
@@ -169,7 +169,7 @@ impl TokioPostgresStoreBuilder {
 
     /// Atomic mode on diesel-async: the transactions lent to handlers (as
     /// [`DieselTx`](crate::diesel::DieselTx)) come from `pool`, a pool of the same database,
-    /// instead of tokio-postgres's [`Tx`](crate::Tx), which the store then no longer lends.
+    /// instead of tokio-postgres's [`TokioPostgresTx`](crate::TokioPostgresTx), which the store then no longer lends.
     /// Configure its manager with `RecyclingMethod::Fast`: the default checks each connection
     /// with a query before handing it out, a round trip per request.
     #[cfg(feature = "diesel-async")]

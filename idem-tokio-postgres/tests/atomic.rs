@@ -1,4 +1,4 @@
-//! Atomic mode through `#[idempotent]` handlers that take this crate's `Tx`: the writes and
+//! Atomic mode through `#[idempotent]` handlers that take this crate's `TokioPostgresTx`: the writes and
 //! the stored response commit together, in one commit or two, or not at all.
 
 #[path = "support/app.rs"]
@@ -7,7 +7,7 @@ mod support;
 
 use app::Harness;
 use axum::http::StatusCode;
-use idem_tokio_postgres::Tx;
+use idem_tokio_postgres::TokioPostgresTx;
 use serde_json::json;
 use support::{Schemas, pool_at, url};
 
@@ -130,7 +130,7 @@ async fn run_atomic_commits_the_output_with_the_writes() {
         h.app.idem.operation("items::ship").run_atomic(
             "ship-1",
             n,
-            move |mut tx: Tx, n: i64| async move {
+            move |mut tx: TokioPostgresTx, n: i64| async move {
                 let sql = format!("INSERT INTO {table} (name) VALUES ($1) RETURNING id");
                 let row = tx.query_one(&sql, &[&format!("shipped {n}")]).await?;
                 Ok::<i64, idem_tokio_postgres::TxError>(row.get(0))

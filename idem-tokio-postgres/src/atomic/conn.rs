@@ -1,5 +1,5 @@
 //! A pooled connection inside a transaction lent to one operation: what the engine parks with
-//! a one-commit claim in it, what a [`Tx`](super::Tx) writes through, and what is handed back
+//! a one-commit claim in it, what a [`TokioPostgresTx`](super::TokioPostgresTx) writes through, and what is handed back
 //! for the engine to complete the record in and commit, pipelined with the `COMMIT`.
 
 use std::any::Any;

@@ -1,5 +1,5 @@
 //! Atomic mode on tokio-postgres: the store lends the engine transactions on its database, a
-//! handler writes in one through [`Tx`], and the record's completion commits with its writes.
+//! handler writes in one through [`TokioPostgresTx`], and the record's completion commits with its writes.
 //!
 //! Pipelined: futures polled together on one `Client` share the wire, so the `BEGIN` goes out
 //! with the claim (one commit) or with the handler's first statement (two commits), and the
@@ -17,7 +17,7 @@ mod tx;
 
 #[cfg(feature = "diesel-async")]
 pub(crate) use conn::{Claimed, claimed_by};
-pub use tx::{Savepoint, Tx, TxError};
+pub use tx::{Savepoint, TokioPostgresTx, TxError};
 
 /// The database's name in atomic mode's errors and start-up checks.
 pub(crate) const DATABASE: &str = "PostgreSQL (tokio-postgres)";

@@ -1,4 +1,4 @@
-//! [`Tx`]: the handle a handler in atomic mode writes through, with tokio-postgres's query
+//! [`TokioPostgresTx`]: the handle a handler in atomic mode writes through, with tokio-postgres's query
 //! methods and savepoints for nesting (tokio-postgres's own `Transaction` cannot be built around
 //! a `BEGIN` someone else sent, and its `GenericClient` is sealed).
 
@@ -30,7 +30,7 @@ use idem_core::operation::Lent;
 ///
 /// ```ignore
 /// #[idempotent(scope = "org")]
-/// async fn create_charge(mut tx: Tx, Json(req): Json<NewCharge>) -> Result<StatusCode, ApiError> {
+/// async fn create_charge(mut tx: TokioPostgresTx, Json(req): Json<NewCharge>) -> Result<StatusCode, ApiError> {
 ///     tx.execute("INSERT INTO charges (amount) VALUES ($1)", &[&req.amount]).await?;
 ///     Ok(StatusCode::CREATED)
 /// }
@@ -46,9 +46,9 @@ use idem_core::operation::Lent;
 ///   in binary.
 /// - [`savepoint`](Self::savepoint) nests: a savepoint rolls back alone.
 ///
-/// The application's tables must live in the store's database. A `Tx` must not outlive its
+/// The application's tables must live in the store's database. A `TokioPostgresTx` must not outlive its
 /// handler: writes made through it after the handler returned are rolled back.
-pub struct Tx {
+pub struct TokioPostgresTx {
     lending: Lending,
     db: Arc<Db>,
     conn: Option<Box<LentConn>>,
@@ -56,7 +56,7 @@ pub struct Tx {
     savepoints: u32,
 }
 
-/// Why a statement sent through a [`Tx`] failed.
+/// Why a statement sent through a [`TokioPostgresTx`] failed.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum TxError {
@@ -79,7 +79,7 @@ impl TxError {
     }
 }
 
-impl Tx {
+impl TokioPostgresTx {
     /// The connection in the transaction: the one the engine began with the claim, or a pooled
     /// one whose `BEGIN` is returned to be sent with the first statement.
     async fn open(&mut self) -> Result<Option<String>, TxError> {
@@ -210,7 +210,7 @@ impl Tx {
         Ok(self.conn().client())
     }
 
-    /// A savepoint in the transaction: statements through it (it derefs to this `Tx`) roll back
+    /// A savepoint in the transaction: statements through it (it derefs to this `TokioPostgresTx`) roll back
     /// alone when it is dropped or [rolled back](Savepoint::rollback), and stay when it is
     /// [released](Savepoint::release). Savepoints nest.
     pub async fn savepoint(&mut self) -> Result<Savepoint<'_>, TxError> {
@@ -238,10 +238,10 @@ impl Tx {
     }
 }
 
-/// A savepoint of a [`Tx`], made by [`Tx::savepoint`]; it derefs to the `Tx`, whose methods
+/// A savepoint of a [`TokioPostgresTx`], made by [`TokioPostgresTx::savepoint`]; it derefs to the `TokioPostgresTx`, whose methods
 /// then write inside it. Dropped without [`release`](Self::release), it rolls back.
 pub struct Savepoint<'a> {
-    tx: &'a mut Tx,
+    tx: &'a mut TokioPostgresTx,
     name: String,
     done: bool,
 }
@@ -266,14 +266,14 @@ impl Savepoint<'_> {
 }
 
 impl Deref for Savepoint<'_> {
-    type Target = Tx;
-    fn deref(&self) -> &Tx {
+    type Target = TokioPostgresTx;
+    fn deref(&self) -> &TokioPostgresTx {
         self.tx
     }
 }
 
 impl DerefMut for Savepoint<'_> {
-    fn deref_mut(&mut self) -> &mut Tx {
+    fn deref_mut(&mut self) -> &mut TokioPostgresTx {
         self.tx
     }
 }
@@ -290,7 +290,7 @@ impl Drop for Savepoint<'_> {
     }
 }
 
-impl Drop for Tx {
+impl Drop for TokioPostgresTx {
     fn drop(&mut self) {
         // Handed back to the engine, which completes the record in it and commits, or rolls
         // it back.
@@ -300,9 +300,9 @@ impl Drop for Tx {
     }
 }
 
-impl fmt::Debug for Tx {
+impl fmt::Debug for TokioPostgresTx {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Tx")
+        f.debug_struct("TokioPostgresTx")
             .field("database", &DATABASE)
             .field("begun", &self.conn.is_some())
             .finish_non_exhaustive()
@@ -317,8 +317,8 @@ impl fmt::Debug for Savepoint<'_> {
     }
 }
 
-/// The programmatic API's atomic mode hands out the same `Tx`.
-impl Lent for Tx {
+/// The programmatic API's atomic mode hands out the same `TokioPostgresTx`.
+impl Lent for TokioPostgresTx {
     const DATABASE: &'static str = DATABASE;
 
     fn lent(lending: &Lending) -> Result<Self, LendError> {
@@ -332,13 +332,13 @@ impl Lent for Tx {
     }
 }
 
-impl AtomicParam for Tx {
+impl AtomicParam for TokioPostgresTx {
     fn need() -> AtomicNeed {
         AtomicNeed::new(DATABASE, is_offered)
     }
 }
 
-impl<S: Send + Sync> FromRequestParts<S> for Tx {
+impl<S: Send + Sync> FromRequestParts<S> for TokioPostgresTx {
     type Rejection = Problem;
 
     async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Problem> {

@@ -2,7 +2,7 @@
 //! would otherwise be registered in the binaries that run idem-core's fault suite, whose engine
 //! then refuses to build on a store wrapped in `Faulty`, which lends no transactions.)
 //!
-//! An application in atomic mode on this crate's store: items written through a `Tx`, the
+//! An application in atomic mode on this crate's store: items written through a `TokioPostgresTx`, the
 //! record completed with them; the same routes in one commit and in two.
 #![allow(dead_code, unreachable_pub)]
 
@@ -19,7 +19,7 @@ use axum::{Json, Router};
 use http_body_util::BodyExt;
 use idem_runtime::{Idempotency, idempotent};
 use idem_tokio_postgres::deadpool_postgres::Pool;
-use idem_tokio_postgres::{TokioPostgresStore, Tx, TxError};
+use idem_tokio_postgres::{TokioPostgresStore, TokioPostgresTx, TxError};
 use serde_json::{Value, json};
 use tokio::sync::Semaphore;
 use tower::ServiceExt;
@@ -76,7 +76,7 @@ pub struct Items {
 
 /// Inserts one item named by the body; `{"status": n}` answers n, `{"gate": true}` waits
 /// after the write.
-async fn insert(items: &Items, gate: &Gate, tx: &mut Tx, body: &Value) -> Response {
+async fn insert(items: &Items, gate: &Gate, tx: &mut TokioPostgresTx, body: &Value) -> Response {
     items.runs.fetch_add(1, Ordering::SeqCst);
     let name = body["name"].as_str().unwrap_or("item").to_owned();
     let sql = format!(
@@ -104,7 +104,7 @@ fn failed(error: TxError) -> Response {
 async fn one(
     State(items): State<Items>,
     State(gate): State<Gate>,
-    mut tx: Tx,
+    mut tx: TokioPostgresTx,
     Json(body): Json<Value>,
 ) -> Response {
     insert(&items, &gate, &mut tx, &body).await
@@ -114,7 +114,7 @@ async fn one(
 async fn two(
     State(items): State<Items>,
     State(gate): State<Gate>,
-    mut tx: Tx,
+    mut tx: TokioPostgresTx,
     Json(body): Json<Value>,
 ) -> Response {
     insert(&items, &gate, &mut tx, &body).await
@@ -125,7 +125,7 @@ async fn two(
 async fn mixed_one(
     State(items): State<Items>,
     State(gate): State<Gate>,
-    mut tx: Tx,
+    mut tx: TokioPostgresTx,
     Json(body): Json<Value>,
 ) -> Response {
     insert(&items, &gate, &mut tx, &body).await
@@ -136,7 +136,7 @@ async fn mixed_one(
 async fn mixed_two(
     State(items): State<Items>,
     State(gate): State<Gate>,
-    mut tx: Tx,
+    mut tx: TokioPostgresTx,
     Json(body): Json<Value>,
 ) -> Response {
     insert(&items, &gate, &mut tx, &body).await
@@ -145,7 +145,10 @@ async fn mixed_two(
 /// Writes `kept`, then `undone` in a savepoint it rolls back, then `inner` in a savepoint of a
 /// savepoint, both released.
 #[idempotent(scope = "global")]
-async fn nested(State(items): State<Items>, mut tx: Tx) -> Result<StatusCode, Response> {
+async fn nested(
+    State(items): State<Items>,
+    mut tx: TokioPostgresTx,
+) -> Result<StatusCode, Response> {
     let sql = format!("INSERT INTO {} (name) VALUES ($1)", items.table);
     tx.execute(&sql, &[&"kept"]).await.map_err(failed)?;
     let mut undone = tx.savepoint().await.map_err(failed)?;
