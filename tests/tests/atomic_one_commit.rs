@@ -24,6 +24,8 @@ use tower::ServiceExt;
 
 #[path = "atomic_one_commit/floods.rs"]
 mod floods;
+#[path = "atomic_one_commit/locked.rs"]
+mod locked;
 #[path = "atomic_one_commit/strings.rs"]
 mod strings;
 

@@ -182,8 +182,10 @@ impl PostgresStore {
             // unique_violation: the claim found a committed record.
             Some("23505") => Ok(TransactionClaim::Stored),
             // lock_not_available, or query_canceled when the session's `statement_timeout` ended
-            // the wait first: the claim's transaction is still open.
-            Some("55P03" | "57014") => Ok(TransactionClaim::InFlight),
+            // the wait first, on the key's lock: the claim's transaction is still open.
+            Some("55P03" | "57014") if on_the_key(&error) => Ok(TransactionClaim::InFlight),
+            // Anything else, a lock on the records table among them: the store cannot answer
+            // (503), which is not a request in flight (409).
             _ => Err(StoreError::unavailable(error)),
         }
     }
@@ -197,6 +199,18 @@ fn text(value: &str) -> String {
         "convert_from(decode('{}', 'hex'), 'UTF8')",
         hex(value.as_bytes())
     )
+}
+
+/// Whether a lock wait that ran out was the wait for the key's advisory lock, as the error's
+/// context (the claim function's line) says, rather than for a lock on the records table.
+fn on_the_key(error: &sqlx::Error) -> bool {
+    let sqlx::Error::Database(error) = error else {
+        return false;
+    };
+    error
+        .try_downcast_ref::<sqlx::postgres::PgDatabaseError>()
+        .and_then(|e| e.r#where())
+        .is_some_and(|context| context.contains("pg_advisory_xact_lock"))
 }
 
 /// The SQLSTATE of a database error.
