@@ -114,6 +114,9 @@ impl Rejection {
         match error {
             ScopeError::Unresolved => Self::ScopeUnresolved { scope },
             ScopeError::Unknown => {
+                if !first_report(scope) {
+                    return Self::ScopeUnknown { scope };
+                }
                 tracing::error!(
                     scope,
                     "an idempotent endpoint names scope \"{scope}\", which has no resolver on \
@@ -173,6 +176,21 @@ impl Rejection {
             _ => None,
         }
     }
+}
+
+/// Whether `what` (a misconfigured scope's or handler's name) is reported for the first time
+/// in this process. A misconfiguration is answered 500 on every request, but logged once: each
+/// request is the client's to send, and a flood of them must not flood the log.
+pub fn first_report(what: &'static str) -> bool {
+    static REPORTED: std::sync::Mutex<Vec<&'static str>> = std::sync::Mutex::new(Vec::new());
+    let mut reported = REPORTED
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if reported.contains(&what) {
+        return false;
+    }
+    reported.push(what);
+    true
 }
 
 impl Rejection {

@@ -127,7 +127,7 @@ async fn an_atomic_endpoint_not_served_fails_closed_at_its_first_request_and_say
         .header("idempotency-key", "k")
         .body(Body::empty())
         .unwrap();
-    let response = app.oneshot(request).await.unwrap();
+    let response = app.clone().oneshot(request).await.unwrap();
     assert_eq!(response.status(), StatusCode::INTERNAL_SERVER_ERROR);
     let body = http_body_util::BodyExt::collect(response.into_body())
         .await
@@ -137,5 +137,14 @@ async fn an_atomic_endpoint_not_served_fails_closed_at_its_first_request_and_say
     assert_eq!(problem["code"], "idempotency_misconfigured");
     let said = logs.text();
     assert!(said.contains("Builder::serves"), "{said}");
+    // Every request is answered 500, but a flood of them is logged once.
+    let again = Request::post("/entries")
+        .header("idempotency-key", "k2")
+        .body(Body::empty())
+        .unwrap();
+    let response = app.oneshot(again).await.unwrap();
+    assert_eq!(response.status(), StatusCode::INTERNAL_SERVER_ERROR);
+    let said = logs.text();
+    assert_eq!(said.matches("Builder::serves").count(), 1, "{said}");
     drop(guard);
 }

@@ -108,14 +108,16 @@ pub fn begin(
         .filter(|need| !need.is_met(engine.capabilities()))
     {
         // What `Builder::serves` would have refused at build: the handler cannot run.
-        tracing::error!(
-            endpoint = endpoint.handler(),
-            database = need.database(),
-            store = engine.store_name(),
-            "an `#[idempotent]` handler takes a `Tx`, but its engine's store lends no \
+        if idem_core::rejection::first_report(endpoint.handler()) {
+            tracing::error!(
+                endpoint = endpoint.handler(),
+                database = need.database(),
+                store = engine.store_name(),
+                "an `#[idempotent]` handler takes a `Tx`, but its engine's store lends no \
              transactions on that database: answered 500 without running it; pass the handler \
              to `Builder::serves` to have this refuse the build instead"
-        );
+            );
+        }
         let reason = "the handler takes a `Tx` the engine's store cannot lend";
         return Err(reject(idempotency, Rejection::Misconfigured { reason }));
     }

@@ -53,8 +53,10 @@ pub struct Served {
 impl Served {
     /// An `#[idempotent]` axum handler's endpoint: the core checks its scope and atomic mode.
     pub fn endpoint(&mut self, endpoint: &'static Endpoint) {
-        self.handler(endpoint.handler());
-        self.endpoints.push(endpoint);
+        if !self.contains(endpoint.handler()) {
+            self.handlers.push(endpoint.handler());
+            self.endpoints.push(endpoint);
+        }
     }
 
     /// The Rust path (`my_app::Ledger::create_transfer`) of a handler a face keeps in a
