@@ -26,15 +26,18 @@ async fn count(conn: &mut MySqlConnection, sql: impl Into<String>) -> i64 {
 }
 
 /// Waits (at most 10 s) until `n` transactions of this database wait for a lock.
+///
+/// `INNODB_TRX` is a cache the server refreshes only when it has not been read for 100 ms: a
+/// faster poll keeps reading the snapshot its first read took, so it polls every 250 ms.
 async fn until_waiting(conn: &mut MySqlConnection, n: i64) {
     let waiting = "SELECT COUNT(*) FROM information_schema.INNODB_TRX t \
          JOIN information_schema.PROCESSLIST p ON p.ID = t.trx_mysql_thread_id \
          WHERE t.trx_state = 'LOCK WAIT' AND p.DB = DATABASE()";
-    for _ in 0..500 {
+    for _ in 0..40 {
         if count(conn, waiting).await == n {
             return;
         }
-        tokio::time::sleep(Duration::from_millis(20)).await;
+        tokio::time::sleep(Duration::from_millis(250)).await;
     }
     let seen: Vec<(String, Option<String>)> = sqlx::query_as(
         "SELECT CONVERT(t.trx_state USING utf8mb4), CONVERT(t.trx_query USING utf8mb4) \
