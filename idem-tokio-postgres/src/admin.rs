@@ -5,67 +5,39 @@
 use tokio_postgres::types::ToSql;
 
 use crate::db::prepared;
-use crate::decode::{read_row, record_info, record_stats};
+use crate::decode::{read_tuple, record_info, record_stats};
 use crate::store::TokioPostgresStore;
 use idem_core::clock::Timestamp;
 use idem_core::error::StoreError;
 use idem_core::key::RecordKey;
 use idem_core::store::Admin;
-use idem_core::store::records::{Forgotten, Record, RecordFilter, RecordState, RecordStats};
+use idem_core::store::records::{Forgotten, Record, RecordFilter, RecordStats};
+use idem_sql::records::{
+    FORGET_ATTEMPTS, FilterArgs, ReadRow, kept_changing, not_forgotten, read_row,
+};
 
-/// How many times a forget runs again when the record it found live changed before it could
-/// report it (each time another write must land in between).
-const FORGET_ATTEMPTS: usize = 16;
-
-/// A filter's arguments, `$1`..`$8` of every operator statement, in order.
-struct FilterArgs<'a> {
-    now: i64,
-    operation: Option<&'a str>,
-    scope: Option<&'a str>,
-    scope_value: Option<&'a str>,
-    state: Option<&'static str>,
-    created_before: Option<i64>,
-    completed_from: Option<i64>,
-    completed_to: Option<i64>,
-}
-
-impl<'a> FilterArgs<'a> {
-    fn new(filter: &'a RecordFilter, now: Timestamp) -> Self {
-        let (from, to) = filter
-            .completed_between
-            .map(|(from, to)| (from.as_millis(), to.as_millis()))
-            .unzip();
-        Self {
-            now: now.as_millis(),
-            operation: filter.operation.as_deref(),
-            scope: filter.scope.as_deref(),
-            scope_value: filter.scope_value.as_deref(),
-            state: filter.state.map(RecordState::as_str),
-            created_before: filter.created_before.map(Timestamp::as_millis),
-            completed_from: from,
-            completed_to: to,
-        }
-    }
-
-    /// The arguments, then `more`.
-    fn with<'b>(&'b self, more: &[&'b (dyn ToSql + Sync)]) -> Vec<&'b (dyn ToSql + Sync)> {
-        let mut args: Vec<&(dyn ToSql + Sync)> = vec![
-            &self.now,
-            &self.operation,
-            &self.scope,
-            &self.scope_value,
-            &self.state,
-            &self.created_before,
-            &self.completed_from,
-            &self.completed_to,
-        ];
-        args.extend_from_slice(more);
-        args
-    }
+/// A filter's arguments, `$1`..`$8` of every operator statement, then `more`.
+fn bound<'b>(
+    args: &'b FilterArgs<'_>,
+    more: &[&'b (dyn ToSql + Sync)],
+) -> Vec<&'b (dyn ToSql + Sync)> {
+    let mut bound: Vec<&(dyn ToSql + Sync)> = vec![
+        &args.now,
+        &args.operation,
+        &args.scope,
+        &args.scope_value,
+        &args.state,
+        &args.created_before,
+        &args.completed_from,
+        &args.completed_to,
+    ];
+    bound.extend_from_slice(more);
+    bound
 }
 
 impl TokioPostgresStore {
-    async fn read_row(&self, key: &RecordKey) -> Result<Option<Record>, StoreError> {
+    /// The record of `key` with its response, as read (undecoded).
+    async fn read_row(&self, key: &RecordKey) -> Result<Option<ReadRow>, StoreError> {
         let client = self.db.client().await?;
         let statement = prepared(&client, &self.db.sql.read)
             .await
@@ -76,7 +48,7 @@ impl TokioPostgresStore {
         client.done();
         row.map_err(StoreError::unavailable)?
             .as_ref()
-            .map(read_row)
+            .map(read_tuple)
             .transpose()
     }
 }
@@ -94,14 +66,14 @@ impl Admin for TokioPostgresStore {
             .map_err(StoreError::unavailable)?;
         let args = FilterArgs::new(filter, now);
         let limit = i64::from(limit);
-        let rows = client.query(&statement, &args.with(&[&limit])).await;
+        let rows = client.query(&statement, &bound(&args, &[&limit])).await;
         client.done();
         let rows = rows.map_err(StoreError::unavailable)?;
         rows.iter().map(record_info).collect()
     }
 
     async fn read_record(&self, key: &RecordKey) -> Result<Option<Record>, StoreError> {
-        self.read_row(key).await
+        self.read_row(key).await?.map(read_row).transpose()
     }
 
     async fn forget_record(
@@ -135,17 +107,11 @@ impl Admin for TokioPostgresStore {
             tx.rollback().await.map_err(unavailable)?;
             client.done();
             // Deleted nothing: absent, leased, or changed in between (then again).
-            let answer = match self.read_row(key).await? {
-                None => Some(Forgotten::Absent),
-                Some(record) => record.is_leased(now).then_some(Forgotten::Leased(record)),
-            };
-            if let Some(answer) = answer {
+            if let Some(answer) = not_forgotten(self.read_row(key).await?, now)? {
                 return Ok(answer);
             }
         }
-        Err(StoreError::unavailable(std::io::Error::other(
-            "the record kept changing under the forget",
-        )))
+        Err(kept_changing())
     }
 
     async fn purge_records(
@@ -160,7 +126,7 @@ impl Admin for TokioPostgresStore {
             .map_err(StoreError::unavailable)?;
         let args = FilterArgs::new(filter, now);
         let limit = i64::from(limit);
-        let purged = client.execute(&statement, &args.with(&[&limit])).await;
+        let purged = client.execute(&statement, &bound(&args, &[&limit])).await;
         client.done();
         purged.map_err(StoreError::unavailable)
     }
@@ -175,7 +141,7 @@ impl Admin for TokioPostgresStore {
             .await
             .map_err(StoreError::unavailable)?;
         let args = FilterArgs::new(filter, now);
-        let rows = client.query(&statement, &args.with(&[])).await;
+        let rows = client.query(&statement, &bound(&args, &[])).await;
         client.done();
         record_stats(&rows.map_err(StoreError::unavailable)?)
     }

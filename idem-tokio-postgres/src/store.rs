@@ -10,12 +10,13 @@ use tokio_postgres::NoTls;
 use crate::db::{Db, prepared};
 use crate::decode::{column, held_by};
 use crate::gate::KeyGates;
-use crate::schema::{Names, migrate};
+use crate::schema::migrate;
 use crate::statements::Statements;
 use idem_core::clock::Timestamp;
 use idem_core::error::StoreError;
 use idem_core::key::RecordKey;
 use idem_core::store::{Capabilities, Claim, ClaimRequest, Completion, Fence, LeaseToken, Store};
+use idem_sql::postgres::Names;
 
 /// Records in a PostgreSQL table, by default `idem.idempotency_records`, on tokio-postgres with
 /// a deadpool-postgres pool: the same schema, migrations and rows as idem-sqlx's

@@ -153,7 +153,7 @@ impl Store for MySqlStore {
             };
             if !claimable(&row, &req) {
                 let (fingerprint, state, lease_until, response, completed_at, _) = row;
-                return held_by(fingerprint, state, lease_until, response, completed_at);
+                return held_by(fingerprint, &state, lease_until, response, completed_at);
             }
             let taken = self
                 .run(&self.sql.take, &args)

@@ -22,7 +22,9 @@ mod records;
 mod schema;
 
 use gate::KeyGates;
-use schema::{Names, migrate};
+use idem_sql::postgres::Names;
+use idem_sql::postgres::statements::{CLAIM, COMPLETE, PURGE, RELEASE, RENEW};
+use schema::migrate;
 
 /// Records in a PostgreSQL table, by default `idem.idempotency_records`, on sqlx.
 ///
@@ -174,20 +176,20 @@ impl PostgresStore {
 
     /// The schema holding the records and the migrations table.
     pub fn schema(&self) -> &str {
-        &self.sql.schema
+        self.sql.names.schema()
     }
 
     /// The records table, within [`PostgresStore::schema`].
     pub fn table(&self) -> &str {
-        &self.sql.table
+        self.sql.names.table()
     }
 }
 
 impl fmt::Debug for PostgresStore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("PostgresStore")
-            .field("schema", &self.sql.schema)
-            .field("table", &self.sql.table)
+            .field("schema", &self.sql.names.schema())
+            .field("table", &self.sql.names.table())
             .finish_non_exhaustive()
     }
 }
@@ -238,14 +240,8 @@ impl PostgresStoreBuilder {
 /// The store's statements, rendered once for its names. Shared by clones; sqlx prepares each
 /// once per connection.
 struct Statements {
-    schema: String,
-    table: String,
-    /// One-commit mode's claim and completion, functions of the schema (migration 4).
-    claim_in_tx: String,
-    complete_in_tx: String,
-    /// Mixed into each key's advisory lock, so stores of different tables never wait on each
-    /// other's keys.
-    lock_salt: i64,
+    /// The schema, the table, one-commit mode's functions (migration 4) and its locks.
+    names: Names,
     claim: Arc<str>,
     complete: Arc<str>,
     release: Arc<str>,
@@ -264,102 +260,11 @@ impl Statements {
             release: render(RELEASE),
             renew: render(RENEW),
             purge: render(PURGE),
-            operators: RecordStatements::new(&names.render("{records}"), "FOR UPDATE SKIP LOCKED"),
-            lock_salt: names.claim_lock_salt,
-            claim_in_tx: names.claim_in_tx,
-            complete_in_tx: names.complete_in_tx,
-            schema: names.schema,
-            table: names.table,
+            operators: RecordStatements::new(names.records(), "FOR UPDATE SKIP LOCKED"),
+            names,
         }
     }
 }
-
-impl Statements {
-    /// The advisory lock one-commit mode claims `key` under: 64 bits of the key (a SHA-256
-    /// digest) mixed with the table's salt.
-    fn lock_of(&self, key: &RecordKey) -> i64 {
-        let mut first = [0; 8];
-        first.copy_from_slice(&key.as_bytes()[..8]);
-        i64::from_be_bytes(first) ^ self.lock_salt
-    }
-}
-
-/// Takes the record when it is absent, expired (a new life: one owner) or in flight under a
-/// lapsed lease of the same request (a takeover: one more owner, which keeps what the record
-/// says about itself: its operation, scope and creation time), returning the new `owners`;
-/// otherwise returns the record that stopped it, in one statement.
-///
-/// `$1` key, `$2` fingerprint, `$3` token, `$4` lease_until, `$5` expires_at, `$6` now,
-/// `$7` operation, `$8` scope, `$9` scope value.
-///
-/// `held` reads first: when the statement's snapshot already shows a live record that cannot be
-/// claimed (a completed response to replay, or an owner in flight), the `INSERT` gets no row to
-/// insert, so the statement locks nothing, writes no WAL and commits without a flush: a replay
-/// is one read-only round trip. The answer is the record as of the snapshot, the statement's
-/// linearisation point.
-///
-/// Otherwise the upsert runs. Under READ COMMITTED its `ON CONFLICT` may fire on a row the
-/// snapshot does not show (a concurrent claimer committed it after the snapshot); then neither
-/// part returns a row and the caller runs the statement again with a new snapshot.
-const CLAIM: &str = "\
-WITH held AS (
-    SELECT r.fingerprint, r.state, r.lease_until, r.response, r.completed_at
-    FROM {records} AS r
-    WHERE r.key = $1
-      AND r.expires_at > $6
-      AND NOT (r.state = 'in_flight' AND r.lease_until <= $6 AND r.fingerprint = $2)
-), claimed AS (
-    INSERT INTO {records} AS r
-        (key, fingerprint, token, state, owners, lease_until, expires_at, operation, created_at,
-         scope, scope_value)
-    SELECT $1, $2, $3, 'in_flight', 1, $4, $5, $7, $6, $8, $9
-    WHERE NOT EXISTS (SELECT FROM held)
-    ON CONFLICT (key) DO UPDATE SET
-        fingerprint = excluded.fingerprint,
-        token = excluded.token,
-        state = 'in_flight',
-        owners = CASE WHEN r.expires_at <= $6 THEN 1 ELSE r.owners + 1 END,
-        created_at = CASE WHEN r.expires_at <= $6 THEN $6 ELSE r.created_at END,
-        lease_until = excluded.lease_until,
-        expires_at = excluded.expires_at,
-        operation = CASE WHEN r.expires_at <= $6 THEN excluded.operation ELSE r.operation END,
-        scope = CASE WHEN r.expires_at <= $6 THEN excluded.scope ELSE r.scope END,
-        scope_value = CASE WHEN r.expires_at <= $6 THEN excluded.scope_value
-                           ELSE r.scope_value END,
-        response = NULL,
-        status = NULL,
-        completed_at = NULL
-    WHERE r.expires_at <= $6
-       OR (r.state = 'in_flight' AND r.lease_until <= $6 AND r.fingerprint = excluded.fingerprint)
-    RETURNING r.owners
-)
-SELECT owners, NULL::bytea AS fingerprint, NULL::text AS state, NULL::bigint AS lease_until,
-       NULL::bytea AS response, NULL::bigint AS completed_at
-FROM claimed
-UNION ALL
-SELECT NULL, fingerprint, state, lease_until, response, completed_at
-FROM held";
-
-const COMPLETE: &str = "\
-UPDATE {records} SET state = 'completed', response = $3, expires_at = $4, status = $5,
-    completed_at = $6
-WHERE key = $1 AND token = $2 AND state = 'in_flight'";
-
-const RELEASE: &str = "\
-DELETE FROM {records} WHERE key = $1 AND token = $2 AND state = 'in_flight'";
-
-const RENEW: &str = "\
-UPDATE {records} SET lease_until = $3
-WHERE key = $1 AND token = $2 AND state = 'in_flight'";
-
-/// Oldest first; rows a claimer is replacing right now are skipped, not waited for.
-const PURGE: &str = "\
-DELETE FROM {records}
-WHERE expires_at <= $1 AND key IN (
-    SELECT key FROM {records} WHERE expires_at <= $1
-    ORDER BY expires_at LIMIT $2
-    FOR UPDATE SKIP LOCKED
-)";
 
 /// What [`CLAIM`] returns: `owners` when it took the record, the other columns when not.
 type ClaimRow = (
@@ -404,7 +309,7 @@ impl Store for PostgresStore {
                     Some(lease_until),
                     response,
                     completed_at,
-                )) => held_by(fingerprint, state, lease_until, response, completed_at),
+                )) => held_by(fingerprint, &state, lease_until, response, completed_at),
                 Some(_) => Err(StoreError::Corrupt("record with missing columns".into())),
             };
         }
@@ -517,47 +422,5 @@ impl AtomicStore<sqlx::Postgres> for PostgresStore {
         completion: Completion<'a>,
     ) -> BoxFuture<'a, Result<Fence, StoreError>> {
         Box::pin(self.complete_with(conn, key, token, completion))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn tables_lock_the_same_key_apart() {
-        let statements = |schema: &str, table: &str| {
-            Statements::new(Names::new(schema.into(), table.into()).unwrap())
-        };
-        let key = RecordKey::from_bytes([7; 32]);
-        let lock = |s: &Statements| s.lock_of(&key);
-        assert_eq!(lock(&statements("a", "t")), lock(&statements("a", "t")));
-        assert_ne!(lock(&statements("a", "t")), lock(&statements("a", "u")));
-        assert_ne!(lock(&statements("a", "t")), lock(&statements("b", "t")));
-        assert_ne!(
-            lock(&statements("a", "t")),
-            statements("a", "t").lock_of(&RecordKey::from_bytes([8; 32]))
-        );
-    }
-
-    #[test]
-    fn statements_name_only_the_configured_table() {
-        let names = Names::new("a".into(), "b".into()).unwrap();
-        let sql = Statements::new(names);
-        for statement in [
-            &sql.claim,
-            &sql.complete,
-            &sql.release,
-            &sql.renew,
-            &sql.purge,
-            &sql.operators.list,
-            &sql.operators.read,
-            &sql.operators.forget,
-            &sql.operators.purge,
-            &sql.operators.stats,
-        ] {
-            assert!(statement.contains(r#""a"."b""#), "{statement}");
-            assert!(!statement.contains('{'), "{statement}");
-        }
     }
 }

@@ -78,7 +78,7 @@ impl OpenClaim {
             "SELECT {complete}(decode('{key}', 'hex'), {token}, {expires_at}, \
              decode('{payload}', 'hex'), {status}::smallint, {completed_at}, {claimed}); \
              COMMIT; BEGIN",
-            complete = self.sql.complete_in_tx,
+            complete = self.sql.names.complete_in_tx(),
             key = hex(key.as_bytes()),
             token = token.as_i64(),
             expires_at = completion.expires_at.as_millis(),
@@ -139,9 +139,9 @@ impl PostgresStore {
         // transaction's own timeouts (the function sets them).
         let sql = format!(
             "BEGIN; SELECT {claim}(decode('{key}', 'hex'), {lock}, '{lock_ms}', '{statement_ms}')",
-            claim = self.sql.claim_in_tx,
+            claim = self.sql.names.claim_in_tx(),
             key = hex(request.key.as_bytes()),
-            lock = self.sql.lock_of(request.key),
+            lock = self.sql.names.claim_lock(request.key),
             // 0 would wait forever.
             lock_ms = lock_wait.as_millis().clamp(1, i32::MAX as u128),
             statement_ms = statement_timeout.as_millis().clamp(1, i32::MAX as u128),

@@ -246,7 +246,7 @@ impl SqliteStore {
         .map_err(StoreError::unavailable)?;
         row.map(
             |(fingerprint, state, lease_until, response, completed_at)| {
-                held_by(fingerprint, state, lease_until, response, completed_at)
+                held_by(fingerprint, &state, lease_until, response, completed_at)
             },
         )
         .transpose()

@@ -5,9 +5,9 @@
 
 use tokio_postgres::types::Type;
 
-use crate::schema::Names;
-
-mod operators;
+use idem_sql::postgres::Names;
+use idem_sql::postgres::statements::{CLAIM, COMPLETE, PURGE, RELEASE, RENEW};
+use idem_sql::records::RecordStatements;
 
 /// A statement's text and its parameters' types (given, not inferred, so a parameter that
 /// appears only in an `INSERT .. SELECT` list still binds as its column's type).
@@ -67,8 +67,9 @@ impl Statements {
             text: names.render(template),
             types,
         };
-        let operators = |template: &str, types: &'static [Type]| Sql {
-            text: operators::render(template, &names.records),
+        let operators = RecordStatements::new(names.records(), "FOR UPDATE SKIP LOCKED");
+        let operator = |text: &str, types: &'static [Type]| Sql {
+            text: text.to_owned(),
             types,
         };
         Self {
@@ -88,27 +89,25 @@ impl Statements {
                     BYTEA, INT8, INT8, BYTEA, INT2, INT8, BYTEA, INT8, TEXT, INT8, TEXT, TEXT,
                 ],
             ),
-            list: operators(operators::LIST, &FILTER_AND_LIMIT),
-            read: operators(operators::READ, &[BYTEA]),
-            forget: operators(operators::FORGET, &[BYTEA, INT8, BOOL]),
-            purge_records: operators(operators::PURGE, &FILTER_AND_LIMIT),
-            stats: operators(operators::STATS, &FILTER_TYPES),
-            lock_salt: names.claim_lock_salt,
+            list: operator(&operators.list, &FILTER_AND_LIMIT),
+            read: operator(&operators.read, &[BYTEA]),
+            forget: operator(&operators.forget, &[BYTEA, INT8, BOOL]),
+            purge_records: operator(&operators.purge, &FILTER_AND_LIMIT),
+            stats: operator(&operators.stats, &FILTER_TYPES),
+            lock_salt: names.claim_lock_salt(),
             #[cfg(feature = "diesel-async")]
             diesel_try_claim: names.render(DIESEL_TRY_CLAIM),
             #[cfg(feature = "diesel-async")]
             diesel_complete_fenced: names.render(DIESEL_COMPLETE_FENCED),
-            schema: names.schema.clone(),
-            table: names.table.clone(),
+            schema: names.schema().to_owned(),
+            table: names.table().to_owned(),
         }
     }
 
     /// The advisory lock one-commit mode claims `key` under: 64 bits of the key (a SHA-256
     /// digest) mixed with the table's salt, as idem-sqlx computes it.
     pub(crate) fn lock_of(&self, key: &idem_core::key::RecordKey) -> i64 {
-        let mut first = [0; 8];
-        first.copy_from_slice(&key.as_bytes()[..8]);
-        i64::from_be_bytes(first) ^ self.lock_salt
+        idem_sql::postgres::claim_lock(self.lock_salt, key)
     }
 }
 
@@ -154,80 +153,3 @@ WITH done AS (
     RETURNING 1
 )
 SELECT 1 / (SELECT count(*)::integer FROM done)";
-
-/// Takes the record when it is absent, expired (a new life: one owner) or in flight under a
-/// lapsed lease of the same request (a takeover: one more owner, which keeps what the record
-/// says about itself: its operation, scope and creation time), returning the new `owners`;
-/// otherwise returns the record that stopped it, in one statement.
-///
-/// `$1` key, `$2` fingerprint, `$3` token, `$4` lease_until, `$5` expires_at, `$6` now,
-/// `$7` operation, `$8` scope, `$9` scope value.
-///
-/// `held` reads first: when the statement's snapshot already shows a live record that cannot be
-/// claimed (a completed response to replay, or an owner in flight), the `INSERT` gets no row to
-/// insert, so the statement locks nothing, writes no WAL and commits without a flush: a replay
-/// is one read-only round trip. The answer is the record as of the snapshot, the statement's
-/// linearisation point.
-///
-/// Otherwise the upsert runs. Under READ COMMITTED its `ON CONFLICT` may fire on a row the
-/// snapshot does not show (a concurrent claimer committed it after the snapshot); then neither
-/// part returns a row and the caller runs the statement again with a new snapshot.
-const CLAIM: &str = "\
-WITH held AS (
-    SELECT r.fingerprint, r.state, r.lease_until, r.response, r.completed_at
-    FROM {records} AS r
-    WHERE r.key = $1
-      AND r.expires_at > $6
-      AND NOT (r.state = 'in_flight' AND r.lease_until <= $6 AND r.fingerprint = $2)
-), claimed AS (
-    INSERT INTO {records} AS r
-        (key, fingerprint, token, state, owners, lease_until, expires_at, operation, created_at,
-         scope, scope_value)
-    SELECT $1, $2, $3, 'in_flight', 1, $4, $5, $7, $6, $8, $9
-    WHERE NOT EXISTS (SELECT FROM held)
-    ON CONFLICT (key) DO UPDATE SET
-        fingerprint = excluded.fingerprint,
-        token = excluded.token,
-        state = 'in_flight',
-        owners = CASE WHEN r.expires_at <= $6 THEN 1 ELSE r.owners + 1 END,
-        created_at = CASE WHEN r.expires_at <= $6 THEN $6 ELSE r.created_at END,
-        lease_until = excluded.lease_until,
-        expires_at = excluded.expires_at,
-        operation = CASE WHEN r.expires_at <= $6 THEN excluded.operation ELSE r.operation END,
-        scope = CASE WHEN r.expires_at <= $6 THEN excluded.scope ELSE r.scope END,
-        scope_value = CASE WHEN r.expires_at <= $6 THEN excluded.scope_value
-                           ELSE r.scope_value END,
-        response = NULL,
-        status = NULL,
-        completed_at = NULL
-    WHERE r.expires_at <= $6
-       OR (r.state = 'in_flight' AND r.lease_until <= $6 AND r.fingerprint = excluded.fingerprint)
-    RETURNING r.owners
-)
-SELECT owners, NULL::bytea AS fingerprint, NULL::text AS state, NULL::bigint AS lease_until,
-       NULL::bytea AS response, NULL::bigint AS completed_at
-FROM claimed
-UNION ALL
-SELECT NULL, fingerprint, state, lease_until, response, completed_at
-FROM held";
-
-const COMPLETE: &str = "\
-UPDATE {records} SET state = 'completed', response = $3, expires_at = $4, status = $5,
-    completed_at = $6
-WHERE key = $1 AND token = $2 AND state = 'in_flight'";
-
-const RELEASE: &str = "\
-DELETE FROM {records} WHERE key = $1 AND token = $2 AND state = 'in_flight'";
-
-const RENEW: &str = "\
-UPDATE {records} SET lease_until = $3
-WHERE key = $1 AND token = $2 AND state = 'in_flight'";
-
-/// Oldest first; rows a claimer is replacing right now are skipped, not waited for.
-const PURGE: &str = "\
-DELETE FROM {records}
-WHERE expires_at <= $1 AND key IN (
-    SELECT key FROM {records} WHERE expires_at <= $1
-    ORDER BY expires_at LIMIT $2
-    FOR UPDATE SKIP LOCKED
-)";
