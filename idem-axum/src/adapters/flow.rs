@@ -229,20 +229,42 @@ impl Started {
         };
         let content_type = parts.headers.get(header::CONTENT_TYPE);
         let record_key = RecordKey::derive(operation.scope, &scope_value, &operation.name, &key);
-        let raw = engine
-            .reads_in_process()
-            .then(|| RawDigest::of_request(&parts.method, &parts.uri, content_type, &bytes));
-        if let Some(replay) =
-            raw.and_then(|raw| replay_early(idempotency, &operation, &record_key, raw))
-        {
-            return Err(replay);
-        }
-        let fingerprint = crate::http::request::fingerprint_of_request(
-            &parts.method,
-            &parts.uri,
-            content_type,
-            &bytes,
-        );
+        let raw_of = || RawDigest::of_request(&parts.method, &parts.uri, content_type, &bytes);
+        let (fingerprint, raw) = if engine.reads_in_process() {
+            match replay_early(idempotency, &operation, &record_key, raw_of) {
+                Early::Replayed(replay) => return Err(replay),
+                // A completed record of another request (or of another serialisation): the
+                // fingerprint decides, in one more pass.
+                Early::NotTheSame(raw) => {
+                    let fingerprint = crate::http::request::fingerprint_of_request(
+                        &parts.method,
+                        &parts.uri,
+                        content_type,
+                        &bytes,
+                    );
+                    (fingerprint, Some(raw))
+                }
+                // No completed record (a fresh request): both digests at once, one pass over
+                // the body when it is canonical as written.
+                Early::Nothing => {
+                    let (fingerprint, raw) = crate::http::request::digests_of_request(
+                        &parts.method,
+                        &parts.uri,
+                        content_type,
+                        &bytes,
+                    );
+                    (fingerprint, Some(raw))
+                }
+            }
+        } else {
+            let fingerprint = crate::http::request::fingerprint_of_request(
+                &parts.method,
+                &parts.uri,
+                content_type,
+                &bytes,
+            );
+            (fingerprint, None)
+        };
         let previous = {
             let (method, uri) = (parts.method.clone(), parts.uri.clone());
             let (content_type, body) = (content_type.cloned(), bytes.clone());
@@ -283,28 +305,45 @@ impl Started {
     }
 }
 
+/// What looking for a completed record before the fingerprint found.
+enum Early {
+    /// A retry of the very bytes of the completed request: its replay.
+    Replayed(Response),
+    /// A completed record, of another raw request (or one stored without its digest): this
+    /// request's raw digest.
+    NotTheSame(RawDigest),
+    /// No completed record (the raw digest was not computed).
+    Nothing,
+}
+
 /// A retry of the very bytes of a completed request, replayed before the fingerprint, the body
-/// extractor and the claim, on stores that read in process (see [`crate::http::replay`]).
-/// `None` sends the request down the usual path, which also refuses a payload that does not
-/// decode.
+/// extractor and the claim, on stores that read in process (see [`crate::http::replay`]). The
+/// raw digest (`raw`) is computed only when a completed record is there to compare it with.
+/// Anything but a replay sends the request down the usual path, which also refuses a payload
+/// that does not decode.
 fn replay_early(
     idempotency: &Idempotency,
     operation: &HttpOperation,
     key: &RecordKey,
-    raw: RawDigest,
-) -> Option<Response> {
+    raw: impl FnOnce() -> RawDigest,
+) -> Early {
     let engine = idempotency.engine();
-    let (stored, completed_at) = engine.peek_completed(key)?;
+    let Some((stored, completed_at)) = engine.peek_completed(key) else {
+        return Early::Nothing;
+    };
+    let raw = raw();
     let (Some(answered), payload) = replay::open(&stored) else {
-        return None;
+        return Early::NotTheSame(raw);
     };
     if answered != raw {
-        return None;
+        return Early::NotTheSame(raw);
     }
-    let response = StoredResponse::decode(payload).ok()?;
+    let Ok(response) = StoredResponse::decode(payload) else {
+        return Early::NotTheSame(raw);
+    };
     let _span = idem_core::engine::span(&operation.name, key).entered();
     engine.count_replayed(&operation.name, completed_at);
-    Some(response.into_replay())
+    Early::Replayed(response.into_replay())
 }
 
 /// A request whose extractors all succeeded: ready for the engine.

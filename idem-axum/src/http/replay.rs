@@ -10,10 +10,19 @@
 //! Anything else (another serialisation of the same JSON, a payload without the envelope, a
 //! record in flight) takes the usual path.
 //!
+//! The raw digest is built on the fingerprint's own hash of the body as written
+//! ([`Hasher::finish_as_is`](idem_core::fingerprint::Hasher::finish_as_is): the fingerprint's
+//! domain, method, path and query, the body's tag and its bytes), wrapped with the
+//! `Content-Type`. A body that is canonical as written (JSON already compact and in key order,
+//! or a body hashed raw) has that hash for its fingerprint, so a fresh request hashes it once
+//! for both digests. Version 2 of the digest; an envelope of version 1 (written before, by this
+//! process only) never matches one, and its retry takes the usual path.
+//!
 //! The envelope is written only on such stores, whose records never outlive the process: the
 //! payloads of shared stores stay as every release reads them.
 
 use http::{HeaderValue, Method, Uri};
+use idem_core::fingerprint::Fingerprint;
 use sha2::{Digest, Sha256};
 
 /// Opens an envelope: a tag of its own, so it is mistaken for no stored encoding.
@@ -24,23 +33,25 @@ const ENVELOPE: u8 = idem_core::format::RAW_REQUEST_ENVELOPE;
 pub(crate) struct RawDigest([u8; 32]);
 
 impl RawDigest {
+    /// The digest of a raw request: one pass of SHA-256 over the body.
     pub(crate) fn of_request(
         method: &Method,
         uri: &Uri,
         content_type: Option<&HeaderValue>,
         body: &[u8],
     ) -> Self {
+        let as_is = crate::http::request::as_is_of_request(method, uri, content_type, body);
+        Self::of(content_type, &as_is)
+    }
+
+    /// The digest of a raw request from `as_is`, the hash of its method, path and query, and
+    /// body as written (`as_is_of_request`), and its `Content-Type`, which that hash covers
+    /// only as far as the body's encoding.
+    pub(crate) fn of(content_type: Option<&HeaderValue>, as_is: &Fingerprint) -> Self {
         let mut sha = Sha256::new();
-        sha.update(b"idem.raw.v1\0");
-        sha.update(method.as_str().as_bytes());
-        sha.update(b"\0");
-        sha.update(
-            uri.path_and_query()
-                .map_or("/", |pq| pq.as_str())
-                .as_bytes(),
-        );
-        sha.update(b"\0");
-        // Absent and empty differ: a tag byte, then the value.
+        sha.update(b"idem.raw.v2\0");
+        // Absent and empty differ: a tag byte, then the value. The 32 bytes of `as_is` end
+        // the input, so where the value ends is never in doubt.
         match content_type {
             Some(value) => {
                 sha.update(b"\x01");
@@ -48,8 +59,7 @@ impl RawDigest {
             }
             None => sha.update(b"\x00"),
         }
-        sha.update(b"\0");
-        sha.update(body);
+        sha.update(as_is.as_bytes());
         Self(sha.finalize().into())
     }
 }

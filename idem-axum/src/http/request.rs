@@ -14,6 +14,8 @@ use idem_core::fingerprint::{Encoding, Fingerprint, Hasher, Version};
 use idem_core::key::IdempotencyKey;
 use idem_core::rejection::Rejection;
 
+use crate::http::replay::RawDigest;
+
 /// Reads a request's body whole, up to `limit` bytes and axum's `DefaultBodyLimit`, whichever
 /// is smaller. A body that `Content-Length` declares larger is refused before any of it is read
 /// (no `100 Continue`); one that grows past the limit while read is refused then.
@@ -110,14 +112,44 @@ pub(crate) fn fingerprint_of_request_in(
     body: &[u8],
     version: Version,
 ) -> Fingerprint {
+    let mut hasher = hasher_of_request(method, uri, version);
+    hasher.body(body, encoding(content_type));
+    hasher.finish()
+}
+
+/// A request's fingerprint and the digest of its raw request, for early replay, with the fewest
+/// passes over the body: one SHA-256 pass serves both when the body is canonical as written.
+pub(crate) fn digests_of_request(
+    method: &Method,
+    uri: &Uri,
+    content_type: Option<&HeaderValue>,
+    body: &[u8],
+) -> (Fingerprint, RawDigest) {
+    let hasher = hasher_of_request(method, uri, Version::CURRENT);
+    let (fingerprint, as_is) = hasher.finish_both(body, encoding(content_type));
+    (fingerprint, RawDigest::of(content_type, &as_is))
+}
+
+/// The fingerprint's hash of a request with its body as written, not canonicalised
+/// ([`Hasher::finish_as_is`]): what the raw digest is built on.
+pub(crate) fn as_is_of_request(
+    method: &Method,
+    uri: &Uri,
+    content_type: Option<&HeaderValue>,
+    body: &[u8],
+) -> Fingerprint {
+    hasher_of_request(method, uri, Version::CURRENT).finish_as_is(body, encoding(content_type))
+}
+
+/// A fingerprint's hasher after the request line: method and path and query.
+fn hasher_of_request(method: &Method, uri: &Uri, version: Version) -> Hasher {
     let mut hasher = Hasher::new(b"idem.fingerprint", version);
     hasher.update(method.as_str().as_bytes());
     hasher.update(b"\0");
     let path_and_query = uri.path_and_query().map_or("/", |pq| pq.as_str());
     hasher.update(path_and_query.as_bytes());
     hasher.update(b"\0");
-    hasher.body(body, encoding(content_type));
-    hasher.finish()
+    hasher
 }
 
 fn encoding(content_type: Option<&HeaderValue>) -> Encoding {
@@ -294,6 +326,134 @@ mod tests {
             digest(simple, Version::CURRENT)
         );
     }
+
+    /// A random JSON value: objects with keys in any order, integers, decimals, escapes.
+    fn value(rng: &mut fastrand::Rng, depth: u32) -> serde_json::Value {
+        use serde_json::Value;
+        let keys = [
+            "a",
+            "b",
+            "amount",
+            "amount_total",
+            "é",
+            "k\"q",
+            "x\n",
+            "sku",
+        ];
+        match rng.u8(0..if depth == 0 { 4 } else { 6 }) {
+            0 => Value::from(rng.i64(-1000..1000)),
+            1 => Value::from(["usd", "a\u{1}b", "\u{e9}t\u{e9}", "sku_00042"][rng.usize(0..4)]),
+            2 => Value::Bool(rng.bool()),
+            3 => serde_json::from_str(["0.25", "1e3", "-0.0", "12.50"][rng.usize(0..4)]).unwrap(),
+            4 => (0..rng.usize(0..4))
+                .map(|_| value(rng, depth - 1))
+                .collect(),
+            _ => (0..rng.usize(0..5))
+                .map(|_| {
+                    (
+                        keys[rng.usize(0..keys.len())].to_owned(),
+                        value(rng, depth - 1),
+                    )
+                })
+                .collect::<serde_json::Map<_, _>>()
+                .into(),
+        }
+    }
+
+    /// A random body: JSON canonical as written or not (members reversed, spaces, pretty),
+    /// broken JSON, a form.
+    fn body(rng: &mut fastrand::Rng) -> Vec<u8> {
+        let doc = value(rng, 3);
+        // serde_json's map is sorted: compact output is canonical unless a number is not.
+        let compact = serde_json::to_vec(&doc).unwrap();
+        match rng.u8(0..6) {
+            0 | 1 => compact,
+            2 => serde_json::to_vec_pretty(&doc).unwrap(),
+            3 => {
+                let text = String::from_utf8(compact).unwrap();
+                // Another order (`b` before `a`) or whitespace, where the text allows.
+                text.replacen(",", " , ", 1).into_bytes()
+            }
+            4 => {
+                let mut broken = compact;
+                let at = rng.usize(0..=broken.len());
+                broken.insert(at, [b'{', b'"', b',', b' ', 0xff][rng.usize(0..5)]);
+                broken
+            }
+            _ => b"b=2&a=1&amount=4200&items%5B%5D=x".to_vec(),
+        }
+    }
+
+    /// The fingerprint as documented (and as every release computed it): SHA-256 over the
+    /// domain, method, path and query, and the body's canonical form under its tag.
+    fn documented(method: &Method, pq: &str, ct: Option<&HeaderValue>, body: &[u8]) -> [u8; 32] {
+        use sha2::{Digest, Sha256};
+        let mut sha = Sha256::new();
+        sha.update(format!("idem.fingerprint.v2\0{method}\0{pq}\0"));
+        match (encoding(ct), idem_core::fingerprint::canonical_json(body)) {
+            (Encoding::Json, Some(form)) => {
+                sha.update(b"json\0");
+                sha.update(form);
+            }
+            (Encoding::Form, _) => {
+                sha.update(b"form\0");
+                sha.update(idem_core::fingerprint::canonical_form(body));
+            }
+            _ => {
+                sha.update(b"raw\0");
+                sha.update(body);
+            }
+        }
+        sha.finalize().into()
+    }
+
+    /// The fresh path's one pass gives the fingerprint as documented and the raw digest a retry
+    /// computes alone, for every input; and two requests share a raw digest only when every
+    /// raw part is equal.
+    #[test]
+    fn both_digests_in_one_pass_are_those_computed_apart() {
+        let mut rng = fastrand::Rng::with_seed(51);
+        let types = [
+            None,
+            Some(""),
+            Some("application/json"),
+            Some("application/merge-patch+json"),
+            Some("application/x-www-form-urlencoded"),
+            Some("text/plain"),
+        ];
+        let mut seen = std::collections::HashMap::new();
+        let mut one_pass = 0;
+        for _ in 0..4000 {
+            let method = [Method::POST, Method::PUT, Method::PATCH][rng.usize(0..3)].clone();
+            let pq = ["/v1/orders", "/v1/orders?x=1", "/"][rng.usize(0..3)];
+            let uri = Uri::from_static(pq);
+            let ct = types[rng.usize(0..types.len())].map(HeaderValue::from_static);
+            let body = body(&mut rng);
+            let (fingerprint, raw) = digests_of_request(&method, &uri, ct.as_ref(), &body);
+            assert_eq!(
+                fingerprint,
+                fingerprint_of_request(&method, &uri, ct.as_ref(), &body)
+            );
+            assert_eq!(
+                fingerprint.as_bytes(),
+                &documented(&method, pq, ct.as_ref(), &body)
+            );
+            assert_eq!(
+                raw,
+                RawDigest::of_request(&method, &uri, ct.as_ref(), &body)
+            );
+            let as_is = as_is_of_request(&method, &uri, ct.as_ref(), &body);
+            one_pass += usize::from(as_is == fingerprint);
+            let parts = (method, pq, ct, body);
+            let earlier = seen
+                .entry(format!("{raw:?}"))
+                .or_insert_with(|| parts.clone());
+            assert_eq!(*earlier, parts, "one raw digest, two requests");
+        }
+        // Both branches were taken.
+        assert!((500..3500).contains(&one_pass), "{one_pass}");
+    }
+
     #[test]
     fn duplicate_header_fields_are_rejected() {
         let name = HeaderName::from_static("idempotency-key");

@@ -141,6 +141,7 @@ impl Previous {
 }
 
 /// A fingerprint being computed: a domain tag and version, then the parts a face chooses.
+#[derive(Clone)]
 pub struct Hasher {
     sha: Sha256,
     version: Version,
@@ -163,6 +164,13 @@ impl Hasher {
     /// Adds a body: its canonical form under a tag (`json\0`, `form\0`) when it is JSON that
     /// parses or a form, otherwise `raw\0` and the bytes.
     pub fn body(&mut self, body: &[u8], encoding: Encoding) {
+        self.body_as_written(body, encoding);
+    }
+
+    /// [`body`](Self::body), and whether what it added is what
+    /// [`finish_as_is`](Self::finish_as_is) adds: the body's tag as written and the body itself
+    /// (a raw body, or JSON whose canonical form is the body byte for byte).
+    fn body_as_written(&mut self, body: &[u8], encoding: Encoding) -> bool {
         match encoding {
             Encoding::Json => {
                 let sha = &mut self.sha;
@@ -172,20 +180,54 @@ impl Hasher {
                         sha.update(b"json\0");
                         sha.update(head);
                         sha.update(tail);
+                        // `tail` is part of `body`: as long as it, it is all of it.
+                        head.is_empty() && tail.len() == body.len()
                     });
-                if hashed.is_some() {
-                    return;
+                if let Some(as_written) = hashed {
+                    return as_written;
                 }
             }
             Encoding::Form => {
                 self.sha.update(b"form\0");
                 self.sha.update(canonical_form(body));
-                return;
+                return false;
             }
             Encoding::Raw => {}
         }
         self.sha.update(b"raw\0");
         self.sha.update(body);
+        encoding == Encoding::Raw
+    }
+
+    /// The digest of the body as it is written, with no canonical form: the tag its encoding
+    /// would have if the body were canonical already (`json\0` for JSON, `raw\0` for anything
+    /// else), then the bytes. One pass of SHA-256 over the body, for a digest of the raw
+    /// request (a retry sending the very same bytes has the same one). Equal to
+    /// [`finish`](Self::finish) after [`body`](Self::body) whenever the body's canonical form
+    /// is the body itself, which [`finish_both`](Self::finish_both) uses.
+    pub fn finish_as_is(mut self, body: &[u8], encoding: Encoding) -> Fingerprint {
+        let tag: &[u8] = match encoding {
+            Encoding::Json => b"json\0",
+            Encoding::Form | Encoding::Raw => b"raw\0",
+        };
+        self.sha.update(tag);
+        self.sha.update(body);
+        self.finish()
+    }
+
+    /// Both digests of a body: the fingerprint ([`body`](Self::body), then
+    /// [`finish`](Self::finish)) and [`finish_as_is`](Self::finish_as_is)'s. Where the body is
+    /// canonical as written (a raw body, or JSON already compact and in key order) they are one
+    /// digest, and the body is hashed once; otherwise twice.
+    pub fn finish_both(self, body: &[u8], encoding: Encoding) -> (Fingerprint, Fingerprint) {
+        let as_is = self.clone();
+        let mut hasher = self;
+        if hasher.body_as_written(body, encoding) {
+            let fingerprint = hasher.finish();
+            (fingerprint, fingerprint)
+        } else {
+            (hasher.finish(), as_is.finish_as_is(body, encoding))
+        }
     }
 
     /// The fingerprint of everything written.

@@ -9,7 +9,7 @@ use sha2::{Digest, Sha256};
 
 use super::tests::document;
 use super::{Scan, canonical_with};
-use crate::fingerprint::{Fingerprint, Version};
+use crate::fingerprint::{Encoding, Fingerprint, Hasher, Version};
 
 #[allow(dead_code, unreachable_pub)]
 #[path = "../../../../fuzz/src/json_reference.rs"]
@@ -84,8 +84,57 @@ fn long_strings() -> impl Strategy<Value = String> {
         })
 }
 
+/// [`Hasher::finish_both`] gives what the fingerprint and [`Hasher::finish_as_is`] give apart,
+/// for every encoding: the fingerprint is unchanged by the pass it shares, and the digest of the
+/// body as written is SHA-256 of the documented parts (the body under its encoding's tag).
+fn both_agree(input: &[u8]) -> Result<(), TestCaseError> {
+    for encoding in [Encoding::Json, Encoding::Form, Encoding::Raw] {
+        let prefix = || {
+            let mut hasher = Hasher::new(b"idem.test", Version::CURRENT);
+            hasher.update(b"POST\0/v1/orders\0");
+            hasher
+        };
+        let mut apart = prefix();
+        apart.body(input, encoding);
+        let fingerprint = apart.finish();
+        let as_is = prefix().finish_as_is(input, encoding);
+        prop_assert_eq!(prefix().finish_both(input, encoding), (fingerprint, as_is));
+        let mut sha = Sha256::new();
+        sha.update(b"idem.test.v2\0POST\0/v1/orders\0");
+        sha.update(if encoding == Encoding::Json {
+            &b"json\0"[..]
+        } else {
+            b"raw\0"
+        });
+        sha.update(input);
+        let digest: [u8; 32] = sha.finalize().into();
+        prop_assert_eq!(*as_is.as_bytes(), digest);
+        // One digest exactly where the body is its own canonical form (or is hashed raw).
+        let canonical_as_written = match encoding {
+            Encoding::Json => reference::canonical_json(input).as_deref() == Some(input),
+            Encoding::Form => false,
+            Encoding::Raw => true,
+        };
+        prop_assert_eq!(fingerprint == as_is, canonical_as_written);
+    }
+    Ok(())
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(2000))]
+
+    #[test]
+    fn both_digests_of_a_body_are_those_computed_apart(
+        doc in prop_oneof![document(4), long_strings()],
+        canonical in any::<bool>(),
+    ) {
+        // The reference's form of a document is canonical as written: both branches are taken.
+        let input = match reference::canonical_json(doc.as_bytes()) {
+            Some(form) if canonical => form,
+            _ => doc.into_bytes(),
+        };
+        both_agree(&input)?;
+    }
 
     #[test]
     fn every_scanner_gives_the_reference_form(doc in document(4)) {
@@ -138,7 +187,7 @@ fn edge_cases_give_the_reference_form() {
         b"1 2".to_vec(),
     ];
     for case in cases {
-        if let Err(error) = agree(&case) {
+        if let Err(error) = agree(&case).and_then(|()| both_agree(&case)) {
             panic!("{error}");
         }
     }
