@@ -43,6 +43,8 @@
 //! | `sqlite` | `store::SqliteStore`, on sqlx with a bundled SQLite, and atomic mode on it (`Tx<sqlx::Sqlite>`) | `idem-sqlx` |
 //! | `postgres` | `store::PostgresStore`, on sqlx, and atomic mode on it (`Tx<sqlx::Postgres>`) | `idem-sqlx` |
 //! | `mysql` | `store::MySqlStore`, on sqlx, for MySQL and MariaDB, and atomic mode on it (`Tx<sqlx::MySql>`) | `idem-sqlx` |
+//! | `tokio-postgres` | `store::TokioPostgresStore`, the same records as `PostgresStore` on tokio-postgres and deadpool-postgres, and pipelined atomic mode on it (`tokio_postgres::TokioPostgresTx`) | `idem-tokio-postgres` |
+//! | `diesel-async` | `tokio_postgres::DieselTx`: atomic mode for handlers writing with diesel-async on `TokioPostgresStore` | `idem-tokio-postgres` |
 //! | `object-store` | `store::BucketStore`: records in an object store (S3, GCS, Azure, in memory) through the `object_store` crate, whose backend features the application enables | `idem-object-store` |
 //! | `redis` | `store::RedisStore`, on the `redis` crate (Lua scripts, a reconnecting connection manager, expiry by Redis); no atomic mode | `idem-redis` |
 //! | `cluster` | `RedisStore::cluster_builder`: the same store on Redis Cluster | `idem-redis` |
@@ -64,10 +66,7 @@
 // The facade: the family's crates re-exported where applications look for them, and the glue
 // between two of them that neither depends on the other for: `tx` (the sqlx stores'
 // transactions as an axum extractor) and `grpc_tx` (the same transactions for tonic methods).
-#[cfg(all(
-    feature = "tonic",
-    any(feature = "sqlite", feature = "postgres", feature = "mysql")
-))]
+#[cfg(feature = "tonic")]
 mod grpc_tx;
 #[cfg(any(feature = "sqlite", feature = "postgres", feature = "mysql"))]
 mod tx;
@@ -102,6 +101,20 @@ pub mod rabbitmq {
         RabbitKeySource, Work, atomic, plain,
     };
 }
+#[cfg(feature = "tokio-postgres")]
+#[cfg_attr(docsrs, doc(cfg(feature = "tokio-postgres")))]
+pub mod tokio_postgres {
+    //! Atomic mode on tokio-postgres, from `idem-tokio-postgres`: a handler (or a tonic method,
+    //! through [`grpc::lent`](crate::grpc::lent), or an operation of the programmatic API)
+    //! takes a [`TokioPostgresTx`] and its writes commit with the key's record, pipelined: the
+    //! `BEGIN` travels with the claim and the completion with the `COMMIT`. The store is
+    //! [`store::TokioPostgresStore`](crate::store::TokioPostgresStore); with the feature
+    //! `diesel-async`, handlers writing with diesel-async take a [`DieselTx`].
+    #[cfg(feature = "diesel-async")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "diesel-async")))]
+    pub use idem_tokio_postgres::diesel::DieselTx;
+    pub use idem_tokio_postgres::{Savepoint, TokioPostgresTx, TxError, deadpool_postgres};
+}
 #[cfg(feature = "utoipa")]
 #[cfg_attr(docsrs, doc(cfg(feature = "utoipa")))]
 pub use idem_axum::openapi;
@@ -113,6 +126,7 @@ pub mod store;
 pub mod grpc {
     #[cfg(all(feature = "sqlite", feature = "postgres"))]
     pub use crate::grpc_tx::any_tx;
+    pub use crate::grpc_tx::lent;
     #[cfg(any(feature = "sqlite", feature = "postgres", feature = "mysql"))]
     pub use crate::grpc_tx::tx;
     /// Makes the `#[idempotent]` methods of a tonic service's `impl` idempotent. See the

@@ -231,7 +231,7 @@ impl<'a> FilterArgs<'a> {
     }
 }
 
-/// A row of [`COLUMNS`]: key, operation, scope, scope_value, state, status, created_at,
+/// A row of the operators' columns: key, operation, scope, scope_value, state, status, created_at,
 /// completed_at, lease_until, expires_at.
 pub type InfoRow = (
     Vec<u8>,
@@ -246,7 +246,7 @@ pub type InfoRow = (
     i64,
 );
 
-/// A row of [`COLUMNS`] and the response.
+/// A row of the operators' columns and the response.
 pub type ReadRow = (
     Vec<u8>,
     String,

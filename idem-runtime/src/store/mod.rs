@@ -1,6 +1,6 @@
 //! Where idempotency records live: the [`Store`] trait and its backends: [`MemoryStore`],
-//! `SqliteStore` (feature `sqlite`), `PostgresStore` (`postgres`), `MySqlStore` (`mysql`), `BucketStore`
-//! (`object-store`), `RedisStore` (`redis`) and `DynamoDbStore` (`dynamodb`).
+//! `SqliteStore` (feature `sqlite`), `PostgresStore` (`postgres`), `MySqlStore` (`mysql`),
+//! `TokioPostgresStore` (`tokio-postgres`), `BucketStore` (`object-store`), `RedisStore` (`redis`) and `DynamoDbStore` (`dynamodb`).
 //!
 //! A record moves through two states. A *claim* creates it **in flight**, owned by one request
 //! under a lease and a [`LeaseToken`]; *complete* turns it into a **completed** record holding the
@@ -15,7 +15,7 @@
 //! created and completed.
 //!
 //! The contract itself is `idem-core`'s ([`idem_core::store`]), and each backend a crate of its
-//! own (`idem-sqlx`, `idem-redis`, `idem-object-store`, `idem-dynamodb`), all re-exported here.
+//! own (`idem-sqlx`, `idem-tokio-postgres`, `idem-redis`, `idem-object-store`, `idem-dynamodb`), all re-exported here.
 
 /// The fingerprint a [`ClaimRequest`] carries: a digest of the request that tells a retry from a
 /// key reused for another request.
@@ -53,3 +53,6 @@ pub use idem_sqlx::{PostgresStore, PostgresStoreBuilder};
 #[cfg(feature = "sqlite")]
 #[cfg_attr(docsrs, doc(cfg(feature = "sqlite")))]
 pub use idem_sqlx::{SqliteStore, SqliteStoreBuilder};
+#[cfg(feature = "tokio-postgres")]
+#[cfg_attr(docsrs, doc(cfg(feature = "tokio-postgres")))]
+pub use idem_tokio_postgres::{TokioPostgresStore, TokioPostgresStoreBuilder};

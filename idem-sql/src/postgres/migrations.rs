@@ -36,7 +36,7 @@ pub const APPLIED: &str = "SELECT version, checksum FROM {migrations} WHERE reco
 pub const RECORD: &str = "INSERT INTO {migrations} (records_table, version, description, checksum) \
              VALUES ($1, $2, $3, $4)";
 
-/// The schema, in order, as templates over [`Names`](super::Names). Never edit a shipped
+/// The schema, in order, as templates over [`Names`]. Never edit a shipped
 /// migration: add the next one (every driver applies the same list, and compares checksums).
 pub const MIGRATIONS: &[Migration] = &[
     Migration {

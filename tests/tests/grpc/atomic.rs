@@ -1,8 +1,12 @@
 //! Atomic mode through the gRPC face: a method's writes through the transaction the engine
 //! lends it commit together with its stored reply, or roll back with a released key; a value
 //! the database refuses is the method's `INVALID_ARGUMENT`, never the engine's `UNAVAILABLE`.
+//! On the sqlx stores through `grpc::any_tx`; on tokio-postgres through `grpc::lent` and the
+//! facade's `TokioPostgresTx`.
 
-use idem_runtime::store::{MySqlStore, PostgresStore, SqliteStore};
+use idem_runtime::store::{MySqlStore, PostgresStore, SqliteStore, TokioPostgresStore};
+use idem_runtime::tokio_postgres::deadpool_postgres::{self, tokio_postgres::NoTls};
+use idem_runtime::tokio_postgres::{TokioPostgresTx, TxError};
 use idem_runtime::{AnyTx, Idempotency, idempotent};
 use sqlx::AssertSqlSafe;
 use tonic::{Code, Request, Response, Status};
@@ -38,7 +42,7 @@ impl Bank {
     async fn transfer(&self, request: Request<ChargeRequest>) -> Result<Response<Charge>, Status> {
         let run = self.calls.bump();
         let mut tx = idem_runtime::grpc::any_tx(&request)?;
-        let message = request.into_inner();
+        let message = request.get_ref().clone();
         // The same statement on each database, in its placeholders.
         macro_rules! insert {
             ($tx:expr, $values:literal) => {{
@@ -52,13 +56,19 @@ impl Bank {
                     .map(drop)
             }};
         }
-        let written = match &mut tx {
-            AnyTx::Sqlite(tx) => insert!(tx, "(?, ?)"),
-            AnyTx::Postgres(tx) => insert!(tx, "($1, $2)"),
-            AnyTx::MySql(tx) => insert!(tx, "(?, ?)"),
-            _ => panic!("the SQL stores lend transactions"),
-        };
-        written.map_err(refused)?;
+        match &mut tx {
+            AnyTx::Sqlite(tx) => insert!(tx, "(?, ?)").map_err(refused)?,
+            AnyTx::Postgres(tx) => insert!(tx, "($1, $2)").map_err(refused)?,
+            AnyTx::MySql(tx) => insert!(tx, "(?, ?)").map_err(refused)?,
+            // Not a sqlx store: the tokio-postgres one, whose handle `grpc::lent` takes.
+            _ => {
+                let mut tx: TokioPostgresTx = idem_runtime::grpc::lent(&request)?;
+                let insert = format!("INSERT INTO {} (id, note) VALUES ($1, $2)", self.table);
+                tx.execute(&insert, &[&(run as i64), &message.outcome])
+                    .await
+                    .map_err(refused_on_tokio_postgres)?;
+            }
+        }
         match message.outcome.as_str() {
             "failed_precondition" => Err(Status::failed_precondition("insufficient funds")),
             "unavailable" => Err(Status::unavailable("the bank is down")),
@@ -104,6 +114,14 @@ fn refused(error: sqlx::Error) -> Status {
     }
 }
 
+/// [`refused`], for tokio-postgres's errors.
+fn refused_on_tokio_postgres(error: TxError) -> Status {
+    match error.code() {
+        Some(code) if code.code().starts_with("22") => Status::invalid_argument(error.to_string()),
+        _ => Status::internal(error.to_string()),
+    }
+}
+
 #[idem_runtime::grpc::service]
 #[tonic::async_trait]
 impl Ledger for Bank {
@@ -138,6 +156,32 @@ async fn postgres() -> (Bank, sqlx::PgPool) {
     let ddl = format!("CREATE TABLE {table} (id bigint NOT NULL, note text NOT NULL)");
     sqlx::raw_sql(AssertSqlSafe(ddl))
         .execute(&pool)
+        .await
+        .unwrap();
+    (bank(store, table), pool)
+}
+
+/// A `TokioPostgresStore` on the schema of a fresh `PostgresStore` (the same records, migrated
+/// by the sqlx store), and that sqlx store's pool to count the transfers with.
+async fn tokio_postgres() -> (Bank, sqlx::PgPool) {
+    let sqlx_store: PostgresStore = idem_tests::postgres_store().await;
+    let pool = sqlx_store.pool().clone();
+    let table = format!("{}.transfers", sqlx_store.schema());
+    let ddl = format!("CREATE TABLE {table} (id bigint NOT NULL, note text NOT NULL)");
+    sqlx::raw_sql(AssertSqlSafe(ddl))
+        .execute(&pool)
+        .await
+        .unwrap();
+    let config = deadpool_postgres::Config {
+        url: Some(idem_tests::postgres_url()),
+        ..Default::default()
+    };
+    let tokio_pool = config
+        .create_pool(Some(deadpool_postgres::Runtime::Tokio1), NoTls)
+        .unwrap();
+    let store = TokioPostgresStore::builder(tokio_pool)
+        .schema(sqlx_store.schema())
+        .build()
         .await
         .unwrap();
     (bank(store, table), pool)
@@ -224,6 +268,15 @@ async fn postgres_writes_commit_with_the_stored_reply() {
     stored_replies_commit_writes_and_released_ones_roll_back(bank.clone(), count).await;
 }
 
+/// On tokio-postgres, through `grpc::lent`: `commits = "one"` rides the claim on the pipelined
+/// `BEGIN`.
+#[tokio::test]
+async fn tokio_postgres_writes_commit_with_the_stored_reply() {
+    let (bank, pool) = tokio_postgres().await;
+    let count = || postgres_rows(&bank, &pool);
+    stored_replies_commit_writes_and_released_ones_roll_back(bank.clone(), count).await;
+}
+
 /// On MySQL the method's `commits = "one"` commits twice, as every MySQL endpoint does for now.
 #[tokio::test]
 async fn mysql_writes_commit_with_the_stored_reply() {
@@ -246,6 +299,19 @@ async fn mysql_writes_commit_with_the_stored_reply() {
 #[tokio::test]
 async fn postgres_a_value_the_database_refuses_is_invalid_argument_and_stores_nothing() {
     let (bank, pool) = postgres().await;
+    a_refused_value_is_invalid_argument_and_stores_nothing(bank, pool).await;
+}
+
+/// The same on tokio-postgres, whose pipelined `COMMIT` must not commit what ran before the
+/// refused statement.
+#[tokio::test]
+async fn tokio_postgres_a_value_the_database_refuses_is_invalid_argument_and_stores_nothing() {
+    let (bank, pool) = tokio_postgres().await;
+    a_refused_value_is_invalid_argument_and_stores_nothing(bank, pool).await;
+}
+
+/// A NUL in text on PostgreSQL, with one commit and with two; `pool` counts the transfers.
+async fn a_refused_value_is_invalid_argument_and_stores_nothing(bank: Bank, pool: sqlx::PgPool) {
     let rows = || postgres_rows(&bank, &pool);
     for method in ["two", "one"] {
         let send = |message: ChargeRequest| bank.send(method, message);
