@@ -61,7 +61,7 @@ const CREATE_KEYS: &str = "CREATE TABLE IF NOT EXISTS bench_keys (
     response bytea
 )";
 
-const INSERT: &str =
+pub(crate) const INSERT: &str =
     "INSERT INTO bench_orders (amount, items, customer) VALUES ($1, $2, $3) RETURNING id";
 
 /// Creates [`TABLE`] and [`KEYS`] if they are missing.
@@ -70,11 +70,9 @@ pub async fn create_table(pool: &PgPool) -> Result<(), sqlx::Error> {
     sqlx::query(CREATE_KEYS).execute(pool).await.map(drop)
 }
 
-/// The `INSERT` of one order on `executor`; returns the new row's id.
-async fn insert<'e>(
-    executor: impl sqlx::PgExecutor<'e>,
-    order: &Value,
-) -> Result<i64, sqlx::Error> {
+/// The columns of one order: its amount, its number of items and its customer, as every
+/// driver's handler binds them.
+pub(crate) fn fields(order: &Value) -> (i64, i32, &str) {
     let amount = order.get("amount").and_then(Value::as_i64).unwrap_or(0);
     let items = order
         .get("items")
@@ -84,16 +82,25 @@ async fn insert<'e>(
         .get("customer")
         .and_then(Value::as_str)
         .unwrap_or_default();
+    (amount, i32::try_from(items).unwrap_or(i32::MAX), customer)
+}
+
+/// The `INSERT` of one order on `executor`; returns the new row's id.
+async fn insert<'e>(
+    executor: impl sqlx::PgExecutor<'e>,
+    order: &Value,
+) -> Result<i64, sqlx::Error> {
+    let (amount, items, customer) = fields(order);
     sqlx::query_scalar(INSERT)
         .bind(amount)
-        .bind(i32::try_from(items).unwrap_or(i32::MAX))
+        .bind(items)
         .bind(customer)
         .fetch_one(executor)
         .await
 }
 
 /// `201 Created` for row `id`, or `500` when the `INSERT` failed (idem then releases the key).
-fn created(id: Result<i64, sqlx::Error>) -> Response {
+pub(crate) fn created<E: std::fmt::Display>(id: Result<i64, E>) -> Response {
     match id {
         Ok(id) => {
             let (location, body) = order_body(id);
@@ -104,7 +111,7 @@ fn created(id: Result<i64, sqlx::Error>) -> Response {
 }
 
 /// The `Location` and JSON body of the `201` for order `id`.
-fn order_body(id: i64) -> (String, Json<Value>) {
+pub(crate) fn order_body(id: i64) -> (String, Json<Value>) {
     let location = format!("/v1/orders/ord_{id}");
     let body = json!({ "id": format!("ord_{id}"), "object": "order", "url": location });
     (location, Json(body))
@@ -146,13 +153,31 @@ pub async fn atomic_two(mut tx: Tx<sqlx::Postgres>, Json(order): Json<Value>) ->
 /// `COMMIT`); a key already stored answers its stored response after two (`BEGIN`, the
 /// `INSERT` that found it, and a `SELECT`, rolled back).
 pub async fn hand(State(pool): State<PgPool>, headers: HeaderMap, body: Bytes) -> Response {
+    match key_and_order(&headers, &body) {
+        Ok((key, order)) => answer(hand_tx(&pool, key, &order).await),
+        Err(refused) => refused.into_response(),
+    }
+}
+
+/// The hand-written handlers' request: its `Idempotency-Key` and its JSON order, or the `400`
+/// that refuses it.
+pub(crate) fn key_and_order<'h>(
+    headers: &'h HeaderMap,
+    body: &Bytes,
+) -> Result<(&'h str, Value), (StatusCode, &'static str)> {
     let Some(key) = headers.get("idempotency-key").and_then(|k| k.to_str().ok()) else {
-        return (StatusCode::BAD_REQUEST, "Idempotency-Key required").into_response();
+        return Err((StatusCode::BAD_REQUEST, "Idempotency-Key required"));
     };
-    let Ok(Json(order)) = Json::<Value>::from_bytes(&body) else {
-        return (StatusCode::BAD_REQUEST, "not JSON").into_response();
+    let Ok(Json(order)) = Json::<Value>::from_bytes(body) else {
+        return Err((StatusCode::BAD_REQUEST, "not JSON"));
     };
-    match hand_tx(&pool, key, &order).await {
+    Ok((key, order))
+}
+
+/// The hand-written handlers' answer: `201` with the new order or the stored response, or
+/// `500`.
+pub(crate) fn answer<E: std::fmt::Display>(stored: Result<Stored, E>) -> Response {
+    match stored {
         Ok(Stored::Fresh(location, response)) => (
             StatusCode::CREATED,
             [
@@ -172,8 +197,14 @@ pub async fn hand(State(pool): State<PgPool>, headers: HeaderMap, body: Bytes) -
     }
 }
 
+/// The `Location` of order `id` and the response the hand-written handlers store for it.
+pub(crate) fn stored_response(id: i64) -> (String, Vec<u8>) {
+    let (location, Json(body)) = order_body(id);
+    (location, serde_json::to_vec(&body).unwrap_or_default())
+}
+
 /// What the hand-written handler answers: a new order, or the response stored for the key.
-enum Stored {
+pub(crate) enum Stored {
     Fresh(String, Vec<u8>),
     Replayed(Vec<u8>),
 }
@@ -195,8 +226,7 @@ async fn hand_tx(pool: &PgPool, key: &str, order: &Value) -> Result<Stored, sqlx
         return Ok(Stored::Replayed(response.unwrap_or_default()));
     }
     let id = insert(&mut *tx, order).await?;
-    let (location, Json(body)) = order_body(id);
-    let response = serde_json::to_vec(&body).unwrap_or_default();
+    let (location, response) = stored_response(id);
     sqlx::query("UPDATE bench_keys SET response = $2 WHERE key = $1")
         .bind(key)
         .bind(&response)

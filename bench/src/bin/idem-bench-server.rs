@@ -13,7 +13,9 @@
 //!
 //! Routes: `POST /bare`, `POST /idem` (on the chosen store), `POST /peer` (axum-idempotent on
 //! moka), `GET /healthz`; with `--store postgres` also `POST /pg/bare`, `/pg/plain` and
-//! `/pg/atomic` (one `INSERT`, see [`idem_bench::pg`]); and with `--count-round-trips` `GET /stats/pg`, the
+//! `/pg/atomic` (one `INSERT`, see [`idem_bench::pg`]), the same on tokio-postgres
+//! (`/tpg/bare`, `/tpg/hand`, `/tpg/plain`, `/tpg/atomic`: [`idem_bench::tokio_pg`]) and on
+//! diesel-async (`/diesel/*`: [`idem_bench::diesel_pg`]); and with `--count-round-trips` `GET /stats/pg`, the
 //! [`idem_bench::pgcount`] totals of the PostgreSQL connections (the store then connects through
 //! a counting proxy). `--pg-delay-us US` connects the store through a proxy that holds the
 //! traffic US microseconds in each direction ([`idem_bench::delay`]: a database across a
@@ -49,9 +51,10 @@ use std::time::Duration;
 
 use axum::Json;
 use axum::routing::get;
-use idem_bench::{app, delay, peer, pg, pgcount, preload, redis_bare};
+use idem_bench::{app, delay, diesel_pg, peer, pg, pgcount, preload, redis_bare, tokio_pg};
 use idem_runtime::Idempotency;
 use idem_runtime::store::{MemoryStore, MySqlStore, PostgresStore, RedisStore, SqliteStore};
+use idem_tokio_postgres::TokioPostgresStore;
 use sqlx::postgres::PgPoolOptions;
 
 #[derive(Debug)]
@@ -219,6 +222,7 @@ fn main() -> ExitCode {
 async fn serve(args: Args) -> Result<(), String> {
     let mut stats = None;
     let mut pg_pool = None;
+    let mut drivers = None;
     let mut redis_bare = None;
     let started = std::time::Instant::now();
     let plan = args.preload;
@@ -302,6 +306,7 @@ async fn serve(args: Args) -> Result<(), String> {
                 preload::postgres(store.pool(), store.schema(), store.table(), plan).await?;
             }
             pg_pool = Some(store.pool().clone());
+            drivers = Some(drivers_router(&url).await?);
             builder.store(store)
         }
         "mysql" => {
@@ -353,6 +358,9 @@ async fn serve(args: Args) -> Result<(), String> {
     if let Some(pool) = pg_pool {
         router = router.merge(pg::router(idempotency.clone(), pool));
     }
+    if let Some(drivers) = drivers {
+        router = router.merge(drivers);
+    }
     if let Some(control) = redis_bare {
         router = router.merge(control);
     }
@@ -385,6 +393,21 @@ async fn serve(args: Args) -> Result<(), String> {
         })
         .await
         .map_err(|e| e.to_string())
+}
+
+/// The one-`INSERT` handler on tokio-postgres (`/tpg/*`) and on diesel-async (`/diesel/*`),
+/// each on an engine of its own on a `TokioPostgresStore` at `url` (the store's own pool of
+/// `TokioPostgresStore::connect`, and a diesel-async pool of as many connections), in the sqlx
+/// store's schema.
+async fn drivers_router(url: &str) -> Result<axum::Router, String> {
+    let store = TokioPostgresStore::connect(url)
+        .await
+        .map_err(|e| e.to_string())?;
+    let pool = store.pool().clone();
+    let tpg = tokio_pg::router(tokio_pg::engine(store)?, pool.clone());
+    let diesel = diesel_pg::pool(url, TokioPostgresStore::DEFAULT_MAX_CONNECTIONS)?;
+    let engine = diesel_pg::engine(TokioPostgresStore::builder(pool), diesel.clone()).await?;
+    Ok(tpg.merge(diesel_pg::router(engine, diesel)))
 }
 
 /// The parts of a `postgres://user@host:port/db` URL: scheme, `user@` (or nothing), host and
