@@ -14,14 +14,17 @@
 #   postgres        PostgreSQL store: idem fresh and replay (no-op handler), concurrency sweep
 #   mysql           MySQL store (MariaDB): idem fresh and replay (no-op handler)
 #   postgres-write  PostgreSQL, a handler doing one INSERT: bare, hand-written exactly-once, plain
-#                   mode, atomic mode (against bare and against hand-written), replay
+#                   mode, atomic mode (against bare and against hand-written), replay; on sqlx,
+#                   then on tokio-postgres (tpg) and diesel-async against their own bare and
+#                   hand-written handlers
 #   redis           Redis store: idem fresh and replay, against the bare handler and against
 #                   the bare handler that reads one Redis key first (/redis/bare)
 #   flat-memory, flat-sqlite, flat-postgres, flat-redis (or `flat` for all four)
 #                   fresh and replay on an empty store, then with 1,000,000 records preloaded
 #   round-trips     PostgreSQL round trips per request, counted on the wire
 #   far-postgres    PostgreSQL 0.5 ms away in each direction: latency added per request, in
-#                   round trips, for bare, hand-written, plain and atomic (one connection)
+#                   round trips, for bare, hand-written, plain and atomic (one connection), on
+#                   sqlx, tokio-postgres and diesel-async
 #   stores          memory, postgres, mysql and redis (the store comparison)
 #
 # Builds in release, starts PostgreSQL (and, for mysql, MariaDB) if it is down and a Redis server
@@ -236,6 +239,15 @@ if want postgres-write; then
   pair postgres-write atomic-vs-hand fresh pg/hand pg/atomic 18083 --connections 16
   pair postgres-write atomic-two-fresh fresh pg/bare pg/atomic-two 18083 --connections 16
   pair postgres-write replay fixed pg/bare pg/plain 18083 --connections 16
+  # The same four on tokio-postgres (tpg) and diesel-async (diesel), each against its own
+  # driver's bare and hand-written handlers, and each driver's bare handler against sqlx's.
+  for d in tpg diesel; do
+    pair postgres-write "$d-bare-vs-sqlx" fresh pg/bare "$d/bare" 18083 --connections 16
+    pair postgres-write "$d-hand-fresh" fresh "$d/bare" "$d/hand" 18083 --connections 16
+    pair postgres-write "$d-plain-fresh" fresh "$d/bare" "$d/plain" 18083 --connections 16
+    pair postgres-write "$d-atomic-fresh" fresh "$d/bare" "$d/atomic" 18083 --connections 16
+    pair postgres-write "$d-atomic-vs-hand" fresh "$d/hand" "$d/atomic" 18083 --connections 16
+  done
   stop_servers
 fi
 
@@ -283,12 +295,16 @@ want flat-redis && { flat redis 18088 --redis-url "redis://127.0.0.1:$REDIS_PORT
 if want round-trips; then
   pg_reset
   start_server 18089 --store postgres --database-url "$PG_URL" --count-round-trips
-  for route in idem pg/bare pg/hand pg/plain pg/atomic; do
+  DRIVER_ROUTES="tpg/bare tpg/hand tpg/plain tpg/atomic diesel/bare diesel/hand diesel/plain diesel/atomic"
+  for route in idem pg/bare pg/hand pg/plain pg/atomic $DRIVER_ROUTES; do
     "$BIN/idem-bench-load" --url "$(url 18089 "$route")" --connections 1 --warmup 0 \
       --duration 5 --requests 200 --label warmup > /dev/null
   done
+  DRIVER_CASES=()
+  for route in $DRIVER_ROUTES; do DRIVER_CASES+=("write-${route//\//-}:$route:fresh"); done
   for case in idem-fresh:idem:fresh idem-replay:idem:fixed write-bare:pg/bare:fresh \
-    write-hand:pg/hand:fresh write-plain:pg/plain:fresh write-atomic:pg/atomic:fresh write-replay:pg/plain:fixed; do
+    write-hand:pg/hand:fresh write-plain:pg/plain:fresh write-atomic:pg/atomic:fresh write-replay:pg/plain:fixed \
+    "${DRIVER_CASES[@]}"; do
     IFS=: read -r name route keys <<< "$case"
     "$BIN/idem-bench-load" --label "rt/$name" --url "$(url 18089 "$route")" --keys "$keys" \
       --connections 1 --warmup 0 --duration 30 --requests "$RT_N" \
@@ -304,10 +320,12 @@ if want far-postgres; then
   pg_reset
   start_server 18091 --store postgres --database-url "$PG_URL" --pg-delay-us 0
   start_server 18092 --store postgres --database-url "$PG_URL" --pg-delay-us "$FAR_US"
-  for route in pg/bare pg/hand pg/plain pg/atomic; do
+  for route in pg/bare pg/hand pg/plain pg/atomic tpg/bare tpg/hand tpg/plain tpg/atomic \
+    diesel/bare diesel/hand diesel/plain diesel/atomic; do
+    handler=${route#pg/}
     for side in near:18091 far:18092; do
       IFS=: read -r name port <<< "$side"
-      load "far-$((2 * FAR_US))us/$name-${route#pg/}" --url "$(url "$port" "$route")" --connections 1
+      load "far-$((2 * FAR_US))us/$name-${handler//\//-}" --url "$(url "$port" "$route")" --connections 1
     done
   done
   stop_servers

@@ -21,7 +21,7 @@ use serde::Deserialize;
 mod postgres;
 mod verdict;
 
-use postgres::{far, round_trip_target, round_trips};
+use postgres::{far, far_target, round_trip_target, round_trips};
 use verdict::{judged, mark};
 
 #[derive(Debug, Deserialize)]
@@ -376,6 +376,18 @@ const TARGETS: &[(&str, &str, f64, &str)] = &[
         1.0,
         "postgres-write",
     ),
+    (
+        "PostgreSQL, same handler in atomic mode on tokio-postgres, vs the hand-written tokio-postgres handler",
+        "postgres-write/tpg-atomic-vs-hand",
+        1.0,
+        "postgres-write",
+    ),
+    (
+        "PostgreSQL, same handler in atomic mode on diesel-async, vs the hand-written diesel-async handler",
+        "postgres-write/diesel-atomic-vs-hand",
+        1.0,
+        "postgres-write",
+    ),
 ];
 
 /// The stores of the flat-cost runs.
@@ -457,6 +469,7 @@ fn targets(out: &mut String, loads: &[Load]) {
         }
     }
     round_trip_target(out, &by);
+    far_target(out, &by);
     out.push('\n');
     if !flat_any {
         return;
