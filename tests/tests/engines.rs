@@ -1,10 +1,15 @@
 //! Start-up checks per engine: a binary with several engines, each checking the endpoints it is
-//! told it serves, atomic endpoints refused on a store that lends no transactions, and an
-//! endpoint no engine was told of failing closed at its first request.
+//! told it serves, atomic endpoints refused on a store that lends no transactions (memory,
+//! Redis, DynamoDB, object storage), and an endpoint no engine was told of failing closed at its
+//! first request on each of them.
 
-use axum::http::StatusCode;
+use axum::http::{Request, StatusCode};
+use axum::{Router, body::Body, routing::post};
+use idem_runtime::store::records::RecordFilter;
 use idem_runtime::store::{MemoryStore, SqliteStore};
 use idem_runtime::{BuildError, Idempotency};
+use idem_tests::TestStore;
+use tower::ServiceExt;
 
 mod billing {
     use super::*;
@@ -27,6 +32,13 @@ mod ledger {
     /// Ledger's handlers are scoped by user and write in atomic mode.
     #[idempotent(scope = "user")]
     pub(crate) async fn post_entry(tx: Db) -> StatusCode {
+        drop(tx);
+        StatusCode::CREATED
+    }
+
+    /// Another atomic handler, which only the test of the log serves.
+    #[idempotent(scope = "user")]
+    pub(crate) async fn post_reversal(tx: Db) -> StatusCode {
         drop(tx);
         StatusCode::CREATED
     }
@@ -72,10 +84,12 @@ fn an_engine_told_nothing_builds_whatever_the_binary_links() {
     assert!(bare.is_ok(), "{bare:?}");
 }
 
-#[test]
-fn an_atomic_endpoint_on_a_store_without_transactions_is_refused_naming_both() {
+/// A store without transactions refuses an atomic endpoint it serves at build, naming the
+/// endpoint, the database it needs and the store.
+async fn an_atomic_endpoint_on_a_store_without_transactions_is_refused_naming_both<S: TestStore>() {
+    let store = S::fresh().await;
     let err = Idempotency::builder()
-        .store(MemoryStore::new())
+        .store(store.clone())
         .scope("user", |_| None)
         .serves(ledger::post_entry)
         .build()
@@ -85,7 +99,7 @@ fn an_atomic_endpoint_on_a_store_without_transactions_is_refused_naming_both() {
         BuildError::AtomicUnsupported {
             endpoint: "engines::ledger::post_entry",
             database: "SQLite",
-            store: std::any::type_name::<MemoryStore>(),
+            store: std::any::type_name::<S>(),
         }
     );
     let message = err.to_string();
@@ -93,8 +107,10 @@ fn an_atomic_endpoint_on_a_store_without_transactions_is_refused_naming_both() {
         message.contains("`engines::ledger::post_entry`"),
         "{message}"
     );
-    assert!(message.contains("MemoryStore"), "{message}");
+    let store_name = std::any::type_name::<S>().rsplit("::").next().unwrap();
+    assert!(message.contains(store_name), "{message}");
     assert!(message.contains("SQLite"), "{message}");
+    store.discard().await;
 }
 
 #[tokio::test]
@@ -108,11 +124,51 @@ async fn the_same_endpoint_builds_on_a_store_that_lends_its_transactions() {
     assert!(built.is_ok(), "{built:?}");
 }
 
-#[tokio::test(flavor = "current_thread")]
-async fn an_atomic_endpoint_not_served_fails_closed_at_its_first_request_and_says_why() {
-    use axum::{Router, body::Body, http::Request, routing::post};
-    use tower::ServiceExt;
+/// An atomic endpoint the engine was not told it serves, on a store without transactions: every
+/// request is answered 500 before anything is claimed or run.
+async fn an_atomic_endpoint_not_served_fails_closed_at_its_first_request<S: TestStore>() {
+    let store = S::fresh().await;
+    let idem = Idempotency::builder()
+        .store(store.clone())
+        .scope("user", |_| Some("u1".to_owned()))
+        .build()
+        .unwrap();
+    let app = Router::new()
+        .route("/entries", post(ledger::post_entry))
+        .with_state(idem.clone());
+    for key in ["k", "k2"] {
+        let (status, problem) = post_to(&app, "/entries", key).await;
+        assert_eq!(status, StatusCode::INTERNAL_SERVER_ERROR);
+        assert_eq!(problem["code"], "idempotency_misconfigured");
+    }
+    let records = idem
+        .records()
+        .list(&RecordFilter::default(), 10)
+        .await
+        .unwrap();
+    assert!(records.is_empty(), "nothing claimed: {records:?}");
+    store.discard().await;
+}
 
+/// The status and problem document `app` answers a POST to `path` under `key`.
+async fn post_to(app: &Router, path: &str, key: &str) -> (StatusCode, serde_json::Value) {
+    let request = Request::post(path)
+        .header("idempotency-key", key)
+        .body(Body::empty())
+        .unwrap();
+    let response = app.clone().oneshot(request).await.unwrap();
+    let status = response.status();
+    let body = http_body_util::BodyExt::collect(response.into_body())
+        .await
+        .unwrap()
+        .to_bytes();
+    (status, serde_json::from_slice(&body).unwrap())
+}
+
+/// The log says how to have the build refuse such an endpoint, once however many requests come:
+/// each request is the client's to send, and a flood of them must not flood the log.
+#[tokio::test(flavor = "current_thread")]
+async fn a_misconfigured_endpoint_is_logged_once_with_the_fix() {
     let logs = idem_tests::logs::Logs::default();
     let guard = logs.capture();
     let idem = Idempotency::builder()
@@ -120,31 +176,39 @@ async fn an_atomic_endpoint_not_served_fails_closed_at_its_first_request_and_say
         .scope("user", |_| Some("u1".to_owned()))
         .build()
         .unwrap();
+    // A handler of its own: the first report is per handler and per process.
     let app = Router::new()
-        .route("/entries", post(ledger::post_entry))
+        .route("/reversals", post(ledger::post_reversal))
         .with_state(idem);
-    let request = Request::post("/entries")
-        .header("idempotency-key", "k")
-        .body(Body::empty())
-        .unwrap();
-    let response = app.clone().oneshot(request).await.unwrap();
-    assert_eq!(response.status(), StatusCode::INTERNAL_SERVER_ERROR);
-    let body = http_body_util::BodyExt::collect(response.into_body())
-        .await
-        .unwrap()
-        .to_bytes();
-    let problem: serde_json::Value = serde_json::from_slice(&body).unwrap();
-    assert_eq!(problem["code"], "idempotency_misconfigured");
-    let said = logs.text();
-    assert!(said.contains("Builder::serves"), "{said}");
-    // Every request is answered 500, but a flood of them is logged once.
-    let again = Request::post("/entries")
-        .header("idempotency-key", "k2")
-        .body(Body::empty())
-        .unwrap();
-    let response = app.oneshot(again).await.unwrap();
-    assert_eq!(response.status(), StatusCode::INTERNAL_SERVER_ERROR);
+    for key in ["k", "k2", "k3"] {
+        let (status, _) = post_to(&app, "/reversals", key).await;
+        assert_eq!(status, StatusCode::INTERNAL_SERVER_ERROR);
+    }
     let said = logs.text();
     assert_eq!(said.matches("Builder::serves").count(), 1, "{said}");
     drop(guard);
 }
+
+/// The two refusals above, on each store that lends no transactions.
+macro_rules! on_stores_without_transactions {
+    ($($module:ident: $store:ty),* $(,)?) => {$(
+        mod $module {
+            #[tokio::test(flavor = "current_thread")]
+            async fn an_atomic_endpoint_on_it_is_refused_at_build_naming_both() {
+                super::an_atomic_endpoint_on_a_store_without_transactions_is_refused_naming_both::<$store>().await;
+            }
+
+            #[tokio::test(flavor = "current_thread")]
+            async fn an_atomic_endpoint_not_served_fails_closed_at_its_first_request() {
+                super::an_atomic_endpoint_not_served_fails_closed_at_its_first_request::<$store>().await;
+            }
+        }
+    )*};
+}
+
+on_stores_without_transactions!(
+    memory: idem_runtime::store::MemoryStore,
+    redis: idem_runtime::store::RedisStore,
+    dynamodb: idem_runtime::store::DynamoDbStore,
+    bucket: idem_runtime::store::BucketStore,
+);
