@@ -14,10 +14,7 @@ use aws_sdk_dynamodb::types::ReturnValuesOnConditionCheckFailure;
 use idem_core::clock::Timestamp;
 use idem_core::error::StoreError;
 use idem_core::key::RecordKey;
-use idem_core::store::records::{Forgotten, Record, RecordFilter, RecordStats};
-use idem_core::store::{
-    Admin, Capabilities, Claim, ClaimRequest, Completion, Fence, LeaseToken, Store,
-};
+use idem_core::store::{Capabilities, Claim, ClaimRequest, Completion, Fence, LeaseToken, Store};
 
 mod builder;
 mod error;
@@ -313,46 +310,5 @@ impl Store for DynamoDbStore {
         capabilities.offer_admin(self.clone());
         capabilities.expires_by_itself();
         capabilities.limit_payload(Self::MAX_PAYLOAD_BYTES);
-    }
-}
-
-impl Admin for DynamoDbStore {
-    async fn list_records(
-        &self,
-        filter: &RecordFilter,
-        now: Timestamp,
-        limit: u32,
-    ) -> Result<Vec<Record>, StoreError> {
-        self.list(filter, now, limit).await
-    }
-
-    async fn read_record(&self, key: &RecordKey) -> Result<Option<Record>, StoreError> {
-        self.read(key).await
-    }
-
-    async fn forget_record(
-        &self,
-        key: &RecordKey,
-        now: Timestamp,
-        force: bool,
-    ) -> Result<Forgotten, StoreError> {
-        self.forget(key, now, force).await
-    }
-
-    async fn purge_records(
-        &self,
-        filter: &RecordFilter,
-        now: Timestamp,
-        limit: u32,
-    ) -> Result<u64, StoreError> {
-        self.purge(filter, now, limit).await
-    }
-
-    async fn record_stats(
-        &self,
-        filter: &RecordFilter,
-        now: Timestamp,
-    ) -> Result<RecordStats, StoreError> {
-        self.stats(filter, now).await
     }
 }

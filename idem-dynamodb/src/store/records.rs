@@ -18,6 +18,7 @@ use super::item::{
 use idem_core::clock::Timestamp;
 use idem_core::error::StoreError;
 use idem_core::key::RecordKey;
+use idem_core::store::Admin;
 use idem_core::store::records::{
     Forgotten, Oldest, Record, RecordFilter, RecordState, RecordStats,
 };
@@ -58,156 +59,6 @@ impl DynamoDbStore {
             .map(Stored::decode)
             .collect::<Result<Vec<_>, _>>()?;
         Ok(Some(records))
-    }
-
-    pub(super) async fn list(
-        &self,
-        filter: &RecordFilter,
-        now: Timestamp,
-        limit: u32,
-    ) -> Result<Vec<Record>, StoreError> {
-        if limit == 0 {
-            return Ok(Vec::new());
-        }
-        let mut oldest = Oldest::new(limit);
-        let mut page = Page::First;
-        while let Some(records) = self.next_page(&mut page).await? {
-            for info in records.iter().map(Stored::info) {
-                if filter.matches(&info, now) {
-                    oldest.offer(info);
-                }
-            }
-        }
-        Ok(oldest.into_vec())
-    }
-
-    pub(super) async fn read(&self, key: &RecordKey) -> Result<Option<Record>, StoreError> {
-        let got = self
-            .client
-            .get_item()
-            .table_name(&*self.table)
-            .key(PK, key_value(key))
-            .consistent_read(true)
-            .send()
-            .await
-            .map_err(|e| self.failed("GetItem", e))?;
-        let Some(item) = got.item() else {
-            return Ok(None);
-        };
-        let stored = Stored::decode(item)?;
-        let info = stored.info();
-        if !stored.completed {
-            return Ok(Some(info));
-        }
-        let payload = stored.payload.ok_or_else(|| {
-            StoreError::Corrupt(
-                format!("item {}: completed without a payload", key.to_hex()).into(),
-            )
-        })?;
-        Ok(Some(info.with_payload(Some(payload))))
-    }
-
-    pub(super) async fn forget(
-        &self,
-        key: &RecordKey,
-        now: Timestamp,
-        force: bool,
-    ) -> Result<Forgotten, StoreError> {
-        let mut delete = self
-            .client
-            .delete_item()
-            .table_name(&*self.table)
-            .key(PK, key_value(key))
-            .return_values(ReturnValue::AllOld);
-        if !force {
-            // Deleted unless an owner may still run: in flight, live, under a live lease.
-            delete = delete
-                .condition_expression(
-                    "attribute_exists(#pk) AND (#state = :completed OR #expires_at <= :now \
-                     OR #lease_until <= :now)",
-                )
-                .set_expression_attribute_names(Some(names([PK, STATE, EXPIRES_AT, LEASE_UNTIL])))
-                .expression_attribute_values(":completed", text(COMPLETED))
-                .expression_attribute_values(":now", millis(now))
-                .return_values_on_condition_check_failure(
-                    ReturnValuesOnConditionCheckFailure::AllOld,
-                );
-        }
-        match delete.send().await {
-            Ok(deleted) => match deleted.attributes() {
-                Some(old) => Ok(Forgotten::Deleted(Stored::decode(old)?.info())),
-                None => Ok(Forgotten::Absent),
-            },
-            Err(error) => {
-                let old = condition_failed("DeleteItem", self.timeout, error, |e| match e {
-                    DeleteItemError::ConditionalCheckFailedException(e) => Some(e.item()),
-                    _ => None,
-                })?;
-                match old {
-                    Some(old) => Ok(Forgotten::Leased(Stored::decode(&old)?.info())),
-                    None => Ok(Forgotten::Absent),
-                }
-            }
-        }
-    }
-
-    pub(super) async fn purge(
-        &self,
-        filter: &RecordFilter,
-        now: Timestamp,
-        limit: u32,
-    ) -> Result<u64, StoreError> {
-        let mut purged = 0u64;
-        let mut page = Page::First;
-        while purged < u64::from(limit)
-            && let Some(records) = self.next_page(&mut page).await?
-        {
-            for stored in records {
-                let info = stored.info();
-                if info.state(now) != RecordState::Completed || !filter.matches(&info, now) {
-                    continue;
-                }
-                // Only if it is still the completed, live record the scan read.
-                let condition = "#state = :completed AND #lease_token = :token \
-                                 AND #completed_at = :completed_at AND #expires_at > :now";
-                let completed_at = stored.completed_at.unwrap_or(Timestamp::from_millis(0));
-                let deleted = self
-                    .delete_if(
-                        &stored.key,
-                        condition,
-                        &[STATE, TOKEN, COMPLETED_AT, EXPIRES_AT],
-                        vec![
-                            (":completed", text(COMPLETED)),
-                            (":token", number(stored.token.as_i64())),
-                            (":completed_at", millis(completed_at)),
-                            (":now", millis(now)),
-                        ],
-                    )
-                    .await?;
-                purged += u64::from(deleted);
-                if purged >= u64::from(limit) {
-                    break;
-                }
-            }
-        }
-        Ok(purged)
-    }
-
-    pub(super) async fn stats(
-        &self,
-        filter: &RecordFilter,
-        now: Timestamp,
-    ) -> Result<RecordStats, StoreError> {
-        let mut stats = RecordStats::new();
-        let mut page = Page::First;
-        while let Some(records) = self.next_page(&mut page).await? {
-            for info in records.iter().map(Stored::info) {
-                if filter.matches(&info, now) {
-                    stats.add(&info, now);
-                }
-            }
-        }
-        Ok(stats)
     }
 
     /// Deletes up to `limit` records expired at `now`, each only if it is still expired (a
@@ -272,5 +123,157 @@ impl DynamoDbStore {
                 Ok(false)
             }
         }
+    }
+}
+
+impl Admin for DynamoDbStore {
+    async fn list_records(
+        &self,
+        filter: &RecordFilter,
+        now: Timestamp,
+        limit: u32,
+    ) -> Result<Vec<Record>, StoreError> {
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        let mut oldest = Oldest::new(limit);
+        let mut page = Page::First;
+        while let Some(records) = self.next_page(&mut page).await? {
+            for info in records.iter().map(Stored::info) {
+                if filter.matches(&info, now) {
+                    oldest.offer(info);
+                }
+            }
+        }
+        Ok(oldest.into_vec())
+    }
+
+    async fn read_record(&self, key: &RecordKey) -> Result<Option<Record>, StoreError> {
+        let got = self
+            .client
+            .get_item()
+            .table_name(&*self.table)
+            .key(PK, key_value(key))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(|e| self.failed("GetItem", e))?;
+        let Some(item) = got.item() else {
+            return Ok(None);
+        };
+        let stored = Stored::decode(item)?;
+        let info = stored.info();
+        if !stored.completed {
+            return Ok(Some(info));
+        }
+        let payload = stored.payload.ok_or_else(|| {
+            StoreError::Corrupt(
+                format!("item {}: completed without a payload", key.to_hex()).into(),
+            )
+        })?;
+        Ok(Some(info.with_payload(Some(payload))))
+    }
+
+    async fn forget_record(
+        &self,
+        key: &RecordKey,
+        now: Timestamp,
+        force: bool,
+    ) -> Result<Forgotten, StoreError> {
+        let mut delete = self
+            .client
+            .delete_item()
+            .table_name(&*self.table)
+            .key(PK, key_value(key))
+            .return_values(ReturnValue::AllOld);
+        if !force {
+            // Deleted unless an owner may still run: in flight, live, under a live lease.
+            delete = delete
+                .condition_expression(
+                    "attribute_exists(#pk) AND (#state = :completed OR #expires_at <= :now \
+                     OR #lease_until <= :now)",
+                )
+                .set_expression_attribute_names(Some(names([PK, STATE, EXPIRES_AT, LEASE_UNTIL])))
+                .expression_attribute_values(":completed", text(COMPLETED))
+                .expression_attribute_values(":now", millis(now))
+                .return_values_on_condition_check_failure(
+                    ReturnValuesOnConditionCheckFailure::AllOld,
+                );
+        }
+        match delete.send().await {
+            Ok(deleted) => match deleted.attributes() {
+                Some(old) => Ok(Forgotten::Deleted(Stored::decode(old)?.info())),
+                None => Ok(Forgotten::Absent),
+            },
+            Err(error) => {
+                let old = condition_failed("DeleteItem", self.timeout, error, |e| match e {
+                    DeleteItemError::ConditionalCheckFailedException(e) => Some(e.item()),
+                    _ => None,
+                })?;
+                match old {
+                    Some(old) => Ok(Forgotten::Leased(Stored::decode(&old)?.info())),
+                    None => Ok(Forgotten::Absent),
+                }
+            }
+        }
+    }
+
+    async fn purge_records(
+        &self,
+        filter: &RecordFilter,
+        now: Timestamp,
+        limit: u32,
+    ) -> Result<u64, StoreError> {
+        let mut purged = 0u64;
+        let mut page = Page::First;
+        while purged < u64::from(limit)
+            && let Some(records) = self.next_page(&mut page).await?
+        {
+            for stored in records {
+                let info = stored.info();
+                if info.state(now) != RecordState::Completed || !filter.matches(&info, now) {
+                    continue;
+                }
+                // Only if it is still the completed, live record the scan read.
+                let condition = "#state = :completed AND #lease_token = :token \
+                                 AND #completed_at = :completed_at AND #expires_at > :now";
+                let completed_at = stored.completed_at.unwrap_or(Timestamp::from_millis(0));
+                let deleted = self
+                    .delete_if(
+                        &stored.key,
+                        condition,
+                        &[STATE, TOKEN, COMPLETED_AT, EXPIRES_AT],
+                        vec![
+                            (":completed", text(COMPLETED)),
+                            (":token", number(stored.token.as_i64())),
+                            (":completed_at", millis(completed_at)),
+                            (":now", millis(now)),
+                        ],
+                    )
+                    .await?;
+                purged += u64::from(deleted);
+                if purged >= u64::from(limit) {
+                    break;
+                }
+            }
+        }
+        Ok(purged)
+    }
+
+    async fn record_stats(
+        &self,
+        filter: &RecordFilter,
+        now: Timestamp,
+    ) -> Result<RecordStats, StoreError> {
+        let mut stats = RecordStats::new();
+        let mut page = Page::First;
+        while let Some(records) = self.next_page(&mut page).await? {
+            for info in records.iter().map(Stored::info) {
+                if filter.matches(&info, now) {
+                    stats.add(&info, now);
+                }
+            }
+        }
+        Ok(stats)
     }
 }

@@ -13,10 +13,7 @@ use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload,
 use idem_core::clock::Timestamp;
 use idem_core::error::StoreError;
 use idem_core::key::RecordKey;
-use idem_core::store::records::{Forgotten, Record, RecordFilter, RecordStats};
-use idem_core::store::{
-    Admin, Capabilities, Claim, ClaimRequest, Completion, Fence, LeaseToken, Store,
-};
+use idem_core::store::{Capabilities, Claim, ClaimRequest, Completion, Fence, LeaseToken, Store};
 
 mod format;
 mod records;
@@ -410,47 +407,6 @@ impl Store for BucketStore {
 
     fn offer_capabilities(self: &std::sync::Arc<Self>, capabilities: &mut Capabilities) {
         capabilities.offer_admin(self.clone());
-    }
-}
-
-impl Admin for BucketStore {
-    async fn list_records(
-        &self,
-        filter: &RecordFilter,
-        now: Timestamp,
-        limit: u32,
-    ) -> Result<Vec<Record>, StoreError> {
-        self.list(filter, now, limit).await
-    }
-
-    async fn read_record(&self, key: &RecordKey) -> Result<Option<Record>, StoreError> {
-        self.read_one(key).await
-    }
-
-    async fn forget_record(
-        &self,
-        key: &RecordKey,
-        now: Timestamp,
-        force: bool,
-    ) -> Result<Forgotten, StoreError> {
-        self.forget(key, now, force).await
-    }
-
-    async fn purge_records(
-        &self,
-        filter: &RecordFilter,
-        now: Timestamp,
-        limit: u32,
-    ) -> Result<u64, StoreError> {
-        self.purge(filter, now, limit).await
-    }
-
-    async fn record_stats(
-        &self,
-        filter: &RecordFilter,
-        now: Timestamp,
-    ) -> Result<RecordStats, StoreError> {
-        self.stats(filter, now).await
     }
 }
 

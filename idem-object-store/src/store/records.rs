@@ -14,6 +14,7 @@ use super::{ATTEMPTS, BucketStore, contended};
 use idem_core::clock::Timestamp;
 use idem_core::error::StoreError;
 use idem_core::key::RecordKey;
+use idem_core::store::Admin;
 use idem_core::store::records::{
     Forgotten, Oldest, Record, RecordFilter, RecordState, RecordStats, RecordTimes,
 };
@@ -123,8 +124,10 @@ impl BucketStore {
             ready(Ok(selected))
         })
     }
+}
 
-    pub(super) async fn list(
+impl Admin for BucketStore {
+    async fn list_records(
         &self,
         filter: &RecordFilter,
         now: Timestamp,
@@ -138,7 +141,7 @@ impl BucketStore {
         Ok(oldest.into_vec())
     }
 
-    pub(super) async fn read_one(&self, key: &RecordKey) -> Result<Option<Record>, StoreError> {
+    async fn read_record(&self, key: &RecordKey) -> Result<Option<Record>, StoreError> {
         Ok(match self.read(&self.path(key)).await? {
             Some((Stored::Live(record), _)) => {
                 let payload = record.completed.as_ref().map(|c| c.payload.clone());
@@ -151,7 +154,7 @@ impl BucketStore {
     /// Replaces the record by a tombstone (compare-and-swap on the version read, re-read when
     /// another writer got there first): `object_store` has no conditional delete, and a
     /// tombstone is nobody's record, so its owner's fenced writes find theirs gone.
-    pub(super) async fn forget(
+    async fn forget_record(
         &self,
         key: &RecordKey,
         now: Timestamp,
@@ -175,7 +178,7 @@ impl BucketStore {
 
     /// Tombstones up to `limit` completed, live records `filter` selects, each by
     /// compare-and-swap on the version read: one that changed since is left alone, uncounted.
-    pub(super) async fn purge(
+    async fn purge_records(
         &self,
         filter: &RecordFilter,
         now: Timestamp,
@@ -201,7 +204,7 @@ impl BucketStore {
         Ok(purged)
     }
 
-    pub(super) async fn stats(
+    async fn record_stats(
         &self,
         filter: &RecordFilter,
         now: Timestamp,

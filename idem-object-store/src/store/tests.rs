@@ -8,7 +8,7 @@ use object_store::memory::InMemory;
 
 use super::*;
 use idem_core::store::Admin;
-use idem_core::store::records::RecordState;
+use idem_core::store::records::{Forgotten, RecordFilter, RecordState};
 use idem_core::testing::{at, key, request};
 
 async fn store() -> (BucketStore, Arc<InMemory>) {

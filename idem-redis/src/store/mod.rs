@@ -9,10 +9,7 @@ use redis::{RedisError, Script, Value};
 use idem_core::clock::Timestamp;
 use idem_core::error::StoreError;
 use idem_core::key::{RecordKey, hex};
-use idem_core::store::records::{Forgotten, Record, RecordFilter, RecordStats};
-use idem_core::store::{
-    Admin, Capabilities, Claim, ClaimRequest, Completion, Fence, LeaseToken, Store,
-};
+use idem_core::store::{Capabilities, Claim, ClaimRequest, Completion, Fence, LeaseToken, Store};
 
 mod builder;
 mod codec;
@@ -349,47 +346,6 @@ impl Store for RedisStore {
     fn offer_capabilities(self: &std::sync::Arc<Self>, capabilities: &mut Capabilities) {
         capabilities.offer_admin(self.clone());
         capabilities.expires_by_itself();
-    }
-}
-
-impl Admin for RedisStore {
-    async fn list_records(
-        &self,
-        filter: &RecordFilter,
-        now: Timestamp,
-        limit: u32,
-    ) -> Result<Vec<Record>, StoreError> {
-        self.list(filter, now, limit).await
-    }
-
-    async fn read_record(&self, key: &RecordKey) -> Result<Option<Record>, StoreError> {
-        self.read(key).await
-    }
-
-    async fn forget_record(
-        &self,
-        key: &RecordKey,
-        now: Timestamp,
-        force: bool,
-    ) -> Result<Forgotten, StoreError> {
-        self.forget(key, now, force).await
-    }
-
-    async fn purge_records(
-        &self,
-        filter: &RecordFilter,
-        now: Timestamp,
-        limit: u32,
-    ) -> Result<u64, StoreError> {
-        self.purge(filter, now, limit).await
-    }
-
-    async fn record_stats(
-        &self,
-        filter: &RecordFilter,
-        now: Timestamp,
-    ) -> Result<RecordStats, StoreError> {
-        self.stats(filter, now).await
     }
 }
 

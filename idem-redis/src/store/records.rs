@@ -19,6 +19,7 @@ use super::scan::Keys;
 use idem_core::clock::Timestamp;
 use idem_core::error::StoreError;
 use idem_core::key::RecordKey;
+use idem_core::store::Admin;
 use idem_core::store::records::{
     Forgotten, Oldest, Record, RecordFilter, RecordState, RecordStats, RecordTimes,
 };
@@ -54,155 +55,6 @@ struct Stored {
 }
 
 impl RedisStore {
-    pub(super) async fn list(
-        &self,
-        filter: &RecordFilter,
-        now: Timestamp,
-        limit: u32,
-    ) -> Result<Vec<Record>, StoreError> {
-        if limit == 0 {
-            return Ok(Vec::new());
-        }
-        let mut oldest = Oldest::new(limit);
-        let mut keys = Keys::new(self).await?;
-        while let Some(batch) = keys.next().await? {
-            for stored in self.read_many(&batch).await? {
-                if filter.matches(&stored.info, now) {
-                    oldest.offer(stored.info);
-                }
-            }
-        }
-        Ok(oldest.into_vec())
-    }
-
-    pub(super) async fn read(&self, key: &RecordKey) -> Result<Option<Record>, StoreError> {
-        let name = self.record_key(key);
-        let mut hmget = redis::cmd("HMGET");
-        hmget.arg(&name).arg(&FIELDS[..]).arg("payload");
-        let mut values: Vec<Option<Vec<u8>>> = self
-            .within(async { corrupt_if_not_a_hash(self.conn.query(&hmget).await, &name) })
-            .await??;
-        let payload = values.pop().flatten();
-        let Some(stored) = decode(*key, &values)? else {
-            return Ok(None);
-        };
-        if !stored.info.completed {
-            return Ok(Some(stored.info));
-        }
-        let payload = payload.ok_or_else(|| {
-            StoreError::Corrupt(format!("record {name}: completed without a payload").into())
-        })?;
-        Ok(Some(stored.info.with_payload(Some(Bytes::from(payload)))))
-    }
-
-    pub(super) async fn forget(
-        &self,
-        key: &RecordKey,
-        now: Timestamp,
-        force: bool,
-    ) -> Result<Forgotten, StoreError> {
-        let name = self.record_key(key);
-        let mut script = FORGET.prepare_invoke();
-        script
-            .key(&name)
-            .arg(now.as_millis())
-            .arg(if force { "1" } else { "0" })
-            .arg(&FIELDS[..]);
-        let reply: Value = self.within(self.conn.invoke(&script)).await?;
-        let corrupt = |what: &str| StoreError::Corrupt(format!("record {name}: {what}").into());
-        let Value::Array(items) = reply else {
-            return Err(corrupt("the forget script's reply is not an array"));
-        };
-        let mut items = items.into_iter();
-        let outcome = match items.next() {
-            Some(Value::BulkString(tag)) => tag,
-            Some(Value::SimpleString(tag)) => tag.into_bytes(),
-            _ => return Err(corrupt("the forget script's reply has no outcome")),
-        };
-        let fields = match items.next() {
-            Some(fields) => redis::from_redis_value::<Vec<Option<Vec<u8>>>>(fields)
-                .map_err(|_| corrupt("the forget script's fields are not strings"))?,
-            None => Vec::new(),
-        };
-        let info = |fields: &[Option<Vec<u8>>]| match decode(*key, fields) {
-            Ok(Some(stored)) => Ok(stored.info),
-            Ok(None) => Err(corrupt("a hash without a record's fields")),
-            Err(error) => Err(error),
-        };
-        match outcome.as_slice() {
-            b"absent" => Ok(Forgotten::Absent),
-            b"not_a_hash" => Err(corrupt("not a hash")),
-            b"leased" => Ok(Forgotten::Leased(info(&fields)?)),
-            b"deleted" => match info(&fields) {
-                Ok(info) => Ok(Forgotten::Deleted(info)),
-                // Only a forced forget deletes what does not read as a record: say it is gone.
-                Err(StoreError::Corrupt(what)) => Err(StoreError::Corrupt(
-                    format!("{what} (deleted, as forced)").into(),
-                )),
-                Err(error) => Err(error),
-            },
-            other => Err(corrupt(&format!(
-                "unknown forget outcome {:?}",
-                String::from_utf8_lossy(other)
-            ))),
-        }
-    }
-
-    pub(super) async fn purge(
-        &self,
-        filter: &RecordFilter,
-        now: Timestamp,
-        limit: u32,
-    ) -> Result<u64, StoreError> {
-        let mut purged = 0u64;
-        if limit == 0 {
-            return Ok(0);
-        }
-        let mut keys = Keys::new(self).await?;
-        while let Some(batch) = keys.next().await? {
-            let mut chosen = self.read_many(&batch).await?.into_iter().filter(|stored| {
-                stored.info.state(now) == RecordState::Completed
-                    && filter.matches(&stored.info, now)
-            });
-            // Never more deletes at once than are left to do, so the limit holds exactly.
-            loop {
-                let left = usize::try_from(u64::from(limit) - purged).unwrap_or(usize::MAX);
-                let deletes: Vec<_> = chosen
-                    .by_ref()
-                    .take(left.min(AT_ONCE))
-                    .map(|stored| self.delete_if_unchanged(stored, now))
-                    .collect();
-                if deletes.is_empty() {
-                    break;
-                }
-                for deleted in self.all(deletes).await? {
-                    purged += u64::from(deleted.map_err(StoreError::unavailable)? == 1);
-                }
-                if purged >= u64::from(limit) {
-                    return Ok(purged);
-                }
-            }
-        }
-        Ok(purged)
-    }
-
-    pub(super) async fn stats(
-        &self,
-        filter: &RecordFilter,
-        now: Timestamp,
-    ) -> Result<RecordStats, StoreError> {
-        let mut stats = RecordStats::new();
-        let mut keys = Keys::new(self).await?;
-        while let Some(batch) = keys.next().await? {
-            for stored in self.read_many(&batch).await? {
-                if filter.matches(&stored.info, now) {
-                    stats.add(&stored.info, now);
-                }
-            }
-        }
-        Ok(stats)
-    }
-
     /// Reads the records under `keys`, [`AT_ONCE`] at a time; a record that is gone by now
     /// (deleted, or dropped by Redis, since the scan) is left out.
     async fn read_many(&self, keys: &[RecordKey]) -> Result<Vec<Stored>, StoreError> {
@@ -367,6 +219,157 @@ fn decode(key: RecordKey, values: &[Option<Vec<u8>>]) -> Result<Option<Stored>, 
         info,
         token: token.to_vec(),
     }))
+}
+
+impl Admin for RedisStore {
+    async fn list_records(
+        &self,
+        filter: &RecordFilter,
+        now: Timestamp,
+        limit: u32,
+    ) -> Result<Vec<Record>, StoreError> {
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        let mut oldest = Oldest::new(limit);
+        let mut keys = Keys::new(self).await?;
+        while let Some(batch) = keys.next().await? {
+            for stored in self.read_many(&batch).await? {
+                if filter.matches(&stored.info, now) {
+                    oldest.offer(stored.info);
+                }
+            }
+        }
+        Ok(oldest.into_vec())
+    }
+
+    async fn read_record(&self, key: &RecordKey) -> Result<Option<Record>, StoreError> {
+        let name = self.record_key(key);
+        let mut hmget = redis::cmd("HMGET");
+        hmget.arg(&name).arg(&FIELDS[..]).arg("payload");
+        let mut values: Vec<Option<Vec<u8>>> = self
+            .within(async { corrupt_if_not_a_hash(self.conn.query(&hmget).await, &name) })
+            .await??;
+        let payload = values.pop().flatten();
+        let Some(stored) = decode(*key, &values)? else {
+            return Ok(None);
+        };
+        if !stored.info.completed {
+            return Ok(Some(stored.info));
+        }
+        let payload = payload.ok_or_else(|| {
+            StoreError::Corrupt(format!("record {name}: completed without a payload").into())
+        })?;
+        Ok(Some(stored.info.with_payload(Some(Bytes::from(payload)))))
+    }
+
+    async fn forget_record(
+        &self,
+        key: &RecordKey,
+        now: Timestamp,
+        force: bool,
+    ) -> Result<Forgotten, StoreError> {
+        let name = self.record_key(key);
+        let mut script = FORGET.prepare_invoke();
+        script
+            .key(&name)
+            .arg(now.as_millis())
+            .arg(if force { "1" } else { "0" })
+            .arg(&FIELDS[..]);
+        let reply: Value = self.within(self.conn.invoke(&script)).await?;
+        let corrupt = |what: &str| StoreError::Corrupt(format!("record {name}: {what}").into());
+        let Value::Array(items) = reply else {
+            return Err(corrupt("the forget script's reply is not an array"));
+        };
+        let mut items = items.into_iter();
+        let outcome = match items.next() {
+            Some(Value::BulkString(tag)) => tag,
+            Some(Value::SimpleString(tag)) => tag.into_bytes(),
+            _ => return Err(corrupt("the forget script's reply has no outcome")),
+        };
+        let fields = match items.next() {
+            Some(fields) => redis::from_redis_value::<Vec<Option<Vec<u8>>>>(fields)
+                .map_err(|_| corrupt("the forget script's fields are not strings"))?,
+            None => Vec::new(),
+        };
+        let info = |fields: &[Option<Vec<u8>>]| match decode(*key, fields) {
+            Ok(Some(stored)) => Ok(stored.info),
+            Ok(None) => Err(corrupt("a hash without a record's fields")),
+            Err(error) => Err(error),
+        };
+        match outcome.as_slice() {
+            b"absent" => Ok(Forgotten::Absent),
+            b"not_a_hash" => Err(corrupt("not a hash")),
+            b"leased" => Ok(Forgotten::Leased(info(&fields)?)),
+            b"deleted" => match info(&fields) {
+                Ok(info) => Ok(Forgotten::Deleted(info)),
+                // Only a forced forget deletes what does not read as a record: say it is gone.
+                Err(StoreError::Corrupt(what)) => Err(StoreError::Corrupt(
+                    format!("{what} (deleted, as forced)").into(),
+                )),
+                Err(error) => Err(error),
+            },
+            other => Err(corrupt(&format!(
+                "unknown forget outcome {:?}",
+                String::from_utf8_lossy(other)
+            ))),
+        }
+    }
+
+    async fn purge_records(
+        &self,
+        filter: &RecordFilter,
+        now: Timestamp,
+        limit: u32,
+    ) -> Result<u64, StoreError> {
+        let mut purged = 0u64;
+        if limit == 0 {
+            return Ok(0);
+        }
+        let mut keys = Keys::new(self).await?;
+        while let Some(batch) = keys.next().await? {
+            let mut chosen = self.read_many(&batch).await?.into_iter().filter(|stored| {
+                stored.info.state(now) == RecordState::Completed
+                    && filter.matches(&stored.info, now)
+            });
+            // Never more deletes at once than are left to do, so the limit holds exactly.
+            loop {
+                let left = usize::try_from(u64::from(limit) - purged).unwrap_or(usize::MAX);
+                let deletes: Vec<_> = chosen
+                    .by_ref()
+                    .take(left.min(AT_ONCE))
+                    .map(|stored| self.delete_if_unchanged(stored, now))
+                    .collect();
+                if deletes.is_empty() {
+                    break;
+                }
+                for deleted in self.all(deletes).await? {
+                    purged += u64::from(deleted.map_err(StoreError::unavailable)? == 1);
+                }
+                if purged >= u64::from(limit) {
+                    return Ok(purged);
+                }
+            }
+        }
+        Ok(purged)
+    }
+
+    async fn record_stats(
+        &self,
+        filter: &RecordFilter,
+        now: Timestamp,
+    ) -> Result<RecordStats, StoreError> {
+        let mut stats = RecordStats::new();
+        let mut keys = Keys::new(self).await?;
+        while let Some(batch) = keys.next().await? {
+            for stored in self.read_many(&batch).await? {
+                if filter.matches(&stored.info, now) {
+                    stats.add(&stored.info, now);
+                }
+            }
+        }
+        Ok(stats)
+    }
 }
 
 #[cfg(test)]

@@ -12,6 +12,7 @@ use crate::sql::{FilterArgs, InfoRow, ReadRow, StatsRow, read_row, record_info, 
 use idem_core::clock::Timestamp;
 use idem_core::error::StoreError;
 use idem_core::key::RecordKey;
+use idem_core::store::Admin;
 use idem_core::store::records::{Forgotten, Record, RecordFilter, RecordStats};
 
 /// `$1`..`$8` of every operator statement, then `$9` the limit when there is one.
@@ -35,8 +36,8 @@ fn filter_arguments(
     ])
 }
 
-impl MySqlStore {
-    pub(super) async fn list(
+impl Admin for MySqlStore {
+    async fn list_records(
         &self,
         filter: &RecordFilter,
         now: Timestamp,
@@ -51,7 +52,7 @@ impl MySqlStore {
         rows.into_iter().map(record_info).collect()
     }
 
-    pub(super) async fn read(&self, key: &RecordKey) -> Result<Option<Record>, StoreError> {
+    async fn read_record(&self, key: &RecordKey) -> Result<Option<Record>, StoreError> {
         let statement = &self.sql.operators.read;
         let bound = statement.arguments(&[Arg::Bytes(key.as_bytes())])?;
         let row: Option<ReadRow> =
@@ -62,7 +63,7 @@ impl MySqlStore {
         row.map(read_row).transpose()
     }
 
-    pub(super) async fn forget(
+    async fn forget_record(
         &self,
         key: &RecordKey,
         now: Timestamp,
@@ -98,7 +99,7 @@ impl MySqlStore {
         Ok(Forgotten::Deleted(record))
     }
 
-    pub(super) async fn purge(
+    async fn purge_records(
         &self,
         filter: &RecordFilter,
         now: Timestamp,
@@ -113,7 +114,7 @@ impl MySqlStore {
         Ok(done.rows_affected())
     }
 
-    pub(super) async fn stats(
+    async fn record_stats(
         &self,
         filter: &RecordFilter,
         now: Timestamp,

@@ -9,10 +9,7 @@ use crate::sql::{fence, held_by};
 use idem_core::clock::Timestamp;
 use idem_core::error::StoreError;
 use idem_core::key::RecordKey;
-use idem_core::store::records::{Forgotten, Record, RecordFilter, RecordStats};
-use idem_core::store::{
-    Admin, Capabilities, Claim, ClaimRequest, Completion, Fence, LeaseToken, Store,
-};
+use idem_core::store::{Capabilities, Claim, ClaimRequest, Completion, Fence, LeaseToken, Store};
 
 /// What [`READ`](super::READ) returns of the record that stopped a claim.
 type HeldRow = (Vec<u8>, String, i64, Option<Vec<u8>>, Option<i64>, i64);
@@ -236,46 +233,5 @@ impl Store for MySqlStore {
         capabilities.offer_admin(self.clone());
         capabilities.limit_payload(self.sql.payload_limit);
         crate::atomic::offer::<sqlx::MySql>(capabilities, self.clone());
-    }
-}
-
-impl Admin for MySqlStore {
-    async fn list_records(
-        &self,
-        filter: &RecordFilter,
-        now: Timestamp,
-        limit: u32,
-    ) -> Result<Vec<Record>, StoreError> {
-        self.list(filter, now, limit).await
-    }
-
-    async fn read_record(&self, key: &RecordKey) -> Result<Option<Record>, StoreError> {
-        self.read(key).await
-    }
-
-    async fn forget_record(
-        &self,
-        key: &RecordKey,
-        now: Timestamp,
-        force: bool,
-    ) -> Result<Forgotten, StoreError> {
-        self.forget(key, now, force).await
-    }
-
-    async fn purge_records(
-        &self,
-        filter: &RecordFilter,
-        now: Timestamp,
-        limit: u32,
-    ) -> Result<u64, StoreError> {
-        self.purge(filter, now, limit).await
-    }
-
-    async fn record_stats(
-        &self,
-        filter: &RecordFilter,
-        now: Timestamp,
-    ) -> Result<RecordStats, StoreError> {
-        self.stats(filter, now).await
     }
 }

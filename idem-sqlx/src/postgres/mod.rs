@@ -11,9 +11,8 @@ use crate::sql::{RecordStatements, fence, held_by};
 use idem_core::clock::Timestamp;
 use idem_core::error::StoreError;
 use idem_core::key::RecordKey;
-use idem_core::store::records::{Forgotten, Record, RecordFilter, RecordStats};
 use idem_core::store::{
-    Admin, BoxFuture, Capabilities, Claim, ClaimRequest, Completion, Fence, LeaseToken, Store,
+    BoxFuture, Capabilities, Claim, ClaimRequest, Completion, Fence, LeaseToken, Store,
 };
 
 mod gate;
@@ -365,47 +364,6 @@ impl Store for PostgresStore {
         capabilities.offer_admin(self.clone());
         crate::atomic::offer::<sqlx::Postgres>(capabilities, self.clone());
         capabilities.offer_claim_in_transaction(self.clone());
-    }
-}
-
-impl Admin for PostgresStore {
-    async fn list_records(
-        &self,
-        filter: &RecordFilter,
-        now: Timestamp,
-        limit: u32,
-    ) -> Result<Vec<Record>, StoreError> {
-        self.list(filter, now, limit).await
-    }
-
-    async fn read_record(&self, key: &RecordKey) -> Result<Option<Record>, StoreError> {
-        self.read(key).await
-    }
-
-    async fn forget_record(
-        &self,
-        key: &RecordKey,
-        now: Timestamp,
-        force: bool,
-    ) -> Result<Forgotten, StoreError> {
-        self.forget(key, now, force).await
-    }
-
-    async fn purge_records(
-        &self,
-        filter: &RecordFilter,
-        now: Timestamp,
-        limit: u32,
-    ) -> Result<u64, StoreError> {
-        self.purge(filter, now, limit).await
-    }
-
-    async fn record_stats(
-        &self,
-        filter: &RecordFilter,
-        now: Timestamp,
-    ) -> Result<RecordStats, StoreError> {
-        self.stats(filter, now).await
     }
 }
 

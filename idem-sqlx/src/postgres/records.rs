@@ -14,10 +14,11 @@ use crate::sql::{
 use idem_core::clock::Timestamp;
 use idem_core::error::StoreError;
 use idem_core::key::RecordKey;
+use idem_core::store::Admin;
 use idem_core::store::records::{Forgotten, Record, RecordFilter, RecordStats};
 
-impl PostgresStore {
-    pub(super) async fn list(
+impl Admin for PostgresStore {
+    async fn list_records(
         &self,
         filter: &RecordFilter,
         now: Timestamp,
@@ -34,19 +35,11 @@ impl PostgresStore {
         rows.into_iter().map(record_info).collect()
     }
 
-    pub(super) async fn read(&self, key: &RecordKey) -> Result<Option<Record>, StoreError> {
+    async fn read_record(&self, key: &RecordKey) -> Result<Option<Record>, StoreError> {
         self.read_row(key).await?.map(read_row).transpose()
     }
 
-    async fn read_row(&self, key: &RecordKey) -> Result<Option<ReadRow>, StoreError> {
-        sqlx::query_as(AssertSqlSafe(self.sql.operators.read.clone()))
-            .bind(key.as_bytes().as_slice())
-            .fetch_optional(&self.pool)
-            .await
-            .map_err(StoreError::unavailable)
-    }
-
-    pub(super) async fn forget(
+    async fn forget_record(
         &self,
         key: &RecordKey,
         now: Timestamp,
@@ -77,7 +70,7 @@ impl PostgresStore {
         Err(kept_changing())
     }
 
-    pub(super) async fn purge(
+    async fn purge_records(
         &self,
         filter: &RecordFilter,
         now: Timestamp,
@@ -94,7 +87,7 @@ impl PostgresStore {
         Ok(done.rows_affected())
     }
 
-    pub(super) async fn stats(
+    async fn record_stats(
         &self,
         filter: &RecordFilter,
         now: Timestamp,
@@ -107,5 +100,16 @@ impl PostgresStore {
         .await
         .map_err(StoreError::unavailable)?;
         record_stats(rows)
+    }
+}
+
+impl PostgresStore {
+    /// The record of `key` with its response, as read (undecoded).
+    async fn read_row(&self, key: &RecordKey) -> Result<Option<ReadRow>, StoreError> {
+        sqlx::query_as(AssertSqlSafe(self.sql.operators.read.clone()))
+            .bind(key.as_bytes().as_slice())
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(StoreError::unavailable)
     }
 }

@@ -10,9 +10,8 @@ use crate::sql::{RecordStatements, fence, held_by};
 use idem_core::clock::Timestamp;
 use idem_core::error::StoreError;
 use idem_core::key::RecordKey;
-use idem_core::store::records::{Forgotten, Record, RecordFilter, RecordStats};
 use idem_core::store::{
-    Admin, BoxFuture, Capabilities, Claim, ClaimRequest, Completion, Fence, LeaseToken, Store,
+    BoxFuture, Capabilities, Claim, ClaimRequest, Completion, Fence, LeaseToken, Store,
 };
 
 mod builder;
@@ -396,47 +395,6 @@ impl Store for SqliteStore {
     fn offer_capabilities(self: &std::sync::Arc<Self>, capabilities: &mut Capabilities) {
         capabilities.offer_admin(self.clone());
         crate::atomic::offer::<sqlx::Sqlite>(capabilities, self.clone());
-    }
-}
-
-impl Admin for SqliteStore {
-    async fn list_records(
-        &self,
-        filter: &RecordFilter,
-        now: Timestamp,
-        limit: u32,
-    ) -> Result<Vec<Record>, StoreError> {
-        self.list(filter, now, limit).await
-    }
-
-    async fn read_record(&self, key: &RecordKey) -> Result<Option<Record>, StoreError> {
-        self.read(key).await
-    }
-
-    async fn forget_record(
-        &self,
-        key: &RecordKey,
-        now: Timestamp,
-        force: bool,
-    ) -> Result<Forgotten, StoreError> {
-        self.forget(key, now, force).await
-    }
-
-    async fn purge_records(
-        &self,
-        filter: &RecordFilter,
-        now: Timestamp,
-        limit: u32,
-    ) -> Result<u64, StoreError> {
-        self.purge(filter, now, limit).await
-    }
-
-    async fn record_stats(
-        &self,
-        filter: &RecordFilter,
-        now: Timestamp,
-    ) -> Result<RecordStats, StoreError> {
-        self.stats(filter, now).await
     }
 }
 

@@ -12,10 +12,11 @@ use crate::sql::{
 use idem_core::clock::Timestamp;
 use idem_core::error::StoreError;
 use idem_core::key::RecordKey;
+use idem_core::store::Admin;
 use idem_core::store::records::{Forgotten, Record, RecordFilter, RecordStats};
 
-impl SqliteStore {
-    pub(super) async fn list(
+impl Admin for SqliteStore {
+    async fn list_records(
         &self,
         filter: &RecordFilter,
         now: Timestamp,
@@ -32,19 +33,11 @@ impl SqliteStore {
         rows.into_iter().map(record_info).collect()
     }
 
-    pub(super) async fn read(&self, key: &RecordKey) -> Result<Option<Record>, StoreError> {
+    async fn read_record(&self, key: &RecordKey) -> Result<Option<Record>, StoreError> {
         self.read_row(key).await?.map(read_row).transpose()
     }
 
-    async fn read_row(&self, key: &RecordKey) -> Result<Option<ReadRow>, StoreError> {
-        sqlx::query_as(RECORDS.read.as_ref())
-            .bind(key.as_bytes().as_slice())
-            .fetch_optional(&self.pool)
-            .await
-            .map_err(StoreError::unavailable)
-    }
-
-    pub(super) async fn forget(
+    async fn forget_record(
         &self,
         key: &RecordKey,
         now: Timestamp,
@@ -76,7 +69,7 @@ impl SqliteStore {
         Err(kept_changing())
     }
 
-    pub(super) async fn purge(
+    async fn purge_records(
         &self,
         filter: &RecordFilter,
         now: Timestamp,
@@ -93,7 +86,7 @@ impl SqliteStore {
         Ok(done.rows_affected())
     }
 
-    pub(super) async fn stats(
+    async fn record_stats(
         &self,
         filter: &RecordFilter,
         now: Timestamp,
@@ -106,5 +99,16 @@ impl SqliteStore {
         .await
         .map_err(StoreError::unavailable)?;
         record_stats(rows)
+    }
+}
+
+impl SqliteStore {
+    /// The record of `key` with its response, as read (undecoded).
+    async fn read_row(&self, key: &RecordKey) -> Result<Option<ReadRow>, StoreError> {
+        sqlx::query_as(RECORDS.read.as_ref())
+            .bind(key.as_bytes().as_slice())
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(StoreError::unavailable)
     }
 }
