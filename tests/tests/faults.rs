@@ -278,30 +278,25 @@ async fn release_lost_to_a_blip(store: impl Store, proxy: &Proxy) {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_stalled_store_fails_closed_within_the_deadline() {
+/// While another session holds `store`'s records table locked, a request fails closed within the
+/// store's deadline (503, `Retry-After`) without running; once `unlock` has run, service resumes
+/// and the request runs once.
+async fn a_locked_table_fails_closed_then_resumes<S>(store: S, unlock: impl Future<Output = ()>)
+where
+    S: Store + idem_runtime::store::Admin,
+{
     metrics();
-    let store = idem_tests::postgres_store().await;
     let idem = Idempotency::builder()
-        .store(store.clone())
+        .store(store)
         .scope("org", org)
         .store_timeout(Duration::from_millis(500))
         .build()
         .unwrap();
     let calls = Arc::new(AtomicUsize::new(0));
     let app = router(idem, calls.clone(), Gate::default());
-
-    // Another session holds the records table locked: every statement on it waits.
-    let mut lock = store.pool().begin().await.unwrap();
-    let table = format!("\"{}\".idempotency_records", store.schema());
-    sqlx::raw_sql(AssertSqlSafe(format!(
-        "LOCK TABLE {table} IN ACCESS EXCLUSIVE MODE"
-    )))
-    .execute(&mut *lock)
-    .await
-    .unwrap();
+    let stall = || request("/create", "stall", "acme", json!({}));
     let started = Instant::now();
-    let reply = send(&app, request("/create", "stall", "acme", json!({}))).await;
+    let reply = send(&app, stall()).await;
     let waited = started.elapsed();
     assert_eq!(
         reply.status,
@@ -316,19 +311,30 @@ async fn a_stalled_store_fails_closed_within_the_deadline() {
         "answered after {waited:?}, not within the deadline"
     );
     assert_eq!(calls.load(Ordering::SeqCst), 0, "the handler did not run");
-
-    lock.rollback().await.unwrap();
-    let reply = until(
-        &app,
-        || request("/create", "stall", "acme", json!({})),
-        |r| r.status == StatusCode::CREATED,
-    )
-    .await;
+    unlock.await;
+    let reply = until(&app, stall, |r| r.status == StatusCode::CREATED).await;
     assert_eq!(
         reply.status,
         StatusCode::CREATED,
         "service resumes once the lock is gone"
     );
+    assert_eq!(calls.load(Ordering::SeqCst), 1, "run once");
+}
+
+/// On PostgreSQL: another session holds the records table (`LOCK TABLE .. ACCESS EXCLUSIVE`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_store_fails_closed_within_the_deadline() {
+    let store = idem_tests::postgres_store().await;
+    let mut lock = store.pool().begin().await.unwrap();
+    let table = format!("\"{}\".idempotency_records", store.schema());
+    sqlx::raw_sql(AssertSqlSafe(format!(
+        "LOCK TABLE {table} IN ACCESS EXCLUSIVE MODE"
+    )))
+    .execute(&mut *lock)
+    .await
+    .unwrap();
+    let unlock = async move { lock.rollback().await.unwrap() };
+    a_locked_table_fails_closed_then_resumes(store.clone(), unlock).await;
     idem_tests::db::drop_postgres_store(&store).await;
 }
 
@@ -336,41 +342,18 @@ async fn a_stalled_store_fails_closed_within_the_deadline() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mysql_a_stalled_store_fails_closed_within_the_deadline() {
     use sqlx::{Connection, Executor};
-    metrics();
     let store = idem_tests::mysql_store().await;
-    let idem = Idempotency::builder()
-        .store(store.clone())
-        .scope("org", org)
-        .store_timeout(Duration::from_millis(500))
-        .build()
-        .unwrap();
-    let calls = Arc::new(AtomicUsize::new(0));
-    let app = router(idem, calls.clone(), Gate::default());
     let database = store.database().expect("the test store names its database");
     let url = idem_tests::mysql::mysql_url_of(database);
     let mut lock = sqlx::MySqlConnection::connect(&url).await.unwrap();
     lock.execute("LOCK TABLES idempotency_records WRITE")
         .await
         .unwrap();
-    let started = Instant::now();
-    let reply = send(&app, request("/create", "stall", "acme", json!({}))).await;
-    let waited = started.elapsed();
-    assert_eq!(
-        reply.status,
-        StatusCode::SERVICE_UNAVAILABLE,
-        "{:?}",
-        reply.body
-    );
-    assert_eq!(reply.body["code"], "idempotency_store_unavailable");
-    assert!(reply.retry_after.is_some());
-    assert!(waited < Duration::from_secs(3), "answered after {waited:?}");
-    assert_eq!(calls.load(Ordering::SeqCst), 0, "the handler did not run");
-    lock.execute("UNLOCK TABLES").await.unwrap();
-    lock.close().await.unwrap();
-    let stall = || request("/create", "stall", "acme", json!({}));
-    let reply = until(&app, stall, |r| r.status == StatusCode::CREATED).await;
-    assert_eq!(reply.status, StatusCode::CREATED, "service resumes");
-    assert_eq!(calls.load(Ordering::SeqCst), 1, "run once");
+    let unlock = async move {
+        lock.execute("UNLOCK TABLES").await.unwrap();
+        lock.close().await.unwrap();
+    };
+    a_locked_table_fails_closed_then_resumes(store.clone(), unlock).await;
     idem_tests::mysql::drop_mysql_store(&store).await;
 }
 

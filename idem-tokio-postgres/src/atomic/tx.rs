@@ -28,10 +28,27 @@ use idem_core::operation::Lent;
 /// idempotency record: take it as a handler argument (or in `Operation::run_atomic`) and send
 /// every write of the operation through it.
 ///
-/// ```ignore
+/// ```
+/// use axum::{Json, http::StatusCode};
+/// use idem_runtime::idempotent;
+/// use idem_tokio_postgres::{TokioPostgresTx, TxError};
+/// # #[derive(serde::Deserialize)]
+/// # struct NewCharge { amount: i64 }
+/// # struct ApiError(TxError);
+/// # impl From<TxError> for ApiError { fn from(e: TxError) -> Self { Self(e) } }
+/// # impl axum::response::IntoResponse for ApiError {
+/// #     fn into_response(self) -> axum::response::Response {
+/// #         StatusCode::INTERNAL_SERVER_ERROR.into_response()
+/// #     }
+/// # }
+///
 /// #[idempotent(scope = "org")]
-/// async fn create_charge(mut tx: TokioPostgresTx, Json(req): Json<NewCharge>) -> Result<StatusCode, ApiError> {
-///     tx.execute("INSERT INTO charges (amount) VALUES ($1)", &[&req.amount]).await?;
+/// async fn create_charge(
+///     mut tx: TokioPostgresTx,
+///     Json(req): Json<NewCharge>,
+/// ) -> Result<StatusCode, ApiError> {
+///     tx.execute("INSERT INTO charges (amount) VALUES ($1)", &[&req.amount])
+///         .await?;
 ///     Ok(StatusCode::CREATED)
 /// }
 /// ```

@@ -79,10 +79,35 @@ impl ClaimInTransaction for Offered {
 /// record. Take it as a handler argument (or in `Operation::run_atomic`) and run every write of
 /// the operation on [`conn`](Self::conn):
 ///
-/// ```ignore
+/// ```
+/// use axum::{Json, http::StatusCode};
+/// use diesel::prelude::*;
+/// use diesel_async::RunQueryDsl;
+/// use idem_runtime::idempotent;
+/// use idem_tokio_postgres::diesel::DieselTx;
+/// # diesel::table! { charges (id) { id -> BigInt, amount -> BigInt } }
+/// # #[derive(serde::Deserialize, Insertable)]
+/// # #[diesel(table_name = charges)]
+/// # struct NewCharge { amount: i64 }
+/// # struct ApiError(diesel::result::Error);
+/// # impl From<diesel::result::Error> for ApiError {
+/// #     fn from(e: diesel::result::Error) -> Self { Self(e) }
+/// # }
+/// # impl axum::response::IntoResponse for ApiError {
+/// #     fn into_response(self) -> axum::response::Response {
+/// #         StatusCode::INTERNAL_SERVER_ERROR.into_response()
+/// #     }
+/// # }
+///
 /// #[idempotent(scope = "org")]
-/// async fn create_charge(mut tx: DieselTx, Json(req): Json<NewCharge>) -> Result<StatusCode, ApiError> {
-///     diesel::insert_into(charges::table).values(&req).execute(tx.conn().await?).await?;
+/// async fn create_charge(
+///     mut tx: DieselTx,
+///     Json(req): Json<NewCharge>,
+/// ) -> Result<StatusCode, ApiError> {
+///     diesel::insert_into(charges::table)
+///         .values(&req)
+///         .execute(tx.conn().await?)
+///         .await?;
 ///     Ok(StatusCode::CREATED)
 /// }
 /// ```
