@@ -180,8 +180,11 @@ impl Hasher {
                         sha.update(b"json\0");
                         sha.update(head);
                         sha.update(tail);
-                        // `tail` is part of `body`: as long as it, it is all of it.
-                        head.is_empty() && tail.len() == body.len()
+                        // The form is the body itself when the two parts spell it (a decimal
+                        // already in its exact form is written again, equal to the input).
+                        head.len() + tail.len() == body.len()
+                            && body.starts_with(head)
+                            && body.ends_with(tail)
                     });
                 if let Some(as_written) = hashed {
                     return as_written;
