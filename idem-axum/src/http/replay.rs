@@ -62,6 +62,11 @@ impl RawDigest {
         sha.update(as_is.as_bytes());
         Self(sha.finalize().into())
     }
+
+    /// The 32 bytes.
+    pub(crate) const fn as_bytes(&self) -> &[u8; 32] {
+        &self.0
+    }
 }
 
 /// The envelope carrying the digest of the request that produced a payload: what the sealed

@@ -141,6 +141,31 @@ pub(crate) fn as_is_of_request(
     hasher_of_request(method, uri, Version::CURRENT).finish_as_is(body, encoding(content_type))
 }
 
+/// What a fresh request computes on a store that reads in process: the fingerprint and the raw
+/// digest's 32 bytes ([`digests_of_request`]). For the benchmarks; not part of the stable API.
+#[doc(hidden)]
+pub fn fresh_digests(
+    method: &Method,
+    uri: &Uri,
+    content_type: Option<&HeaderValue>,
+    body: &[u8],
+) -> (Fingerprint, [u8; 32]) {
+    let (fingerprint, raw) = digests_of_request(method, uri, content_type, body);
+    (fingerprint, *raw.as_bytes())
+}
+
+/// What a retry computes before its early replay: the raw digest's 32 bytes alone. For the
+/// benchmarks; not part of the stable API.
+#[doc(hidden)]
+pub fn raw_digest(
+    method: &Method,
+    uri: &Uri,
+    content_type: Option<&HeaderValue>,
+    body: &[u8],
+) -> [u8; 32] {
+    *RawDigest::of_request(method, uri, content_type, body).as_bytes()
+}
+
 /// A fingerprint's hasher after the request line: method and path and query.
 fn hasher_of_request(method: &Method, uri: &Uri, version: Version) -> Hasher {
     let mut hasher = Hasher::new(b"idem.fingerprint", version);

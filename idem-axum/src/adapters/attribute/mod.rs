@@ -23,6 +23,8 @@ use std::marker::PhantomData;
 pub use crate::adapters::atomic::AtomicParam;
 pub use crate::adapters::flow::{Prepared, Started, begin};
 pub use crate::http::request::fingerprint_of_request;
+#[doc(hidden)]
+pub use crate::http::request::{fresh_digests, raw_digest};
 pub use axum::body::Body;
 pub use axum::extract::{FromRef, FromRequest, FromRequestParts, Request};
 pub use axum::handler::Handler;
