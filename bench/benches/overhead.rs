@@ -14,17 +14,31 @@
 //!
 //! Every request carries an `Idempotency-Key` and a session cookie, bare ones included, so the
 //! requests differ only in their route. Every sample builds a new store, so records from other
-//! samples neither fill it nor speed it up. Run: `cargo bench -p idem-bench --bench overhead`.
+//! samples neither fill it nor speed it up.
+//!
+//! Group `fresh-parts-1KB` times, in the same run, the parts of a fresh 1 KB request beyond the
+//! bare handler one by one, so that `overhead-1KB`'s `idem_fresh − bare` splits into shares:
+//! `digests` (the fingerprint and the raw digest, as the fresh request computes them; of
+//! which `fingerprint` alone and `raw_digest` alone), `key` (the client's key parsed, the
+//! record key derived) and `store` (the memory store's claim and completion of a new record
+//! with a 1 KB payload). The rest (the engine, the adapter, the response capture and its
+//! payload) is the difference. Run: `cargo bench -p idem-bench --bench overhead`.
 
+use std::hint::black_box;
 use std::time::{Duration, Instant};
 
 use axum::Router;
 use axum::http::StatusCode;
 use bytes::Bytes;
 use criterion::{Criterion, SamplingMode, criterion_group, criterion_main};
+use http::{HeaderValue, Method, Uri};
 use idem_bench::app;
 use idem_bench::inproc::{self, call, idem_router, request};
 use idem_bench::{body, peer};
+use idem_runtime::__private::{fingerprint_of_request, fresh_digests, raw_digest};
+use idem_runtime::IdempotencyKey;
+use idem_runtime::clock::{Clock, SystemClock};
+use idem_runtime::store::{ClaimRequest, Completion, LeaseToken, RecordKey, Store};
 use tokio::runtime::Runtime;
 
 fn runtime() -> Runtime {
@@ -177,5 +191,73 @@ fn overhead(c: &mut Criterion) {
     }
 }
 
-criterion_group!(benches, overhead);
+/// The parts of a fresh 1 KB request beyond the bare handler, each alone (see the top).
+fn fresh_parts(c: &mut Criterion) {
+    let body = body::json(1024);
+    let json = HeaderValue::from_static("application/json");
+    let uri = Uri::from_static(app::IDEM);
+    let mut group = c.benchmark_group("fresh-parts-1KB");
+    group.bench_function("digests", |b| {
+        b.iter(|| fresh_digests(&Method::POST, &uri, Some(&json), black_box(&body)));
+    });
+    group.bench_function("fingerprint", |b| {
+        b.iter(|| fingerprint_of_request(&Method::POST, &uri, Some(&json), black_box(&body)));
+    });
+    group.bench_function("raw_digest", |b| {
+        b.iter(|| raw_digest(&Method::POST, &uri, Some(&json), black_box(&body)));
+    });
+    group.bench_function("key", |b| {
+        let header = b"bench-key-00000000000000a1";
+        b.iter(|| {
+            let key = IdempotencyKey::parse(black_box(header)).expect("a valid key");
+            RecordKey::derive("global", "", "POST /idem", &key)
+        });
+    });
+    let rt = runtime();
+    let payload = vec![b'x'; 1024 + 33];
+    group.bench_function("store", |b| {
+        b.iter_custom(|iters| {
+            let store = inproc::store(iters);
+            let (fingerprint, _) = fresh_digests(&Method::POST, &uri, Some(&json), &body);
+            rt.block_on(async {
+                let start = Instant::now();
+                for i in 0..iters {
+                    let mut bytes = [0u8; 32];
+                    bytes[..8].copy_from_slice(&i.to_le_bytes());
+                    let key = RecordKey::from_bytes(bytes);
+                    let now = SystemClock.now();
+                    let token = LeaseToken::random();
+                    let expires_at = now.after(Duration::from_secs(86_400));
+                    let claim = ClaimRequest {
+                        key: &key,
+                        fingerprint: &fingerprint,
+                        token,
+                        now,
+                        lease_until: now.after(Duration::from_secs(60)),
+                        expires_at,
+                        operation: "POST /idem",
+                        scope: "global",
+                        scope_value: "",
+                        tenant: 0,
+                    };
+                    store.claim(claim).await.expect("claimed");
+                    let completion = Completion {
+                        payload: &payload,
+                        status: Some(201),
+                        completed_at: now,
+                        expires_at,
+                    };
+                    store
+                        .complete(&key, token, completion)
+                        .await
+                        .expect("completed");
+                }
+                start.elapsed()
+            })
+        });
+    });
+    group.finish();
+}
+
+criterion_group!(benches, overhead, fresh_parts);
 criterion_main!(benches);
