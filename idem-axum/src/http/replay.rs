@@ -10,25 +10,28 @@
 //! Anything else (another serialisation of the same JSON, a payload without the envelope, a
 //! record in flight) takes the usual path.
 //!
-//! The raw digest is built on the fingerprint's own hash of the body as written
+//! The raw digest is the fingerprint's own hash of the body as written
 //! ([`Hasher::finish_as_is`](idem_core::fingerprint::Hasher::finish_as_is): the fingerprint's
-//! domain, method, path and query, the body's tag and its bytes), wrapped with the
-//! `Content-Type`. A body that is canonical as written (JSON already compact and in key order,
-//! or a body hashed raw) has that hash for its fingerprint, so a fresh request hashes it once
-//! for both digests. Version 2 of the digest; an envelope of version 1 (written before, by this
-//! process only) never matches one, and its retry takes the usual path.
-//!
+//! domain and version, method, path and query, the body's encoding and its bytes). Those are
+//! everything the fingerprint reads, so an equal raw digest means an equal fingerprint; the
+//! `Content-Type` counts as far as the fingerprint reads it, as its encoding (JSON, form or
+//! other). A body that is canonical as written (JSON already compact and in key order, or a body
+//! hashed raw) has that hash for its fingerprint, so a fresh request hashes it once for both
+//! digests, and a retry hashes its body once. An envelope written by an earlier release (whose
+//! digest was built otherwise, and which only this process could have written) never matches:
+//! its retry takes the usual path.
+
 //! The envelope is written only on such stores, whose records never outlive the process: the
 //! payloads of shared stores stay as every release reads them.
 
 use http::{HeaderValue, Method, Uri};
 use idem_core::fingerprint::Fingerprint;
-use sha2::{Digest, Sha256};
 
 /// Opens an envelope: a tag of its own, so it is mistaken for no stored encoding.
 const ENVELOPE: u8 = idem_core::format::RAW_REQUEST_ENVELOPE;
 
-/// SHA-256 of a request's raw method, path and query, `Content-Type` and body.
+/// The digest of a request's raw method, path and query, body and its encoding (see the
+/// module).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct RawDigest([u8; 32]);
 
@@ -40,27 +43,18 @@ impl RawDigest {
         content_type: Option<&HeaderValue>,
         body: &[u8],
     ) -> Self {
-        let as_is = crate::http::request::as_is_of_request(method, uri, content_type, body);
-        Self::of(content_type, &as_is)
+        Self::of(&crate::http::request::as_is_of_request(
+            method,
+            uri,
+            content_type,
+            body,
+        ))
     }
 
-    /// The digest of a raw request from `as_is`, the hash of its method, path and query, and
-    /// body as written (`as_is_of_request`), and its `Content-Type`, which that hash covers
-    /// only as far as the body's encoding.
-    pub(crate) fn of(content_type: Option<&HeaderValue>, as_is: &Fingerprint) -> Self {
-        let mut sha = Sha256::new();
-        sha.update(b"idem.raw.v2\0");
-        // Absent and empty differ: a tag byte, then the value. The 32 bytes of `as_is` end
-        // the input, so where the value ends is never in doubt.
-        match content_type {
-            Some(value) => {
-                sha.update(b"\x01");
-                sha.update(value.as_bytes());
-            }
-            None => sha.update(b"\x00"),
-        }
-        sha.update(as_is.as_bytes());
-        Self(sha.finalize().into())
+    /// The digest of a raw request from `as_is`, the fingerprint's hash of it with its body as
+    /// written (`as_is_of_request`).
+    pub(crate) fn of(as_is: &Fingerprint) -> Self {
+        Self(*as_is.as_bytes())
     }
 
     /// The 32 bytes.
@@ -106,29 +100,43 @@ mod tests {
     }
 
     #[test]
-    fn every_part_of_the_raw_request_counts() {
+    fn every_part_of_the_raw_request_the_fingerprint_reads_counts() {
         let json = Some("application/json");
         let a = digest(Method::POST, "/c?x=1", json, b"{\"a\":1}");
         assert_eq!(a, digest(Method::POST, "/c?x=1", json, b"{\"a\":1}"));
         assert_ne!(a, digest(Method::PUT, "/c?x=1", json, b"{\"a\":1}"));
         assert_ne!(a, digest(Method::POST, "/c?x=2", json, b"{\"a\":1}"));
         assert_ne!(a, digest(Method::POST, "/c?x=1", None, b"{\"a\":1}"));
-        assert_ne!(a, digest(Method::POST, "/c?x=1", Some(""), b"{\"a\":1}"));
+        let form = Some("application/x-www-form-urlencoded");
+        assert_ne!(a, digest(Method::POST, "/c?x=1", form, b"{\"a\":1}"));
         assert_ne!(
-            a,
-            digest(
-                Method::POST,
-                "/c?x=1",
-                Some("application/merge-patch+json"),
-                b"{\"a\":1}"
-            )
+            digest(Method::POST, "/c", form, b"a=1"),
+            digest(Method::POST, "/c", Some("text/plain"), b"a=1")
         );
         // Another serialisation of the same document: same fingerprint, other raw digest.
         assert_ne!(a, digest(Method::POST, "/c?x=1", json, b"{ \"a\": 1 }"));
-        assert_ne!(
-            digest(Method::POST, "/c", None, b""),
-            digest(Method::POST, "/c", Some(""), b"")
+        // Another JSON media type, or no type against an empty one: the fingerprint reads only
+        // the encoding, so the two requests are one, raw or not.
+        let fingerprint = |ct: Option<&'static str>, body: &[u8]| {
+            let ct = ct.map(HeaderValue::from_static);
+            crate::http::request::fingerprint_of_request(
+                &Method::POST,
+                &Uri::from_static("/c?x=1"),
+                ct.as_ref(),
+                body,
+            )
+        };
+        let patch = Some("application/merge-patch+json");
+        assert_eq!(a, digest(Method::POST, "/c?x=1", patch, b"{\"a\":1}"));
+        assert_eq!(
+            fingerprint(json, b"{\"a\":1}"),
+            fingerprint(patch, b"{\"a\":1}")
         );
+        assert_eq!(
+            digest(Method::POST, "/c?x=1", None, b""),
+            digest(Method::POST, "/c?x=1", Some(""), b"")
+        );
+        assert_eq!(fingerprint(None, b""), fingerprint(Some(""), b""));
     }
 
     #[test]

@@ -203,16 +203,17 @@ impl Hasher {
         encoding == Encoding::Raw
     }
 
-    /// The digest of the body as it is written, with no canonical form: the tag its encoding
-    /// would have if the body were canonical already (`json\0` for JSON, `raw\0` for anything
-    /// else), then the bytes. One pass of SHA-256 over the body, for a digest of the raw
-    /// request (a retry sending the very same bytes has the same one). Equal to
-    /// [`finish`](Self::finish) after [`body`](Self::body) whenever the body's canonical form
-    /// is the body itself, which [`finish_both`](Self::finish_both) uses.
+    /// The digest of the body as it is written, with no canonical form: its encoding's tag
+    /// (`json\0`, `form\0`, `raw\0`), then the bytes. One pass of SHA-256 over the body, for a
+    /// digest of the raw request (a retry sending the very same bytes has the same one). Two
+    /// bodies with one such digest have one encoding and the same bytes, so one fingerprint.
+    /// Equal to [`finish`](Self::finish) after [`body`](Self::body) whenever the body's
+    /// canonical form is the body itself, which [`finish_both`](Self::finish_both) uses.
     pub fn finish_as_is(mut self, body: &[u8], encoding: Encoding) -> Fingerprint {
         let tag: &[u8] = match encoding {
             Encoding::Json => b"json\0",
-            Encoding::Form | Encoding::Raw => b"raw\0",
+            Encoding::Form => b"form\0",
+            Encoding::Raw => b"raw\0",
         };
         self.sha.update(tag);
         self.sha.update(body);
