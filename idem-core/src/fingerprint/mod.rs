@@ -288,24 +288,31 @@ pub fn canonical_form(body: &[u8]) -> Vec<u8> {
 fn form_decode(part: &[u8], out: &mut Vec<u8>) -> Range<usize> {
     let start = out.len();
     let hex = |b: u8| (b as char).to_digit(16).map(|d| d as u8);
-    let mut i = 0;
-    while let Some(&b) = part.get(i) {
-        match b {
-            b'+' => out.push(b' '),
-            b'%' => match (
-                part.get(i + 1).and_then(|&h| hex(h)),
-                part.get(i + 2).and_then(|&l| hex(l)),
-            ) {
-                (Some(high), Some(low)) => {
-                    out.push(high << 4 | low);
-                    i += 2;
-                }
-                _ => out.push(b'%'),
-            },
-            _ => out.push(b),
+    let mut rest = part;
+    // Runs without `+` or `%` are copied whole (most names and values are one such run).
+    while let Some(at) = rest.iter().position(|&b| b == b'+' || b == b'%') {
+        out.extend_from_slice(&rest[..at]);
+        rest = &rest[at..];
+        if rest[0] == b'+' {
+            out.push(b' ');
+            rest = &rest[1..];
+            continue;
         }
-        i += 1;
+        match (
+            rest.get(1).and_then(|&h| hex(h)),
+            rest.get(2).and_then(|&l| hex(l)),
+        ) {
+            (Some(high), Some(low)) => {
+                out.push(high << 4 | low);
+                rest = &rest[3..];
+            }
+            _ => {
+                out.push(b'%');
+                rest = &rest[1..];
+            }
+        }
     }
+    out.extend_from_slice(rest);
     start..out.len()
 }
 
