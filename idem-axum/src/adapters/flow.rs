@@ -229,7 +229,14 @@ impl Started {
         };
         let content_type = parts.headers.get(header::CONTENT_TYPE);
         let record_key = RecordKey::derive(operation.scope, &scope_value, &operation.name, &key);
-        let raw_of = || RawDigest::of_request(&parts.method, &parts.uri, content_type, &bytes);
+        let raw_of = || {
+            crate::http::request::raw_digest_of_request(
+                &parts.method,
+                &parts.uri,
+                content_type,
+                &bytes,
+            )
+        };
         let (fingerprint, raw) = if engine.reads_in_process() {
             match replay_early(idempotency, &operation, &record_key, raw_of) {
                 Early::Replayed(replay) => return Err(replay),
