@@ -3,6 +3,8 @@
 //! `IdempotencyLayer`, on the memory store, counted by a global allocator that counts the calls
 //! made on the current thread (the runtime is single-threaded, so every task of a request runs
 //! on it). The fingerprint's part is none; the whole is pinned, so the test fails if it grows.
+//! The JSON fingerprint alone, warm, allocates nothing either, and a string with escapes only
+//! what decoding it takes.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
@@ -14,6 +16,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use http::{HeaderValue, Method, Request, StatusCode, Uri, header};
 use http_body_util::BodyExt;
+use idem_core::fingerprint::Fingerprint;
 use idem_runtime::store::MemoryStore;
 use idem_runtime::{Idempotency, IdempotencyLayer, idempotent};
 use serde_json::{Value, json};
@@ -177,3 +180,64 @@ async fn a_fresh_request_allocates_no_more_than_counted_here() {
 const ATTRIBUTE_EXTRA: u64 = 31;
 /// The same under `IdempotencyLayer` (the operation's name and settings resolved per request).
 const LAYER_EXTRA: u64 = 35;
+
+/// How many allocations `f` makes on this thread.
+fn allocations(f: impl FnOnce()) -> u64 {
+    let before = ALLOCATIONS.with(Cell::get);
+    f();
+    ALLOCATIONS.with(Cell::get) - before
+}
+
+/// A JSON order of about 1 KB like [`order`], with whitespace between its tokens; its memo is
+/// `memo` (JSON text, quoted).
+fn spaced_order(memo: &str) -> Vec<u8> {
+    let items: Vec<String> = (0..10)
+        .map(|i| {
+            format!(
+                r#"{{"sku": "sku_{i:05}", "qty": {}, "unit_amount": {}, "tax": {{"rate": 0.2, "included": false}}}}"#,
+                i % 7 + 1,
+                199 + i * 13
+            )
+        })
+        .collect();
+    format!(
+        r#"{{"amount":4200,"currency":"usd","customer":"cus_9s6XKzkNRiz8i3","items":[{}],"memo":{memo}}}"#,
+        items.join(",")
+    )
+    .into_bytes()
+}
+
+#[test]
+fn a_json_fingerprint_allocates_nothing_once_warm() {
+    let body = spaced_order("\"caf\u{e9} x\"");
+    assert!((900..1500).contains(&body.len()), "{}", body.len());
+    // The first fingerprint on a thread grows its buffers.
+    let first = Fingerprint::of_json(&body);
+    let mut again = None;
+    assert_eq!(allocations(|| again = Some(Fingerprint::of_json(&body))), 0);
+    assert_eq!(again, Some(first));
+    // The HTTP face's fingerprint of the same request body: none either.
+    let json = HeaderValue::from_static("application/json");
+    let uri = Uri::from_static("/v1/orders");
+    let request =
+        || idem_runtime::__private::fingerprint_of_request(&Method::POST, &uri, Some(&json), &body);
+    request();
+    assert_eq!(allocations(|| _ = request()), 0);
+}
+
+#[test]
+fn a_string_with_escapes_costs_its_decoding() {
+    for (memo, escaped) in [(r#""x\"y""#, 1), (r#"["\u00e9", "\n", "\/"]"#, 3)] {
+        let body = spaced_order(memo);
+        Fingerprint::of_json(&body);
+        // serde_json decodes each such string into a `String` of its own, through a buffer
+        // of its own: two allocations.
+        let n = allocations(|| _ = Fingerprint::of_json(&body));
+        assert!(n <= 2 * escaped, "{memo}: {n} allocations");
+    }
+}
+
+#[test]
+fn the_counter_counts() {
+    assert_eq!(allocations(|| drop(Vec::<u8>::with_capacity(10))), 1);
+}
