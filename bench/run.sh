@@ -95,12 +95,16 @@ cargo build --release -p idem-bench --bins ${ALLOCATOR:+--features "$ALLOCATOR"}
 if want criterion; then cargo bench -p idem-bench --no-run; fi
 
 # --- PostgreSQL ----------------------------------------------------------------------------------
-if ! pg_isready -q -h 127.0.0.1 -p 5432; then
-  pg_ctlcluster --skip-systemctl-redirect "$(ls /etc/postgresql | sort -V | tail -1)" main start
-  for _ in $(seq 50); do pg_isready -q -h 127.0.0.1 -p 5432 && break; sleep 0.2; done
+# Only the sections that use it start PostgreSQL and recreate its database: a run of other
+# sections leaves alone a database another run may be using.
+if want postgres || want postgres-write || want flat-postgres || want round-trips || want far-postgres; then
+  if ! pg_isready -q -h 127.0.0.1 -p 5432; then
+    pg_ctlcluster --skip-systemctl-redirect "$(ls /etc/postgresql | sort -V | tail -1)" main start
+    for _ in $(seq 50); do pg_isready -q -h 127.0.0.1 -p 5432 && break; sleep 0.2; done
+  fi
+  psql -q -h 127.0.0.1 -U postgres -d postgres -c 'DROP DATABASE IF EXISTS idem_bench' \
+    -c 'CREATE DATABASE idem_bench'
 fi
-psql -q -h 127.0.0.1 -U postgres -d postgres -c 'DROP DATABASE IF EXISTS idem_bench' \
-  -c 'CREATE DATABASE idem_bench'
 # Empties the benchmark database: the store's schema and the orders table.
 pg_reset() {
   psql -q -h 127.0.0.1 -U postgres -d idem_bench -c 'DROP SCHEMA IF EXISTS idem CASCADE' \
