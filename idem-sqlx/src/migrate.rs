@@ -4,10 +4,10 @@
 
 use idem_core::error::StoreError;
 
-pub(crate) use idem_sql::migrate::plan;
 /// What SQLite's and MySQL's schemas are written as (PostgreSQL's is idem-sql's own).
 #[cfg(any(feature = "sqlite", feature = "mysql"))]
 pub(crate) use idem_sql::migrate::Migration;
+pub(crate) use idem_sql::migrate::plan;
 
 /// Wraps a backend error raised while applying migration `version`.
 pub(crate) fn failed(

@@ -9,13 +9,13 @@
 use idem_core::error::StoreError;
 use idem_core::store::Fence;
 
+/// What the MySQL store renders in its own dialect.
+#[cfg(feature = "mysql")]
+pub(crate) use idem_sql::records::{Dialect, LIST, READ, STATS};
 pub(crate) use idem_sql::records::{
     FORGET_ATTEMPTS, FilterArgs, InfoRow, ReadRow, RecordStatements, StatsRow, held_by,
     kept_changing, not_forgotten, read_row, record_info, record_stats,
 };
-/// What the MySQL store renders in its own dialect.
-#[cfg(feature = "mysql")]
-pub(crate) use idem_sql::records::{Dialect, LIST, READ, STATS};
 
 /// A fenced write held when it changed the owner's row; zero rows means another owner or none.
 pub(crate) fn fence(rows_affected: Result<u64, sqlx::Error>) -> Result<Fence, StoreError> {
