@@ -178,7 +178,7 @@ pub fn idempotent() -> impl idem_runtime::Serves {
 }
 
 /// An engine on the `TokioPostgresStore` `store` builds (its own statements on its
-/// tokio-postgres pool), lending transactions from `diesel`, serving [`idempotent`]'s handlers.
+/// tokio-postgres pool), lending transactions from `diesel`, serving `idempotent`'s handlers.
 pub async fn engine(
     store: TokioPostgresStoreBuilder,
     diesel: DieselPool,

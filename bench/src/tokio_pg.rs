@@ -122,7 +122,7 @@ pub fn idempotent() -> impl idem_runtime::Serves {
     (plain, atomic)
 }
 
-/// An engine on `store` serving [`idempotent`]'s handlers.
+/// An engine on `store` serving `idempotent`'s handlers.
 pub fn engine(store: TokioPostgresStore) -> Result<Idempotency, String> {
     Idempotency::builder()
         .store(store)

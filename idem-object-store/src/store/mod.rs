@@ -46,7 +46,7 @@ const RETIRING_WAIT: Duration = Duration::from_millis(500);
 /// claims are atomic per key and writes are fenced, as on the SQL stores.
 ///
 /// Beside the fingerprint, lease token and times the engine needs, each record keeps what
-/// operators read ([`Record`]): its operation, scope and scope value, its creation time,
+/// operators read ([`Record`](idem_core::store::records::Record)): its operation, scope and scope value, its creation time,
 /// lease and expiry, and once completed its completion time, status code and payload. Records
 /// written by the previous release (record format version 1, which had no scope) still replay,
 /// and show an empty scope and scope value; a process of that release cannot read a record

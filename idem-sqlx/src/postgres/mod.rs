@@ -47,7 +47,7 @@ use schema::migrate;
 /// `scope_value`, `state` (`in_flight` or `completed`), `status`, `created_at`, `completed_at`,
 /// `lease_until` and `expires_at`; a record written before a column existed shows it empty
 /// (`''`, 0 or NULL). The operator methods ([`Admin::list_records`](idem_core::store::Admin::list_records) and the rest) read and
-/// change these rows, selecting them in SQL exactly as [`RecordFilter::matches`] does. Listing,
+/// change these rows, selecting them in SQL exactly as [`RecordFilter::matches`](idem_core::store::records::RecordFilter::matches) does. Listing,
 /// counting and purging read the table (no index serves them, so claims pay for none): on
 /// millions of records they take seconds.
 ///
