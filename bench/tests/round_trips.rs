@@ -8,28 +8,18 @@
 //! a schema of its own. A request's count is the difference between a window of `2N` requests
 //! and one of `N`, so what opening and closing a window costs cancels out.
 
-use std::time::{SystemTime, UNIX_EPOCH};
+mod support;
 
 use axum::Router;
-use axum::body::Body;
-use http::{Request, StatusCode};
-use idem_bench::pgcount::{self, Counters, Counts};
-use idem_bench::{body, pg};
+use http::StatusCode;
+use idem_bench::pg;
+use idem_bench::pgcount::{Counters, Counts};
 use idem_runtime::Idempotency;
 use idem_runtime::store::PostgresStore;
-use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::postgres::PgPoolOptions;
 use sqlx::{AssertSqlSafe, PgPool};
-use tower::ServiceExt;
 
 const N: u64 = 10;
-
-/// The database the tests use: `DATABASE_URL` when it names PostgreSQL, else the local one.
-fn database_url() -> String {
-    std::env::var("DATABASE_URL")
-        .ok()
-        .filter(|u| u.starts_with("postgres://") || u.starts_with("postgresql://"))
-        .unwrap_or_else(|| "postgres://postgres@127.0.0.1:5432/test".to_owned())
-}
 
 struct Bench {
     router: Router,
@@ -41,27 +31,8 @@ struct Bench {
 
 impl Bench {
     async fn start() -> Self {
-        let url = database_url();
-        let options: PgConnectOptions = url.parse().expect("DATABASE_URL");
-        let admin = PgPoolOptions::new()
-            .max_connections(1)
-            .connect_with(options.clone())
-            .await
-            .expect("PostgreSQL at DATABASE_URL (or 127.0.0.1:5432, database test)");
-        let nanos = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos());
-        let schema = format!("idem_rt_{}_{nanos}", std::process::id());
-        sqlx::query(AssertSqlSafe(format!("CREATE SCHEMA {schema}")))
-            .execute(&admin)
-            .await
-            .expect("create schema");
-        let upstream = tokio::net::lookup_host((options.get_host(), options.get_port()))
-            .await
-            .expect("database host")
-            .next()
-            .expect("an address");
-        let (proxy, counters) = pgcount::start(upstream).await.expect("proxy");
+        let (options, admin, schema) = support::fresh_schema("idem_rt").await;
+        let (proxy, counters) = support::proxy(&options).await;
         // The pool `PostgresStore::connect` builds, with one connection so that requests take
         // turns and each window ends when the last connection is back.
         let proxied = options
@@ -96,18 +67,7 @@ impl Bench {
     }
 
     async fn post(&self, route: &str, key: &str) -> StatusCode {
-        let request = Request::post(route)
-            .header("content-type", "application/json")
-            .header("idempotency-key", key)
-            .body(Body::from(body::json(1024)))
-            .expect("request");
-        let response = self
-            .router
-            .clone()
-            .oneshot(request)
-            .await
-            .expect("infallible");
-        response.status()
+        support::post(&self.router, route, key).await
     }
 
     /// The counters once every connection is back in the pool (its release, and the check

@@ -9,31 +9,22 @@
 //! own. A request's count is the difference between a window of `2N` requests and one of `N`,
 //! so what opening and closing a window costs cancels out.
 
+mod support;
+
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use axum::Router;
-use axum::body::Body;
-use http::{Request, StatusCode};
-use idem_bench::pgcount::{self, Counters, Counts};
-use idem_bench::{body, diesel_pg, pg, tokio_pg};
+use http::StatusCode;
+use idem_bench::pgcount::{Counters, Counts};
+use idem_bench::{diesel_pg, pg, tokio_pg};
 use idem_tokio_postgres::TokioPostgresStore;
 use idem_tokio_postgres::deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
 use idem_tokio_postgres::diesel::DieselPool;
 use idem_tokio_postgres::tokio_postgres::NoTls;
-use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::postgres::PgPoolOptions;
 use sqlx::{AssertSqlSafe, PgPool};
-use tower::ServiceExt;
 
 const N: u64 = 20;
-
-/// The database the tests use: `DATABASE_URL` when it names PostgreSQL, else the local one.
-fn database_url() -> String {
-    std::env::var("DATABASE_URL")
-        .ok()
-        .filter(|u| u.starts_with("postgres://") || u.starts_with("postgresql://"))
-        .unwrap_or_else(|| "postgres://postgres@127.0.0.1:5432/test".to_owned())
-}
 
 struct Bench {
     router: Router,
@@ -46,21 +37,7 @@ struct Bench {
 
 impl Bench {
     async fn start() -> Self {
-        let url = database_url();
-        let options: PgConnectOptions = url.parse().expect("DATABASE_URL");
-        let admin = PgPoolOptions::new()
-            .max_connections(1)
-            .connect_with(options.clone())
-            .await
-            .expect("PostgreSQL at DATABASE_URL (or 127.0.0.1:5432, database test)");
-        let nanos = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos());
-        let schema = format!("idem_rtd_{}_{nanos}", std::process::id());
-        sqlx::query(AssertSqlSafe(format!("CREATE SCHEMA {schema}")))
-            .execute(&admin)
-            .await
-            .expect("create schema");
+        let (options, admin, schema) = support::fresh_schema("idem_rtd").await;
         let tables = PgPoolOptions::new()
             .max_connections(1)
             .connect_with(options.clone().options([("search_path", schema.as_str())]))
@@ -68,12 +45,7 @@ impl Bench {
             .expect("a pool in the schema");
         pg::create_table(&tables).await.expect("orders table");
         tables.close().await;
-        let upstream = tokio::net::lookup_host((options.get_host(), options.get_port()))
-            .await
-            .expect("database host")
-            .next()
-            .expect("an address");
-        let (proxy, counters) = pgcount::start(upstream).await.expect("proxy");
+        let (proxy, counters) = support::proxy(&options).await;
         // Both pools of one connection each, so that requests take turns and each window ends
         // when the connections are back; the tables found through the search path.
         let user = options.get_username();
@@ -117,18 +89,7 @@ impl Bench {
     }
 
     async fn post(&self, route: &str, key: &str) -> StatusCode {
-        let request = Request::post(route)
-            .header("content-type", "application/json")
-            .header("idempotency-key", key)
-            .body(Body::from(body::json(1024)))
-            .expect("request");
-        let response = self
-            .router
-            .clone()
-            .oneshot(request)
-            .await
-            .expect("infallible");
-        response.status()
+        support::post(&self.router, route, key).await
     }
 
     /// The counters once both pools' connections are back.
