@@ -44,8 +44,8 @@ pub(crate) struct Statements {
     /// key is this claim's, 1 a record holds it, 2 another claim holds its lock).
     #[cfg(feature = "diesel-async")]
     pub(crate) diesel_try_claim: String,
-    /// diesel-async's completion with two commits: fails with `check_violation` when the fence
-    /// is lost.
+    /// diesel-async's completion with two commits: fails with `not_null_violation` when the
+    /// fence is lost.
     #[cfg(feature = "diesel-async")]
     pub(crate) diesel_complete_fenced: String,
 }
@@ -120,8 +120,8 @@ SELECT generate_series(1, CASE WHEN NOT pg_try_advisory_xact_lock($2) THEN 2
                               WHEN EXISTS (SELECT FROM {records} WHERE key = $1) THEN 1
                               ELSE 0 END)";
 
-/// [`COMPLETE`] that fails with `check_violation` (which diesel-async names) when it matched no
-/// row: the row it then inserts has an empty key, which the table's check refuses.
+/// [`COMPLETE`] that fails with `not_null_violation` (which diesel-async names) when it matched
+/// no row: the row it then inserts has no key.
 #[cfg(feature = "diesel-async")]
 const DIESEL_COMPLETE_FENCED: &str = "\
 WITH done AS (
@@ -131,7 +131,7 @@ WITH done AS (
     RETURNING 1
 )
 INSERT INTO {records} (key, fingerprint, token, state, owners, lease_until, expires_at)
-SELECT '\\x'::bytea, '\\x'::bytea, 0, 'in_flight', 0, 0, 0 WHERE NOT EXISTS (SELECT FROM done)";
+SELECT NULL, '\\x'::bytea, 0, 'in_flight', 0, 0, 0 WHERE NOT EXISTS (SELECT FROM done)";
 
 /// One-commit mode's claim: the key's advisory lock within `$3` (ms), a look for a committed
 /// record (`unique_violation` when there is one), then the transaction's own timeouts `$4`.

@@ -84,7 +84,7 @@ async fn a_fresh_diesel_request_costs_five_round_trips_with_an_uncached_insert()
 /// One commit: a two-commit request of the same operation claims the key and completes while
 /// the first holds its claim; the first's completion meets that record (`unique_violation`) and
 /// its `COMMIT` rolls back. Two commits: the record is forgotten (forced) under its owner, whose
-/// fenced completion then fails (`check_violation`), and its `COMMIT` rolls back.
+/// fenced completion then fails (`not_null_violation`), and its `COMMIT` rolls back.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lost_fence_rolls_the_diesel_writes_back() {
     let schemas = Schemas::default();

@@ -113,7 +113,7 @@ fn shipped_migrations_keep_their_checksums() {
     assert_eq!(plan(MIGRATIONS, &[]).unwrap().len(), MIGRATIONS.len());
 }
 
-const SHIPPED: [(i64, &str); 4] = [
+const SHIPPED: [(i64, &str); 5] = [
     (
         1,
         "c6e4a8bc81589a072395abffde2129c166ec5280995fcea9cf46e60b00a9972b",
@@ -129,5 +129,9 @@ const SHIPPED: [(i64, &str); 4] = [
     (
         4,
         "65d17c0203df13471b75d7be075e43971dec78dc35fa34c81e44cb8b23c1a707",
+    ),
+    (
+        5,
+        "f7b1139d9dddc80356ae0a05fd65381a2f9bfe3e975925d8e3b97173dcc29065",
     ),
 ];

@@ -2,7 +2,7 @@
 //! claim, sent with the `BEGIN`, and its completion, then the `COMMIT`.
 //!
 //! diesel-async reports most of PostgreSQL's errors without their SQLSTATE, so nothing here
-//! relies on one but `unique_violation` and `check_violation`, which it names: the claim takes
+//! relies on one but `unique_violation` and `not_null_violation`, which it names: the claim takes
 //! the key's lock with `pg_try_advisory_xact_lock` and says what it found in its row count, and
 //! a lost fence fails the completion with one of those two.
 
@@ -152,7 +152,7 @@ impl DieselConn {
         let lost = matches!(
             &outcome,
             Err(Error::DatabaseError(
-                DatabaseErrorKind::UniqueViolation | DatabaseErrorKind::CheckViolation,
+                DatabaseErrorKind::UniqueViolation | DatabaseErrorKind::NotNullViolation,
                 _
             ))
         );

@@ -3,15 +3,15 @@
 //! errors reported as `StoreError::Unavailable`.
 
 use idem_runtime::StoreError;
-use idem_runtime::store::PostgresStore;
+use idem_runtime::store::{Admin, PostgresStore, Store};
 use idem_tests::db::{self, TestDatabase};
 use idem_tests::{TestStore, postgres_store};
 use sqlx::{AssertSqlSafe, PgPool};
 
 use super::{
-    a_dropped_database_is_unavailable, a_dropped_table_is_unavailable,
-    claims_keep_the_scope_of_the_record_they_take, corrupt_rows_are_errors, is_migration_error,
-    records_are_per_table, replays_one, store_one,
+    KEY, a_dropped_database_is_unavailable, a_dropped_table_is_unavailable,
+    claims_keep_the_scope_of_the_record_they_take, corrupt_rows_are_errors, is_corrupt,
+    is_migration_error, records_are_per_table, replays_one, request, store_one,
 };
 
 async fn count(pool: &PgPool, sql: String) -> i64 {
@@ -72,7 +72,7 @@ async fn postgres_connect_uses_the_idem_schema_and_its_own_migrations_table() {
                 .into()
         )
         .await,
-        4
+        5
     );
     pool.close().await;
     database.drop().await;
@@ -92,7 +92,7 @@ async fn postgres_restart_applies_nothing_and_keeps_records() {
         "SELECT count(*) FROM \"{}\".idem_migrations",
         store.schema()
     );
-    assert_eq!(count(store.pool(), migrations).await, 4);
+    assert_eq!(count(store.pool(), migrations).await, 5);
     restarted.pool().close().await;
     store.discard().await;
 }
@@ -114,7 +114,7 @@ async fn postgres_instances_starting_at_once_migrate_once() {
         stores.push(starter.await.unwrap().expect("every instance starts"));
     }
     let migrations = format!("SELECT count(*) FROM \"{schema}\".idem_migrations");
-    assert_eq!(count(stores[0].pool(), migrations).await, 4);
+    assert_eq!(count(stores[0].pool(), migrations).await, 5);
     store_one(&stores[0]).await;
     replays_one(&stores[7]).await;
     for store in &stores[1..] {
@@ -140,8 +140,8 @@ async fn postgres_stores_can_share_a_schema_with_their_own_tables() {
     );
     assert_eq!(
         count(first.pool(), migrations).await,
-        8,
-        "four migrations per table"
+        10,
+        "five migrations per table"
     );
     first.discard().await;
 }
@@ -226,5 +226,52 @@ async fn postgres_corrupt_rows_are_errors_not_panics() {
         .await
         .unwrap();
     corrupt_rows_are_errors(&store).await;
+    store.discard().await;
+}
+
+/// The table keeps no `CHECK` constraints (migration 5: PostgreSQL plans them anew in every
+/// write), so what they refused is refused where the row is read: a claim of the key and an
+/// operator's read both report each such row as corrupt, and nothing is acquired or replayed.
+#[tokio::test]
+async fn postgres_rows_the_dropped_checks_refused_fail_closed() {
+    let store = postgres_store().await;
+    store_one(&store).await;
+    let table = format!("\"{}\".idempotency_records", store.schema());
+    let checks = format!(
+        "SELECT count(*) FROM pg_constraint WHERE conrelid = '{table}'::regclass AND contype = 'c'"
+    );
+    assert_eq!(count(store.pool(), checks).await, 0);
+    let pool = store.pool().clone();
+    let exec = |sql: String| {
+        let pool = pool.clone();
+        async move {
+            sqlx::raw_sql(AssertSqlSafe(sql))
+                .execute(&pool)
+                .await
+                .unwrap();
+        }
+    };
+    exec(format!("CREATE TABLE {table}_kept AS TABLE {table}")).await;
+    // Each with whether an operator's read sees the corruption (it shows no fingerprint).
+    for (corruption, read) in [
+        ("state = 'done'", true),
+        ("response = NULL", true),
+        ("fingerprint = '\\x0102'", false),
+        (
+            "state = 'in_flight', lease_until = 0, fingerprint = '\\x01'",
+            false,
+        ),
+    ] {
+        exec(format!("UPDATE {table} SET {corruption}")).await;
+        is_corrupt(store.claim(request(3)).await);
+        if read {
+            is_corrupt(store.read_record(&KEY).await);
+        }
+        exec(format!(
+            "DELETE FROM {table}; INSERT INTO {table} SELECT * FROM {table}_kept"
+        ))
+        .await;
+        replays_one(&store).await;
+    }
     store.discard().await;
 }
