@@ -138,21 +138,23 @@ struct Invalid;
 
 type Parsed = Result<(), Invalid>;
 
-/// Where an object key's bytes are: in the input (no escapes) or, decoded, in `Writer::keys`.
-#[derive(Clone, Copy)]
-enum Key {
-    Input(usize, usize),
-    Decoded(usize, usize),
-}
+/// Marks a key decoded into `Writer::keys` (one written with escapes) in [`Member::key_end`]:
+/// offsets into a slice never reach `isize::MAX`, so the top bit is free.
+const DECODED: usize = 1 << (usize::BITS - 1);
 
-/// One member of an object being read: its key and where `"key":value` is in the output.
+/// One member of an object being read: its key and where `"key":value` is in the output. Plain
+/// words, no enum: a member is written with a few stores and read back whole.
 #[derive(Clone, Copy)]
 struct Member {
     /// The key's first eight bytes, zero-padded, as a big-endian number: comparing two ranks
     /// orders most keys without reading them again.
     rank: u64,
-    key: Key,
+    /// Where the key's bytes are: `input[key_start..key_end]`, or, with [`DECODED`] set in
+    /// `key_end`, in `Writer::keys`.
+    key_start: usize,
+    key_end: usize,
     start: usize,
+    /// Set only when the object closes out of order (see [`Writer::close_object`]).
     end: usize,
 }
 
@@ -161,17 +163,21 @@ struct Member {
 #[inline(always)]
 fn order(a: &Member, b: &Member, input: &[u8], keys: &[u8]) -> Ordering {
     match a.rank.cmp(&b.rank) {
-        Ordering::Equal => tie(a.key, b.key, input, keys),
+        Ordering::Equal => tie(a, b, input, keys),
         unequal => unequal,
     }
 }
 
 /// The order of two keys whose first eight bytes are alike.
 #[inline(never)]
-fn tie(a: Key, b: Key, input: &[u8], keys: &[u8]) -> Ordering {
-    let bytes = |key: Key| match key {
-        Key::Input(start, end) => &input[start..end],
-        Key::Decoded(start, end) => &keys[start..end],
+fn tie(a: &Member, b: &Member, input: &[u8], keys: &[u8]) -> Ordering {
+    let bytes = |member: &Member| {
+        let end = member.key_end & !DECODED;
+        if member.key_end & DECODED == 0 {
+            &input[member.key_start..end]
+        } else {
+            &keys[member.key_start..end]
+        }
     };
     bytes(a).cmp(bytes(b))
 }
@@ -320,17 +326,13 @@ impl<'a> Writer<'a> {
                 _ => return Err(Invalid),
             }
             // A value is complete: close the containers it completes, up to one that takes
-            // another element (then read it) or to the end of the document.
+            // another element (then read it) or to the end of the document. A member's end is
+            // not noted here: the output is compact, so a member ends one byte (its comma)
+            // before the next starts, and the last where its object closes.
             loop {
                 let Some(&open) = self.open.last() else {
                     return Ok(());
                 };
-                if open.object {
-                    let end = self.at();
-                    if let Some(member) = self.members.last_mut() {
-                        member.end = end;
-                    }
-                }
                 self.skip_whitespace();
                 match (self.peek(), open.object) {
                     (Some(b','), object) => {
@@ -384,13 +386,21 @@ impl<'a> Writer<'a> {
         }
         let start = self.at();
         let open = self.pos;
-        let key = match self.string()? {
-            None => Key::Input(open + 1, self.pos - 1),
+        let (key_start, key_end, rank) = match self.string()? {
+            None => {
+                let (from, to) = (open + 1, self.pos - 1);
+                (
+                    from,
+                    to,
+                    rank(&self.input[from..to], self.input[from..].first_chunk()),
+                )
+            }
             Some((text, close)) => {
                 let from = self.keys.len();
                 self.keys.extend_from_slice(text.as_bytes());
                 self.write_decoded(&text, close);
-                Key::Decoded(from, self.keys.len())
+                let to = self.keys.len();
+                (from, to | DECODED, rank(&self.keys[from..to], None))
             }
         };
         self.skip_whitespace();
@@ -399,13 +409,10 @@ impl<'a> Writer<'a> {
         }
         self.pos += 1;
         self.skip_whitespace();
-        let rank = match key {
-            Key::Input(from, to) => rank(&self.input[from..to], self.input[from..].first_chunk()),
-            Key::Decoded(from, to) => rank(&self.keys[from..to], None),
-        };
         let member = Member {
             rank,
-            key,
+            key_start,
+            key_end,
             start,
             end: start,
         };
@@ -431,6 +438,13 @@ impl<'a> Writer<'a> {
         self.open.pop();
         if !open.in_order {
             self.cut();
+            // Each member ends a comma before the next one starts, the last where the object
+            // closes: noted now, before the members move.
+            let mut end = self.out.len();
+            for member in self.members[open.first..].iter_mut().rev() {
+                member.end = end;
+                end = member.start - 1;
+            }
             let Writer {
                 members,
                 input,
