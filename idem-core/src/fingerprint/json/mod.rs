@@ -154,32 +154,58 @@ struct Member {
     key_start: usize,
     key_end: usize,
     start: usize,
-    /// Set only when the object closes out of order (see [`Writer::close_object`]).
+    /// Where `"key":value` ends in the output: noted when the next member starts (a comma
+    /// before it), [`LAST`] until then (the object's end, once it closes).
     end: usize,
 }
+
+/// [`Member::end`] of an object's last member: it ends where the object does.
+const LAST: usize = usize::MAX;
 
 /// The order of two members' keys, byte by byte: the ranks decide unless they tie (a shorter
 /// key ranks as if padded with zero bytes, so the bytes then decide).
 #[inline(always)]
 fn order(a: &Member, b: &Member, input: &[u8], keys: &[u8]) -> Ordering {
-    match a.rank.cmp(&b.rank) {
-        Ordering::Equal => tie(a, b, input, keys),
+    order_of(a, b.rank, b.key_start, b.key_end, input, keys)
+}
+
+/// [`order`] of `a` and a member not built yet, given by its key's rank and place: in plain
+/// words, so that the new member is built once, where it is stored, and never read back from
+/// the stack (a wide read of narrow writes stalls).
+#[inline(always)]
+fn order_of(
+    a: &Member,
+    rank: u64,
+    key_start: usize,
+    key_end: usize,
+    input: &[u8],
+    keys: &[u8],
+) -> Ordering {
+    match a.rank.cmp(&rank) {
+        Ordering::Equal => tie(a.key_start, a.key_end, key_start, key_end, input, keys),
         unequal => unequal,
     }
 }
 
-/// The order of two keys whose first eight bytes are alike.
+/// The order of two keys whose first eight bytes are alike, each given by its place
+/// ([`Member::key_start`], [`Member::key_end`]).
 #[inline(never)]
-fn tie(a: &Member, b: &Member, input: &[u8], keys: &[u8]) -> Ordering {
-    let bytes = |member: &Member| {
-        let end = member.key_end & !DECODED;
-        if member.key_end & DECODED == 0 {
-            &input[member.key_start..end]
+fn tie(
+    a_start: usize,
+    a_end: usize,
+    b_start: usize,
+    b_end: usize,
+    input: &[u8],
+    keys: &[u8],
+) -> Ordering {
+    let bytes = |start: usize, end: usize| {
+        if end & DECODED == 0 {
+            &input[start..end]
         } else {
-            &keys[member.key_start..end]
+            &keys[start..end & !DECODED]
         }
     };
-    bytes(a).cmp(bytes(b))
+    bytes(a_start, a_end).cmp(bytes(b_start, b_end))
 }
 
 /// The first eight bytes of `key`, zero-padded, as a big-endian number; `word` holds them when
@@ -328,7 +354,8 @@ impl<'a> Writer<'a> {
             // A value is complete: close the containers it completes, up to one that takes
             // another element (then read it) or to the end of the document. A member's end is
             // not noted here: the output is compact, so a member ends one byte (its comma)
-            // before the next starts, and the last where its object closes.
+            // before the next starts (noted as the next is read), and the last where its
+            // object closes.
             loop {
                 let Some(&open) = self.open.last() else {
                     return Ok(());
@@ -409,25 +436,27 @@ impl<'a> Writer<'a> {
         }
         self.pos += 1;
         self.skip_whitespace();
-        let member = Member {
-            rank,
-            key_start,
-            key_end,
-            start,
-            end: start,
-        };
         let Some(open) = self.open.last_mut() else {
             return Err(Invalid);
         };
         if self.members.len() > open.first {
-            let last = &self.members[self.members.len() - 1];
-            match order(last, &member, self.input, &self.keys) {
+            let last = self.members.len() - 1;
+            let last = &mut self.members[last];
+            // Compact output: the member before ends at this one's comma.
+            last.end = start - 1;
+            match order_of(last, rank, key_start, key_end, self.input, &self.keys) {
                 Ordering::Less => {}
                 Ordering::Equal if self.version == Version::V2 => return Err(Invalid),
                 _ => open.in_order = false,
             }
         }
-        self.members.push(member);
+        self.members.push(Member {
+            rank,
+            key_start,
+            key_end,
+            start,
+            end: LAST,
+        });
         Ok(())
     }
 
@@ -438,13 +467,7 @@ impl<'a> Writer<'a> {
         self.open.pop();
         if !open.in_order {
             self.cut();
-            // Each member ends a comma before the next one starts, the last where the object
-            // closes: noted now, before the members move.
-            let mut end = self.out.len();
-            for member in self.members[open.first..].iter_mut().rev() {
-                member.end = end;
-                end = member.start - 1;
-            }
+            let object_end = self.out.len();
             let Writer {
                 members,
                 input,
@@ -462,27 +485,30 @@ impl<'a> Writer<'a> {
                 // Stable: a repeated key's values stay in document order, and the last is kept.
                 members.sort_by(by_key);
             }
-            if *version == Version::V2
-                && members
-                    .windows(2)
-                    .any(|pair| by_key(&pair[0], &pair[1]).is_eq())
-            {
-                return Err(Invalid);
-            }
             // The members are written in order after the object, then moved over it: the room
-            // `cut` reserved holds them unless numbers grew past it.
+            // `cut` reserved holds them unless numbers grew past it. A member is written with
+            // the comma after it (in the output it is followed by one, unless it is the last),
+            // and the last comma dropped. One comparison per member tells a repeated key.
             let unordered_end = out.len();
             for (i, member) in members.iter().enumerate() {
-                let last_of_key = members
+                if members
                     .get(i + 1)
-                    .is_none_or(|next| by_key(next, member).is_ne());
-                if last_of_key {
-                    if out.len() > unordered_end {
-                        out.push(b',');
+                    .is_some_and(|next| by_key(next, member).is_eq())
+                {
+                    if *version == Version::V2 {
+                        return Err(Invalid);
                     }
-                    out.extend_from_within(member.start..member.end);
+                    // V1: the last value of a repeated key is kept.
+                    continue;
+                }
+                if member.end == LAST {
+                    out.extend_from_within(member.start..object_end);
+                    out.push(b',');
+                } else {
+                    out.extend_from_within(member.start..member.end + 1);
                 }
             }
+            out.pop();
             let ordered = out.len() - unordered_end;
             out.copy_within(unordered_end.., start);
             out.truncate(start + ordered);
