@@ -98,8 +98,15 @@ pub(super) fn write_exact(out: &mut Vec<u8>, token: &[u8]) -> Parsed {
     if scale.unsigned_abs() > MAX_EXPONENT {
         return Err(Invalid);
     }
-    out.push(b'e');
-    out.extend_from_slice(itoa::Buffer::new().format(scale).as_bytes());
+    // A one-digit exponent (`0.2` is `2e-1`: the common case) is written without a formatter.
+    match scale {
+        0..=9 => out.extend_from_slice(&[b'e', b'0' + scale as u8]),
+        -9..=-1 => out.extend_from_slice(&[b'e', b'-', b'0' + scale.unsigned_abs() as u8]),
+        _ => {
+            out.push(b'e');
+            out.extend_from_slice(itoa::Buffer::new().format(scale).as_bytes());
+        }
+    }
     Ok(())
 }
 
