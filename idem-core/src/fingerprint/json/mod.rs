@@ -91,28 +91,15 @@ fn write<R>(
     buffers: &mut Buffers,
     f: impl FnOnce(&[u8], &[u8]) -> R,
 ) -> Option<R> {
-    let mut writer = Writer {
-        version,
-        scan,
-        input,
-        pos: 0,
-        run: 0,
-        out: std::mem::take(&mut buffers.out),
-        members: std::mem::take(&mut buffers.members),
-        keys: std::mem::take(&mut buffers.keys),
-        open: std::mem::take(&mut buffers.open),
-    };
-    let result = writer
-        .document()
+    let result = parse(input, version, scan, buffers)
         .ok()
-        .map(|end| f(&writer.out, &input[writer.run..end]));
-    let Writer {
+        .map(|(run, end)| f(&buffers.out, &input[run..end]));
+    let Buffers {
         mut out,
         mut members,
         mut keys,
         mut open,
-        ..
-    } = writer;
+    } = std::mem::take(buffers);
     out.clear();
     members.clear();
     keys.clear();
@@ -130,6 +117,35 @@ fn write<R>(
     if small(open.capacity() * size_of::<Open>()) {
         buffers.open = open;
     }
+    result
+}
+
+/// Reads `input` into `buffers.out`: where the input's last run starts and where the document
+/// ends. Not generic, and the writer a local of its own into which the whole parser is
+/// inlined, so that the compiler keeps its cursor in registers rather than in memory.
+#[inline(never)]
+fn parse(
+    input: &[u8],
+    version: Version,
+    scan: Scan,
+    buffers: &mut Buffers,
+) -> Result<(usize, usize), Invalid> {
+    let mut writer = Writer {
+        version,
+        scan,
+        input,
+        pos: 0,
+        run: 0,
+        out: std::mem::take(&mut buffers.out),
+        members: std::mem::take(&mut buffers.members),
+        keys: std::mem::take(&mut buffers.keys),
+        open: std::mem::take(&mut buffers.open),
+    };
+    let result = writer.document().map(|end| (writer.run, end));
+    buffers.out = writer.out;
+    buffers.members = writer.members;
+    buffers.keys = writer.keys;
+    buffers.open = writer.open;
     result
 }
 
@@ -231,17 +247,24 @@ fn rank(key: &[u8], word: Option<&[u8; 8]>) -> u64 {
     }
 }
 
-/// Sorts `members` by key, stably (a repeated key's values stay in document order): insertion
-/// sort, as objects are small and mostly in order.
-fn sort_members(members: &mut [Member], input: &[u8], keys: &[u8]) {
-    for i in 1..members.len() {
-        let member = members[i];
+/// The largest object whose members are put in order by index (see [`sort_small`]).
+const SMALL: usize = 32;
+
+/// Puts `order` (indices into `members`, at most [`SMALL`]) in the order of their members' keys,
+/// stably (a repeated key's values stay in document order): insertion sort, as objects are
+/// small and mostly in order. The members stay where they are: moving 40-byte members read
+/// back words written a moment before, which stalls, where a byte index does not.
+fn sort_small(order: &mut [u8], members: &[Member], input: &[u8], keys: &[u8]) {
+    for i in 1..order.len() {
+        let index = order[i];
+        let member = &members[usize::from(index)];
         let mut j = i;
-        while j > 0 && order(&members[j - 1], &member, input, keys).is_gt() {
-            members[j] = members[j - 1];
+        while j > 0 && self::order(&members[usize::from(order[j - 1])], member, input, keys).is_gt()
+        {
+            order[j] = order[j - 1];
             j -= 1;
         }
-        members[j] = member;
+        order[j] = index;
     }
 }
 
@@ -315,6 +338,7 @@ impl<'a> Writer<'a> {
 
     /// Reads the whole document: where its value ends (the form is then `out`, followed by
     /// `input[run..end]`).
+    #[inline(always)]
     fn document(&mut self) -> Result<usize, Invalid> {
         self.skip_whitespace();
         self.value()?;
@@ -330,6 +354,7 @@ impl<'a> Writer<'a> {
     }
 
     /// Reads one value (the cursor on its first byte) with every container in it.
+    #[inline(always)]
     fn value(&mut self) -> Parsed {
         loop {
             match self.peek().ok_or(Invalid)? {
@@ -479,22 +504,31 @@ impl<'a> Writer<'a> {
             let members = &mut members[open.first..];
             let start = members[0].start;
             let by_key = |a: &Member, b: &Member| order(a, b, input, keys);
-            if members.len() <= 32 {
-                sort_members(members, input, keys);
+            // The members in key order: by index for a small object, else sorted in place.
+            let mut small: [u8; SMALL] = std::array::from_fn(|i| i as u8);
+            let count = members.len();
+            if count <= SMALL {
+                sort_small(&mut small[..count], members, input, keys);
             } else {
                 // Stable: a repeated key's values stay in document order, and the last is kept.
                 members.sort_by(by_key);
             }
+            let members = &*members;
+            let nth = |k: usize| {
+                if count <= SMALL {
+                    &members[usize::from(small[k])]
+                } else {
+                    &members[k]
+                }
+            };
             // The members are written in order after the object, then moved over it: the room
             // `cut` reserved holds them unless numbers grew past it. A member is written with
             // the comma after it (in the output it is followed by one, unless it is the last),
             // and the last comma dropped. One comparison per member tells a repeated key.
             let unordered_end = out.len();
-            for (i, member) in members.iter().enumerate() {
-                if members
-                    .get(i + 1)
-                    .is_some_and(|next| by_key(next, member).is_eq())
-                {
+            for k in 0..count {
+                let member = nth(k);
+                if k + 1 < count && by_key(nth(k + 1), member).is_eq() {
                     if *version == Version::V2 {
                         return Err(Invalid);
                     }
