@@ -6,7 +6,7 @@
 use tokio_postgres::types::Type;
 
 use idem_sql::postgres::Names;
-use idem_sql::postgres::statements::{CLAIM, COMPLETE, PURGE, RELEASE, RENEW};
+use idem_sql::postgres::statements::{CLAIM, COMPLETE, INSERT_COMPLETED, PURGE, RELEASE, RENEW};
 use idem_sql::records::RecordStatements;
 
 /// A statement's text and its parameters' types (given, not inferred, so a parameter that
@@ -30,7 +30,7 @@ pub(crate) struct Statements {
     pub(crate) release: Sql,
     pub(crate) renew: Sql,
     pub(crate) purge: Sql,
-    /// One-commit mode's claim and completion: idem-sqlx's functions (migration 4).
+    /// One-commit mode's claim (idem-sqlx's function, migration 4) and completion.
     pub(crate) claim_in_tx: Sql,
     pub(crate) complete_in_tx: Sql,
     pub(crate) list: Sql,
@@ -84,7 +84,7 @@ impl Statements {
             purge: sql(PURGE, &[INT8, INT8]),
             claim_in_tx: sql(CLAIM_IN_TX, &[BYTEA, INT8, TEXT, TEXT]),
             complete_in_tx: sql(
-                COMPLETE_IN_TX,
+                INSERT_COMPLETED,
                 &[
                     BYTEA, INT8, INT8, BYTEA, INT2, INT8, BYTEA, INT8, TEXT, INT8, TEXT, TEXT,
                 ],
@@ -136,11 +136,6 @@ SELECT NULL, '\\x'::bytea, 0, 'in_flight', 0, 0, 0 WHERE NOT EXISTS (SELECT FROM
 /// One-commit mode's claim: the key's advisory lock within `$3` (ms), a look for a committed
 /// record (`unique_violation` when there is one), then the transaction's own timeouts `$4`.
 const CLAIM_IN_TX: &str = "SELECT {claim_in_tx}($1, $2, $3, $4)";
-
-/// One-commit mode's completion: the record inserted whole, completed; `unique_violation` when
-/// a record of the key committed meanwhile (the fence lost).
-const COMPLETE_IN_TX: &str =
-    "SELECT {complete_in_tx}($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)";
 
 /// [`COMPLETE`] that fails (`division_by_zero`) when it matched no row: sent with the `COMMIT`,
 /// a lost fence must abort the transaction, since a pipelined `COMMIT` commits whatever ran

@@ -64,6 +64,21 @@ UPDATE {records} SET state = 'completed', response = $3, expires_at = $4, status
     completed_at = $6
 WHERE key = $1 AND token = $2 AND state = 'in_flight'";
 
+/// One-commit mode's completion where statements are prepared: the record inserted whole,
+/// completed, as the function `{complete_in_tx}` (migration 4) inserts it, with the function's
+/// parameters in the same order; `unique_violation` when a record of the key committed
+/// meanwhile (the fence lost). Drivers that send the completion as text in the simple protocol
+/// call the function, whose plan PL/pgSQL keeps for the session; a prepared statement keeps its
+/// own, and costs the database less than the function call.
+///
+/// `$1` key, `$2` token, `$3` expires_at, `$4` response, `$5` status, `$6` completed_at, `$7`
+/// fingerprint, `$8` lease_until, `$9` operation, `$10` created_at, `$11` scope, `$12` scope
+/// value.
+pub const INSERT_COMPLETED: &str = "\
+INSERT INTO {records} (key, fingerprint, token, state, owners, lease_until, expires_at,
+    operation, created_at, scope, scope_value, response, status, completed_at)
+VALUES ($1, $7, $2, 'completed', 1, $8, $3, $9, $10, $11, $12, $4, $5, $6)";
+
 /// Deletes the owner's in-flight record: `$1` key, `$2` token.
 pub const RELEASE: &str = "\
 DELETE FROM {records} WHERE key = $1 AND token = $2 AND state = 'in_flight'";

@@ -1,5 +1,5 @@
 use super::migrations::MIGRATIONS;
-use super::statements::{CLAIM, COMPLETE, PURGE, RELEASE, RENEW};
+use super::statements::{CLAIM, COMPLETE, INSERT_COMPLETED, PURGE, RELEASE, RENEW};
 use super::*;
 use crate::migrate::plan;
 use crate::records::RecordStatements;
@@ -76,7 +76,7 @@ fn tables_lock_the_same_key_apart() {
 fn statements_name_only_the_configured_table() {
     let names = Names::new("a".into(), "b".into()).unwrap();
     let operators = RecordStatements::new(names.records(), "FOR UPDATE SKIP LOCKED");
-    let hot = [CLAIM, COMPLETE, RELEASE, RENEW, PURGE].map(|s| names.render(s));
+    let hot = [CLAIM, COMPLETE, INSERT_COMPLETED, RELEASE, RENEW, PURGE].map(|s| names.render(s));
     let operators = [
         &operators.list,
         &operators.read,

@@ -7,7 +7,8 @@
 //! duplicate finds its record and the engine reads it the ordinary way (replay, or 422); if it
 //! rolls back or its connection dies, the lock is free. The open connection is the lease, and a
 //! crash leaves nothing behind. The completion inserts the record whole, completed, with the
-//! `COMMIT` ([`LentConn`]).
+//! `COMMIT` ([`LentConn`]): a prepared `INSERT` (`idem_sql`'s `INSERT_COMPLETED`), which costs
+//! the database less than the same `INSERT` made by idem-sqlx's function.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
