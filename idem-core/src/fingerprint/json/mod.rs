@@ -382,11 +382,14 @@ impl<'a> Writer<'a> {
             // before the next starts (noted as the next is read), and the last where its
             // object closes.
             loop {
-                let Some(&open) = self.open.last() else {
+                // Its kind alone: the container is read whole only as it closes, not after
+                // every value (its `in_order`, a byte written as a key is read, would be read
+                // back in a wider load, which stalls).
+                let Some(object) = self.open.last().map(|open| open.object) else {
                     return Ok(());
                 };
                 self.skip_whitespace();
-                match (self.peek(), open.object) {
+                match (self.peek(), object) {
                     (Some(b','), object) => {
                         self.pos += 1;
                         self.skip_whitespace();
@@ -396,7 +399,7 @@ impl<'a> Writer<'a> {
                         break;
                     }
                     (Some(b'}'), true) => {
-                        self.close_object(open)?;
+                        self.close_object()?;
                         self.pos += 1;
                     }
                     (Some(b']'), false) => {
@@ -488,8 +491,10 @@ impl<'a> Writer<'a> {
     /// Closes the innermost object (the cursor on its `}`): puts its members in key order if
     /// one came out of order, then forgets them. A repeated key keeps its last value in V1 and
     /// makes the document non-canonical in V2.
-    fn close_object(&mut self, open: Open) -> Parsed {
-        self.open.pop();
+    fn close_object(&mut self) -> Parsed {
+        let Some(open) = self.open.pop() else {
+            return Err(Invalid);
+        };
         if !open.in_order {
             self.cut();
             let object_end = self.out.len();
