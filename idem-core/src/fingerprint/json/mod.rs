@@ -268,6 +268,21 @@ fn sort_small(order: &mut [u8], members: &[Member], input: &[u8], keys: &[u8]) {
     }
 }
 
+/// Appends `out[start..end]` to `out`. Most members are short: one of up to 16 bytes is copied
+/// as a 16-byte block and the length set after, which the compiler writes as two moves, where
+/// `Vec::extend_from_within` calls `memcpy` (a call per member weighed a tenth of the time).
+#[inline(always)]
+fn extend_from_within(out: &mut Vec<u8>, start: usize, end: usize) {
+    let len = out.len();
+    match out.get(start..).and_then(<[u8]>::first_chunk::<16>) {
+        Some(&block) if end - start <= 16 => {
+            out.extend_from_slice(&block);
+            out.truncate(len + (end - start));
+        }
+        _ => out.extend_from_within(start..end),
+    }
+}
+
 /// A container being read.
 #[derive(Clone, Copy)]
 struct Open {
@@ -541,10 +556,10 @@ impl<'a> Writer<'a> {
                     continue;
                 }
                 if member.end == LAST {
-                    out.extend_from_within(member.start..object_end);
+                    extend_from_within(out, member.start, object_end);
                     out.push(b',');
                 } else {
-                    out.extend_from_within(member.start..member.end + 1);
+                    extend_from_within(out, member.start, member.end + 1);
                 }
             }
             out.pop();
