@@ -9,7 +9,7 @@ mod support;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use axum::http::StatusCode;
-use diesel_app::{harness, harness_at, harness_with, settle};
+use diesel_app::{Harness, harness, harness_at, harness_with, settle};
 use idem_tokio_postgres::tokio_postgres;
 use serde_json::json;
 use support::proxy::{Cut, Proxy, When, server_of};
@@ -39,7 +39,7 @@ async fn diesel_writes_commit_with_the_record_or_roll_back_with_a_failure() {
 
 /// Through a proxy that frames the protocol, on one warm connection per pool.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_fresh_diesel_request_costs_five_round_trips_with_an_uncached_insert() {
+async fn a_fresh_diesel_request_costs_four_round_trips_with_an_uncached_insert() {
     let schemas = Schemas::default();
     let proxy = Proxy::start(server_of(&url()).await).await;
     let h = harness(&schemas, &proxy.url(&url()), 1).await;
@@ -67,12 +67,12 @@ async fn a_fresh_diesel_request_costs_five_round_trips_with_an_uncached_insert()
     eprintln!("(path, round trips, statements, parses) per fresh request: {per_request:?}");
     let round_trips: Vec<_> = per_request.iter().map(|(p, r, ..)| (*p, *r)).collect();
     // The handler's `sql_query` is prepared anew each time by diesel (a Parse each time): 2
-    // round trips in atomic mode, where the store adds three: the claim (with the `BEGIN` in
-    // one commit; the `BEGIN` rides with the handler's first statement in two), the completion
-    // and the `COMMIT`. Bare, the same statement counts 1 or 2 from one run to the next (how
+    // round trips in atomic mode, where the store adds two: the claim (with the `BEGIN` in
+    // one commit; the `BEGIN` rides with the handler's first statement in two), and the
+    // completion with the `COMMIT`. Bare, the same statement counts 1 or 2 from one run to the next (how
     // the server's answer to its preparation reaches the proxy; not understood yet), so only a
     // bound is asserted there.
-    assert_eq!(&round_trips[1..], [("/one", 5), ("/two", 5)]);
+    assert_eq!(&round_trips[1..], [("/one", 4), ("/two", 4)]);
     assert!((1..=2).contains(&round_trips[0].1), "{round_trips:?}");
     assert!(
         per_request.iter().all(|(.., parses)| *parses == 1),
@@ -85,25 +85,31 @@ async fn a_fresh_diesel_request_costs_five_round_trips_with_an_uncached_insert()
 /// the first holds its claim; the first's completion meets that record (`unique_violation`) and
 /// its `COMMIT` rolls back. Two commits: the record is forgotten (forced) under its owner, whose
 /// fenced completion then fails (`not_null_violation`), and its `COMMIT` rolls back.
+///
+/// Each on a new pool, so the completion that loses runs on a connection that has not prepared
+/// it: diesel-async prepares it first, a round trip, while the `COMMIT` is sent beside it, and
+/// the `COMMIT` must still reach the server after it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lost_fence_rolls_the_diesel_writes_back() {
     let schemas = Schemas::default();
-    let h = harness(&schemas, &url(), 4).await;
-    let held = |path: &'static str, key: &'static str, name: &'static str| {
+    let held = |h: &Harness, path: &'static str, key: &'static str, name: &'static str| {
         let h = h.clone();
         tokio::spawn(async move {
             h.send(path, key, json!({ "name": name, "gate": true }))
                 .await
         })
     };
-    let first = held("/mixed-one", "k", "first");
+    let h = harness(&schemas, &url(), 4).await;
+    let first = held(&h, "/mixed-one", "k", "first");
     h.items.entered.acquire().await.unwrap().forget();
     let second = h.send("/mixed-two", "k", json!({ "name": "second" })).await;
     assert_eq!(second.0, StatusCode::CREATED);
     h.items.released.add_permits(1);
     assert_eq!(first.await.unwrap().0, StatusCode::CONFLICT);
+    assert_eq!(h.names().await, ["second"]);
 
-    let forgotten = held("/two", "f", "forgotten");
+    let h = harness(&schemas, &url(), 4).await;
+    let forgotten = held(&h, "/two", "f", "forgotten");
     h.items.entered.acquire().await.unwrap().forget();
     let records = h.idem.records();
     let filter = idem_core::store::records::RecordFilter::default();
@@ -113,7 +119,10 @@ async fn a_lost_fence_rolls_the_diesel_writes_back() {
     records.force_forget(&leased[0].key).await.unwrap();
     h.items.released.add_permits(1);
     assert_eq!(forgotten.await.unwrap().0, StatusCode::CONFLICT);
-    assert_eq!(h.names().await, ["second"]);
+    assert!(
+        h.names().await.is_empty(),
+        "the fenced-out write rolled back"
+    );
 }
 
 /// The connection cut at `BEGIN` or `COMMIT`, before the server gets it or with its answer

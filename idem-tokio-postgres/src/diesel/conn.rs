@@ -126,17 +126,26 @@ impl DieselConn {
                 }
             }
         };
+        // The `COMMIT` as a statement diesel-async prepares and caches too, not as text: it
+        // then takes its turn at the connection's statement cache, which the completion holds
+        // from before it sends anything (preparing its statement first, on a connection that
+        // has not run it yet) until its execution is queued on the connection. Polled first
+        // (`biased`), the completion is ahead on the wire whether or not it was prepared, and
+        // a completion that fails aborts the transaction the `COMMIT` then rolls back. (Sent
+        // as text, the `COMMIT` could overtake a completion being prepared, and commit the
+        // operation's writes without the record whose fence was lost.)
         let commit = async {
             let mut c = conn;
-            c.batch_execute("COMMIT").await
+            Raw {
+                sql: "COMMIT",
+                params: &[],
+            }
+            .execute(&mut c)
+            .await
         };
-        // One after the other: sent together, the `COMMIT` could overtake the completion, which
-        // diesel-async sends only once it has prepared its statement on this connection, and
-        // commit the operation's writes without the record whose fence was lost.
-        let completed = completed.await;
-        let committed = commit.await;
+        let (completed, committed) = tokio::join!(biased; completed, commit);
         completed?;
-        committed
+        committed.map(drop)
     }
 
     async fn complete_and_commit_owned(

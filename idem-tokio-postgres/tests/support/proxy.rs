@@ -6,11 +6,14 @@
 //!   pipelined. The server's answers are held for [`DELAY`] before they are passed on (a server
 //!   a little way off), so messages a client sends together cannot be split by an answer, and a
 //!   message that needed an answer always comes after it.
-//! - **Cuts.** The connection can be cut when the client sends a chosen simple-protocol
-//!   statement: before it reaches the server, or after, with its answer lost.
+//! - **Cuts.** The connection can be cut when the client sends a chosen statement, as text
+//!   (a simple-protocol `Query`) or as a prepared statement's `Bind` (the proxy remembers the
+//!   text of each statement the connection's `Parse` named): before it reaches the server, or
+//!   after, with its answer lost.
 //!
 //! Connect with `sslmode=disable`: the proxy frames no TLS.
 
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -33,7 +36,8 @@ pub enum When {
     AnswerLost,
 }
 
-/// A cut of the next connection that sends a simple-protocol `Query` starting with `prefix`.
+/// A cut of the next connection that sends a statement starting with `prefix`, as text or as
+/// a prepared statement's `Bind`.
 #[derive(Debug, Clone, Copy)]
 pub struct Cut {
     pub prefix: &'static str,
@@ -188,6 +192,10 @@ async fn upstream_side(
     from.read_exact(&mut body).await?;
     to.write_all(&len).await?;
     to.write_all(&body).await?;
+    // The text of each statement the connection prepared, by name.
+    let mut prepared: HashMap<Vec<u8>, String> = HashMap::new();
+    // A prepared statement's cut whose answer is lost: it falls after the next `Sync`.
+    let mut cut_at_sync = false;
     loop {
         let mut head = [0; 5];
         from.read_exact(&mut head).await?;
@@ -211,28 +219,50 @@ async fn upstream_side(
                 shared.text_binds.fetch_add(1, Ordering::SeqCst);
             }
         }
-        if kind == b'Q' {
-            let cut = {
-                let mut cut = shared.cut.lock().unwrap_or_else(PoisonError::into_inner);
-                let text = String::from_utf8_lossy(&body);
-                match *cut {
-                    Some(c) if text.trim_start().starts_with(c.prefix) => cut.take(),
-                    _ => None,
-                }
-            };
-            if let Some(cut) = cut {
-                lock(&exchange).muted = true;
-                if cut.when == When::AnswerLost {
-                    to.write_all(&head).await?;
-                    to.write_all(&body).await?;
-                    // Time for the server to run it before the connection goes.
-                    tokio::time::sleep(Duration::from_millis(300)).await;
-                }
+        let mut names = body.split(|b| *b == 0);
+        let text = match kind {
+            b'Q' => Some(String::from_utf8_lossy(&body).into_owned()),
+            b'P' => {
+                let (name, text) = (names.next().unwrap_or_default(), names.next());
+                let text = String::from_utf8_lossy(text.unwrap_or_default()).into_owned();
+                prepared.insert(name.to_vec(), text);
+                None
+            }
+            b'B' => {
+                let statement = names.nth(1).unwrap_or_default();
+                prepared.get(statement).cloned()
+            }
+            _ => None,
+        };
+        if let Some(cut) = text.and_then(|text| take_cut(&shared, &text)) {
+            lock(&exchange).muted = true;
+            if cut.when == When::Before {
                 return Err(std::io::ErrorKind::ConnectionReset.into());
+            }
+            // A `Query` runs as it arrives; a `Bind`'s statement once its `Sync` does.
+            cut_at_sync = true;
+            if kind == b'B' {
+                to.write_all(&head).await?;
+                to.write_all(&body).await?;
+                continue;
             }
         }
         to.write_all(&head).await?;
         to.write_all(&body).await?;
+        if cut_at_sync && matches!(kind, b'Q' | b'S') {
+            // Time for the server to run it before the connection goes.
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            return Err(std::io::ErrorKind::ConnectionReset.into());
+        }
+    }
+}
+
+/// The cut set for a statement starting as `text` does, taken: it falls once.
+fn take_cut(shared: &Shared, text: &str) -> Option<Cut> {
+    let mut cut = shared.cut.lock().unwrap_or_else(PoisonError::into_inner);
+    match *cut {
+        Some(c) if text.trim_start().starts_with(c.prefix) => cut.take(),
+        _ => None,
     }
 }
 
