@@ -9,8 +9,7 @@
 //!   `COMMIT`, so a fresh request costs its own statements plus two round trips.
 //! - [`diesel::DieselTx`] (feature `diesel-async`): atomic mode for handlers that write with
 //!   diesel-async on `AsyncPgConnection`, from the application's diesel-async pool
-//!   ([`TokioPostgresStoreBuilder::diesel`]); the completion and the `COMMIT` go one after the
-//!   other there, a round trip more.
+//!   ([`TokioPostgresStoreBuilder::diesel`]), pipelined the same way.
 //!
 //! Written against the public contracts of `idem-core` (the store, atomic mode's hand-over,
 //! the conformance, model and fault suites) and `idem-axum` (`atomic::AtomicParam` and `lent`,

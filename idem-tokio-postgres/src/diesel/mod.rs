@@ -5,10 +5,12 @@
 //! The store's plain operations stay on its tokio-postgres pool; the transactions it lends come
 //! from the application's diesel-async pool ([`TokioPostgresStoreBuilder::diesel`](crate::TokioPostgresStoreBuilder::diesel)),
 //! on the same database. The `BEGIN` goes out with the claim (one commit) or ahead of the
-//! handler's first statement (two), as with [`TokioPostgresTx`](crate::TokioPostgresTx); the completion and the `COMMIT`
-//! go one after the other, a round trip more than `TokioPostgresTx`, since diesel-async sends a statement
-//! only once it is prepared on the connection and a `COMMIT` sent beside it could overtake it.
-//! The store's statements are prepared once per connection. diesel's own transaction depth is kept at one while the transaction is lent, so a
+//! handler's first statement (two), as with [`TokioPostgresTx`](crate::TokioPostgresTx), and
+//! the completion with the `COMMIT`: a fresh request costs its own statements plus two round
+//! trips. diesel-async prepares a statement on a connection before it first sends it, so the
+//! `COMMIT` goes through the same statement cache, after the completion: a `COMMIT` sent as
+//! text beside a completion still being prepared would overtake it. The store's statements
+//! are prepared once per connection. diesel's own transaction depth is kept at one while the transaction is lent, so a
 //! handler's `conn.transaction(..)` makes a savepoint.
 
 use std::fmt;
