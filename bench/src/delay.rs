@@ -8,7 +8,7 @@
 //! order and a slow chunk never holds back the reading of the next (the delay is a pipe's
 //! latency, not a limit on its throughput). `std::thread::sleep` oversleeps by the kernel's
 //! timer slack (about 50 µs a sleep here, 10 % of the delay a chunk, and so 10 % more on every
-//! round trip measured), so the writer sleeps until [`SPIN`] before the chunk is due and spins
+//! round trip measured), so the writer sleeps until 150 µs before the chunk is due and spins
 //! the rest, yielding the core between looks at the clock.
 
 use std::io::{self, Read, Write};
