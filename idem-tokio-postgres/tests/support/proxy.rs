@@ -250,8 +250,10 @@ async fn upstream_side(
         to.write_all(&head).await?;
         to.write_all(&body).await?;
         if cut_at_sync && matches!(kind, b'Q' | b'S') {
-            // Time for the server to run it before the connection goes.
-            tokio::time::sleep(Duration::from_millis(300)).await;
+            // Returning closes the server's side for writing: the server reads, runs and
+            // answers everything sent before it sees the end, and the client's side closes
+            // only once the server has closed its own (`downstream_side`), so no cancel the
+            // client sends on seeing the cut can reach a statement still running.
             return Err(std::io::ErrorKind::ConnectionReset.into());
         }
     }
@@ -285,7 +287,7 @@ fn binds_text(body: &[u8]) -> bool {
 }
 
 /// Server to client: holds each answer for [`DELAY`], marks it received, then passes it on
-/// (unless muted by a cut).
+/// (unless muted by a cut: then drops it, until the server closes the connection).
 async fn downstream_side(
     mut from: OwnedReadHalf,
     mut to: OwnedWriteHalf,
@@ -306,7 +308,9 @@ async fn downstream_side(
             exchange.muted
         };
         if muted {
-            return Ok(());
+            // Cut: the server's answers are read and dropped until it closes the connection.
+            pending.clear();
+            continue;
         }
         to.write_all(&pending).await?;
         pending.clear();
