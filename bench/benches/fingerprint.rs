@@ -11,7 +11,11 @@
 //! the raw digest of before, each its own pass), and `raw_digest` (a retry's); on the bench body
 //! (members out of key order) and, suffixed `_canonical`, on its canonical form sent as is.
 //! Groups `form-<size>` time the fingerprint of an `application/x-www-form-urlencoded` body of
-//! the size (`of_request`) against SHA-256 of it (`sha256`).
+//! the size (`of_request`) against SHA-256 of it (`sha256`), and its parts: the canonical form
+//! alone (`canonical_form`) and SHA-256 of that form (`sha256_canonical`). Groups `grpc-<size>`
+//! time the fingerprint of a protobuf request message encoded in about that size, with a map
+//! (`of_message`: encoding, canonical encoding, SHA-256), its encoding alone (`encode`), and
+//! SHA-256 of the encoding (`sha256`).
 //! Run: `cargo bench -p idem-bench --bench fingerprint`.
 
 use std::hint::black_box;
@@ -19,9 +23,16 @@ use std::hint::black_box;
 use criterion::{Criterion, SamplingMode, Throughput, criterion_group, criterion_main};
 use http::{HeaderValue, Method, Uri};
 use idem_bench::body;
+use idem_core::fingerprint::canonical_form;
+use idem_runtime::__private::grpc::fingerprint_of_message;
 use idem_runtime::__private::{fingerprint_of_request, fresh_digests, raw_digest};
+use idem_runtime::Idempotency;
+use idem_runtime::store::MemoryStore;
+use prost::Message as _;
 use sha2::{Digest, Sha256};
 
+#[path = "fingerprint/grpc.rs"]
+mod grpc;
 #[path = "fingerprint/previous.rs"]
 mod previous;
 
@@ -200,6 +211,46 @@ fn fingerprint(c: &mut Criterion) {
         });
         group.bench_function("sha256", |b| {
             b.iter(|| Sha256::digest(black_box(&body[..])));
+        });
+        // The parts: the canonical form alone, and hashing it (the floor, as the form's bytes
+        // are fixed: names and values decoded, each after its eight-byte length).
+        let canonical = canonical_form(&body);
+        group.bench_function("canonical_form", |b| {
+            b.iter(|| canonical_form(black_box(&body)));
+        });
+        group.bench_function("sha256_canonical", |b| {
+            b.iter(|| Sha256::digest(black_box(&canonical[..])));
+        });
+        group.finish();
+    }
+    let idem = Idempotency::builder()
+        .store(MemoryStore::new())
+        .protobuf_descriptors(&grpc::descriptors())
+        .build()
+        .expect("the bench's descriptors");
+    for (label, size) in body::SIZES {
+        let mut message = grpc::request(size);
+        let encoded = message.encode_to_vec();
+        let fingerprint = fingerprint_of_message(&idem, &mut message).expect("a known message");
+        // Built again, its metadata map iterates in another order: the same fingerprint.
+        assert_eq!(
+            fingerprint_of_message(&idem, &mut grpc::request(size)),
+            Some(fingerprint),
+            "the canonical encoding sorts map entries ({label})"
+        );
+        let mut group = c.benchmark_group(format!("grpc-{label}"));
+        group.throughput(Throughput::Bytes(encoded.len() as u64));
+        if size >= 1024 * 1024 {
+            group.sample_size(20).sampling_mode(SamplingMode::Flat);
+        }
+        group.bench_function("of_message", |b| {
+            b.iter(|| fingerprint_of_message(&idem, black_box(&mut message)));
+        });
+        group.bench_function("encode", |b| {
+            b.iter(|| black_box(&message).encode_to_vec());
+        });
+        group.bench_function("sha256", |b| {
+            b.iter(|| Sha256::digest(black_box(&encoded[..])));
         });
         group.finish();
     }

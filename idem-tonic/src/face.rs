@@ -223,6 +223,16 @@ fn fingerprint<M: RequestMessage>(
     Ok(hasher.finish())
 }
 
+/// [`fingerprint`] of a request message whose key is in the metadata (no key field), for the
+/// bench that weighs it against hashing its encoding; `None` when the engine has no
+/// descriptors for it.
+pub fn fingerprint_of_message<M: RequestMessage>(
+    idempotency: &Idempotency,
+    message: &mut M,
+) -> Option<Fingerprint> {
+    fingerprint::<M>(idempotency, None, message).ok()
+}
+
 /// The method's reply as the engine's verdict: a message or a final status is kept (or, over
 /// `limit` bytes, the answer its retries get instead), any other status releases the key.
 async fn keep<R: Message>(

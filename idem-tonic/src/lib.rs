@@ -29,10 +29,10 @@ pub use face::{IdempotentService, KeyField, RequestMessage, STORED_CODES};
 pub use rpc::status::{ERROR_DOMAIN, status};
 pub use rpc::stored::{REPLAYED_METADATA, ReplyFormatError};
 
-/// What `#[idem_runtime::grpc::service]` expands to. Not public API: anything here may change
-/// in any release.
+/// What `#[idem_runtime::grpc::service]` expands to, and the benches' way in. Not public API:
+/// anything here may change in any release.
 #[doc(hidden)]
 pub mod __private {
-    pub use crate::face::{full_name, key_field, run};
+    pub use crate::face::{fingerprint_of_message, full_name, key_field, run};
     pub use crate::rpc::method::{GrpcMethod, GrpcRegistration};
 }
