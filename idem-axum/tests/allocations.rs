@@ -4,7 +4,7 @@
 //! made on the current thread (the runtime is single-threaded, so every task of a request runs
 //! on it). The fingerprint's part is none; the whole is pinned, so the test fails if it grows.
 //! The JSON fingerprint alone, warm, allocates nothing either, and a string with escapes only
-//! what decoding it takes.
+//! what decoding it takes; nor does a form's.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
@@ -223,6 +223,30 @@ fn a_json_fingerprint_allocates_nothing_once_warm() {
         || idem_runtime::__private::fingerprint_of_request(&Method::POST, &uri, Some(&json), &body);
     request();
     assert_eq!(allocations(|| _ = request()), 0);
+}
+
+#[test]
+fn a_form_fingerprint_allocates_nothing_once_warm() {
+    // Unsorted names, percent-encoded brackets and a `+`: pairs sorted, parts decoded.
+    let body: String = (0..40)
+        .map(|i| format!("items%5B{i}%5D%5Bsku%5D=sku+{i:05}&"))
+        .chain(["amount=4200&currency=usd".to_owned()])
+        .collect();
+    let form = HeaderValue::from_static("application/x-www-form-urlencoded");
+    let uri = Uri::from_static("/v1/charges");
+    let request = || {
+        idem_runtime::__private::fingerprint_of_request(
+            &Method::POST,
+            &uri,
+            Some(&form),
+            body.as_bytes(),
+        )
+    };
+    // The first on a thread grows its buffers.
+    let first = request();
+    let mut again = None;
+    assert_eq!(allocations(|| again = Some(request())), 0);
+    assert_eq!(again, Some(first));
 }
 
 #[test]
