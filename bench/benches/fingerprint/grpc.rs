@@ -41,7 +41,7 @@ impl prost::Name for CreateChargeRequest {
     const PACKAGE: &'static str = "bench.v1";
 }
 
-/// A request whose encoding is about `len` bytes (never more, at least one item): items are
+/// A request whose encoding is at most `len` bytes (but holds at least one item): items are
 /// added while they fit, after three metadata entries.
 pub(crate) fn request(len: usize) -> CreateChargeRequest {
     let mut request = CreateChargeRequest {
@@ -58,18 +58,27 @@ pub(crate) fn request(len: usize) -> CreateChargeRequest {
         .map(|(k, v)| (k.to_owned(), v.to_owned()))
         .collect(),
     };
+    // Each item adds its key, its length's one byte and its body: counted as it is added, not
+    // by encoding the whole request again.
+    let mut size = request.encoded_len();
     for i in 0.. {
         let item = Item {
             sku: format!("sku_{i:05}"),
             quantity: i % 7 + 1,
             unit_amount: 199 + i * 13 % 1000,
         };
-        request.items.push(item);
-        if request.encoded_len() > len && request.items.len() > 1 {
-            request.items.pop();
+        let grown = size + 2 + item.encoded_len();
+        if grown > len && !request.items.is_empty() {
             break;
         }
+        size = grown;
+        request.items.push(item);
     }
+    assert_eq!(
+        request.encoded_len(),
+        size,
+        "an item: its key, one byte of length, its body"
+    );
     request
 }
 

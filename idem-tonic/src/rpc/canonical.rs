@@ -51,11 +51,43 @@ struct Shape {
     name: String,
     /// The fields, sorted by number for binary search.
     fields: Vec<FieldShape>,
+    /// What to do with each field numbered below [`BY_NUMBER`] (most messages number all their
+    /// fields so), by number: one load, where a binary search branches unpredictably per field.
+    by_number: Vec<Option<FieldKind>>,
+    /// Whether no map is reachable from it (a map field, or a message field whose type reaches
+    /// one): prost then writes it canonical, and the writer checks it and copies it whole.
+    map_free: bool,
 }
 
+/// The field numbers [`Shape::by_number`] covers: those below it.
+const BY_NUMBER: u32 = 128;
+
 impl Shape {
+    /// The shape of message `name` with `fields`, sorted by number.
+    fn new(name: String, fields: Vec<FieldShape>) -> Self {
+        let mut by_number = Vec::new();
+        for field in fields.iter().filter(|f| f.number < BY_NUMBER) {
+            let number = field.number as usize;
+            if by_number.len() <= number {
+                by_number.resize(number + 1, None);
+            }
+            by_number[number] = Some(field.kind);
+        }
+        let map_free = !fields.iter().any(|f| matches!(f.kind, FieldKind::Map(_)));
+        Self {
+            name,
+            fields,
+            by_number,
+            map_free,
+        }
+    }
+
     /// What to do with field `number`, or `None` when the descriptor does not know it.
+    #[inline]
     fn kind(&self, number: u32) -> Option<FieldKind> {
+        if number < BY_NUMBER {
+            return self.by_number.get(number as usize).copied().flatten();
+        }
         let i = self
             .fields
             .binary_search_by_key(&number, |f| f.number)
@@ -181,6 +213,22 @@ impl Schemas {
             .map(|(i, &n)| (n.clone(), i))
             .collect();
         self.shapes = names.iter().map(|&name| self.shape(name)).collect();
+        // A message reaching a map through another message is not map-free either: spread
+        // that up until nothing changes (at most once per message).
+        loop {
+            let reaches_map = |shape: &Shape| {
+                shape.fields.iter().any(|f| match f.kind {
+                    FieldKind::Message(child) => !self.shapes[child].map_free,
+                    _ => false,
+                })
+            };
+            let Some(i) = (0..self.shapes.len())
+                .find(|&i| self.shapes[i].map_free && reaches_map(&self.shapes[i]))
+            else {
+                break;
+            };
+            self.shapes[i].map_free = false;
+        }
     }
 
     /// The shape of the declared message `name`.
@@ -194,10 +242,7 @@ impl Schemas {
             })
             .collect();
         fields.sort_by_key(|f| f.number);
-        Shape {
-            name: name.to_owned(),
-            fields,
-        }
+        Shape::new(name.to_owned(), fields)
     }
 
     /// How to treat a field of message type `type_name` (`None` for scalars).

@@ -311,3 +311,4 @@ fn len_field(number: u8, body: &[u8]) -> Vec<u8> {
 
 mod errors;
 mod order;
+mod previous;

@@ -75,7 +75,8 @@ impl<'a> Reader<'a> {
         }
     }
 
-    /// Reads a base-128 varint.
+    /// Reads a base-128 varint: a field's key, most often one byte.
+    #[inline(always)]
     fn varint(&mut self) -> Result<u64, WireProblem> {
         let mut value = 0u64;
         for i in 0..10 {
@@ -107,7 +108,9 @@ impl<'a> Reader<'a> {
         }
     }
 
-    /// Reads the next field, or `None` at the end of the message.
+    /// Reads the next field, or `None` at the end of the message. Inlined, so that the field
+    /// stays in registers rather than being written out and read back whole (which stalls).
+    #[inline(always)]
     pub(super) fn next_field(&mut self) -> Result<Option<WireField>, WireError> {
         if self.pos >= self.end {
             return Ok(None);
@@ -138,6 +141,7 @@ impl<'a> Reader<'a> {
     }
 
     /// Skips over the value of `field`, noting where the body of a length-delimited one starts.
+    #[inline(always)]
     fn value(&mut self, field: &mut WireField) -> Result<(), WireProblem> {
         match field.wire {
             VARINT => self.varint().map(drop),

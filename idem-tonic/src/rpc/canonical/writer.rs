@@ -1,6 +1,9 @@
-//! The writer of canonical encodings: one pass over the input into one output buffer, sorting
-//! fields by number and map entries by their bytes, with a copy-through fast path for messages
-//! that are already canonical (in particular map-free messages whose fields are in order).
+//! The writer of canonical encodings: one pass over the input into one output buffer. prost
+//! writes fields in number order, so a message is copied field by field as it is read, nested
+//! messages written in place behind their length prefix, and only a map's entries (which prost
+//! writes in `HashMap` order) sorted as their run ends. A message whose fields come out of
+//! number order (not prost's writing, but a valid encoding) is written again from its start,
+//! its fields sorted first.
 
 use std::ops::Range;
 
@@ -23,6 +26,8 @@ pub(super) fn canonical(
         shapes,
         input,
         out: Vec::with_capacity(input.len()),
+        entries: Vec::new(),
+        scratch: Vec::new(),
     };
     writer.message(root, 0..input.len(), 0, skip)?;
     Ok(writer.out)
@@ -36,6 +41,21 @@ struct Writer<'a> {
     input: &'a [u8],
     /// The canonical bytes so far.
     out: Vec<u8>,
+    /// The entries of the maps being written, innermost run last: where each entry is in the
+    /// output, whole and its canonical body (by which entries are sorted).
+    entries: Vec<(Range<usize>, Range<usize>)>,
+    /// A map's entries while they are put in order.
+    scratch: Vec<u8>,
+}
+
+/// A map's entries written so far, in the order they came.
+struct MapRun {
+    /// The map's field number.
+    number: u32,
+    /// Its first entry in `Writer::entries`.
+    first: usize,
+    /// Where its first entry is in the output.
+    start: usize,
 }
 
 impl Writer<'_> {
@@ -50,134 +70,45 @@ impl Writer<'_> {
         let shapes = self.shapes;
         let s = &shapes[shape];
         check_depth(s, depth)?;
-        if self.already_canonical(shape, span.clone(), depth, skip)? {
-            return self.copy_except(s, span, skip);
-        }
-        let fields = self.fields(s, span, skip)?;
-        let mut i = 0;
-        while i < fields.len() {
-            let (field, kind) = fields[i];
-            match kind {
-                FieldKind::Copy => self
-                    .out
-                    .extend_from_slice(&self.input[field.key_start..field.end]),
-                FieldKind::Message(child) => {
-                    require_len(s, &field)?;
-                    self.out
-                        .extend_from_slice(&self.input[field.key_start..field.key_end]);
-                    self.nested(child, &field, depth)?;
-                }
-                FieldKind::Map(entry) => {
-                    let run = fields[i..]
-                        .iter()
-                        .take_while(|(f, _)| f.number == field.number)
-                        .count();
-                    self.map(s, entry, &fields[i..i + run], depth)?;
-                    i += run;
-                    continue;
-                }
-            }
-            i += 1;
-        }
-        Ok(())
-    }
-
-    /// Whether `span` is already canonical but for the `skip` field: fields known and in order,
-    /// entries of each map in order, nested messages likewise, length prefixes minimal. Then the
-    /// input is copied: no allocation, one scan. That is the common case (map-free messages, empty
-    /// or one-entry maps). A message found out of order deep down is scanned again by each enclosing
-    /// level's slow path: at worst [`RECURSION_LIMIT`] times the input, bounded and rare.
-    fn already_canonical(
-        &self,
-        shape: usize,
-        span: Range<usize>,
-        depth: usize,
-        skip: Option<u32>,
-    ) -> Result<bool, CanonicalError> {
-        let s = &self.shapes[shape];
-        check_depth(s, depth)?;
-        let mut reader = Reader::new(self.input, span);
+        let start = self.out.len();
+        let mut reader = Reader::new(self.input, span.clone());
         let mut last = 0;
-        let mut previous_entry: Option<Range<usize>> = None;
+        let mut run: Option<MapRun> = None;
         while let Some(field) = reader.next_field().map_err(|e| malformed(s, e))? {
             if Some(field.number) == skip {
                 continue;
             }
             if field.number < last {
-                return Ok(false);
+                // Not in number order: this message again from its start, its fields sorted.
+                if let Some(run) = run {
+                    self.entries.truncate(run.first);
+                }
+                self.out.truncate(start);
+                return self.sorted(s, span, depth, skip);
             }
-            if field.number != last {
-                previous_entry = None;
+            if run.as_ref().is_some_and(|run| run.number != field.number) {
+                self.end_map(run.take());
             }
             last = field.number;
-            let in_order = match s.kind(field.number) {
-                Some(FieldKind::Copy) => true,
-                Some(FieldKind::Message(child)) => {
-                    self.nested_canonical(s, &field, child, depth)?
-                }
-                Some(FieldKind::Map(entry)) => {
-                    let body = field.body_start..field.end;
-                    let sorted =
-                        previous_entry.is_none_or(|p| self.input[p] <= self.input[body.clone()]);
-                    previous_entry = Some(body);
-                    sorted && self.nested_canonical(s, &field, entry, depth)?
-                }
-                None => false,
-            };
-            if !in_order {
-                return Ok(false);
+            match s.kind(field.number) {
+                // Not in the descriptor: dropped.
+                None => {}
+                Some(kind) => self.field(s, &field, kind, depth, &mut run)?,
             }
         }
-        Ok(true)
-    }
-
-    /// Whether the message-typed `field` is already canonical, its length prefix included (the slow
-    /// path writes minimal prefixes, so the fast path must not copy longer ones).
-    fn nested_canonical(
-        &self,
-        s: &Shape,
-        field: &WireField,
-        child: usize,
-        depth: usize,
-    ) -> Result<bool, CanonicalError> {
-        require_len(s, field)?;
-        let body = field.body_start..field.end;
-        let minimal = field.body_start - field.key_end == varint_len(body.len() as u64);
-        Ok(minimal && self.already_canonical(child, body, depth + 1, None)?)
-    }
-
-    /// Copies `span` as it is, except for the fields numbered `skip` (the idempotency key, which
-    /// the request being fingerprinted always has: so this is the common case at the top level).
-    fn copy_except(
-        &mut self,
-        s: &Shape,
-        span: Range<usize>,
-        skip: Option<u32>,
-    ) -> Result<(), CanonicalError> {
-        let Some(skip) = skip else {
-            self.out.extend_from_slice(&self.input[span]);
-            return Ok(());
-        };
-        let mut reader = Reader::new(self.input, span.clone());
-        let mut run = span.start;
-        while let Some(field) = reader.next_field().map_err(|e| malformed(s, e))? {
-            if field.number == skip {
-                self.out
-                    .extend_from_slice(&self.input[run..field.key_start]);
-                run = field.end;
-            }
-        }
-        self.out.extend_from_slice(&self.input[run..span.end]);
+        self.end_map(run);
         Ok(())
     }
 
-    /// The known, not skipped fields of `span`, stably sorted by number.
-    fn fields(
-        &self,
+    /// The slow path of [`message`](Self::message): its known fields, not skipped, stably sorted
+    /// by number, then written in that order.
+    fn sorted(
+        &mut self,
         s: &Shape,
         span: Range<usize>,
+        depth: usize,
         skip: Option<u32>,
-    ) -> Result<Vec<(WireField, FieldKind)>, CanonicalError> {
+    ) -> Result<(), CanonicalError> {
         let mut reader = Reader::new(self.input, span);
         let mut fields = Vec::new();
         while let Some(field) = reader.next_field().map_err(|e| malformed(s, e))? {
@@ -188,10 +119,97 @@ impl Writer<'_> {
                 fields.push((field, kind));
             }
         }
-        if !fields.is_sorted_by_key(|(f, _)| f.number) {
-            fields.sort_by_key(|(f, _)| f.number);
+        fields.sort_by_key(|(f, _)| f.number);
+        let mut run: Option<MapRun> = None;
+        for (field, kind) in fields {
+            if run.as_ref().is_some_and(|run| run.number != field.number) {
+                self.end_map(run.take());
+            }
+            self.field(s, &field, kind, depth, &mut run)?;
         }
-        Ok(fields)
+        self.end_map(run);
+        Ok(())
+    }
+
+    /// Writes one known field of message `s`; an entry of a map joins `run`, which is the map's
+    /// run of entries if one is open (a field of another number has ended any other).
+    fn field(
+        &mut self,
+        s: &Shape,
+        field: &WireField,
+        kind: FieldKind,
+        depth: usize,
+        run: &mut Option<MapRun>,
+    ) -> Result<(), CanonicalError> {
+        match kind {
+            FieldKind::Copy => self
+                .out
+                .extend_from_slice(&self.input[field.key_start..field.end]),
+            FieldKind::Message(child) => {
+                require_len(s, field)?;
+                if self.shapes[child].map_free && self.is_canonical(child, field, depth + 1)? {
+                    self.out
+                        .extend_from_slice(&self.input[field.key_start..field.end]);
+                } else {
+                    self.out
+                        .extend_from_slice(&self.input[field.key_start..field.key_end]);
+                    self.nested(child, field, depth)?;
+                }
+            }
+            FieldKind::Map(entry) => {
+                require_len(s, field)?;
+                let whole = self.out.len();
+                let run = run.get_or_insert(MapRun {
+                    number: field.number,
+                    first: self.entries.len(),
+                    start: whole,
+                });
+                debug_assert_eq!(run.number, field.number);
+                self.out
+                    .extend_from_slice(&self.input[field.key_start..field.key_end]);
+                let body = self.nested(entry, field, depth)?;
+                self.entries.push((whole..self.out.len(), body));
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether the body of `field`, a message of map-free type `shape` at `depth`, is canonical
+    /// as it stands, its length prefix included: its fields known and in number order, those
+    /// of message type likewise. Then it is copied whole, with no prefix to write again.
+    fn is_canonical(
+        &self,
+        shape: usize,
+        field: &WireField,
+        depth: usize,
+    ) -> Result<bool, CanonicalError> {
+        let s = &self.shapes[shape];
+        check_depth(s, depth)?;
+        let body = field.body_start..field.end;
+        if field.body_start - field.key_end != varint_len(body.len() as u64) {
+            return Ok(false);
+        }
+        let mut reader = Reader::new(self.input, body);
+        let mut last = 0;
+        while let Some(field) = reader.next_field().map_err(|e| malformed(s, e))? {
+            if field.number < last {
+                return Ok(false);
+            }
+            last = field.number;
+            let canonical = match s.kind(field.number) {
+                Some(FieldKind::Copy) => true,
+                Some(FieldKind::Message(child)) => {
+                    require_len(s, &field)?;
+                    self.is_canonical(child, &field, depth + 1)?
+                }
+                // A map-free message has no map field; an unknown field is dropped.
+                Some(FieldKind::Map(_)) | None => false,
+            };
+            if !canonical {
+                return Ok(false);
+            }
+        }
+        Ok(true)
     }
 
     /// Writes the length prefix and canonical body of a message field (its key is already written),
@@ -202,50 +220,45 @@ impl Writer<'_> {
         field: &WireField,
         depth: usize,
     ) -> Result<Range<usize>, CanonicalError> {
-        // The canonical body is never longer than the input's (fields are only dropped or moved), so
-        // reserving the input's prefix size almost always leaves the body in place.
+        // The canonical body is never longer than the input's (fields are only dropped or moved),
+        // so its prefix is never longer than the input's: room for that is made before it, and
+        // the body moved back only when its prefix came out shorter.
         let reserved = varint_len((field.end - field.body_start) as u64);
         let len_pos = self.out.len();
         self.out.resize(len_pos + reserved, 0);
         self.message(child, field.body_start..field.end, depth + 1, None)?;
-        let body_len = self.out.len() - len_pos - reserved;
+        let body_start = len_pos + reserved;
+        let body_len = self.out.len() - body_start;
         let mut prefix = [0u8; 10];
         let n = encode_varint(body_len as u64, &mut prefix);
-        self.out
-            .splice(len_pos..len_pos + reserved, prefix[..n].iter().copied());
+        debug_assert!(n <= reserved);
+        if n < reserved {
+            self.out.copy_within(body_start.., len_pos + n);
+            self.out.truncate(len_pos + n + body_len);
+        }
+        self.out[len_pos..len_pos + n].copy_from_slice(&prefix[..n]);
         Ok(len_pos + n..len_pos + n + body_len)
     }
 
-    /// Writes the entries of one map field (consecutive occurrences of its number), sorted by their
-    /// canonical bytes, which start with the key: prost writes them in `HashMap` order.
-    fn map(
-        &mut self,
-        s: &Shape,
-        entry: usize,
-        fields: &[(WireField, FieldKind)],
-        depth: usize,
-    ) -> Result<(), CanonicalError> {
-        let group_start = self.out.len();
-        let mut entries: Vec<(Range<usize>, Range<usize>)> = Vec::with_capacity(fields.len());
-        for (field, _) in fields {
-            require_len(s, field)?;
-            let whole_start = self.out.len();
-            self.out
-                .extend_from_slice(&self.input[field.key_start..field.key_end]);
-            let body = self.nested(entry, field, depth)?;
-            entries.push((whole_start..self.out.len(), body));
-        }
+    /// Ends a map's run of entries: puts them in the order of their canonical bytes (which start
+    /// with the key) unless they came in it, and forgets them.
+    fn end_map(&mut self, run: Option<MapRun>) {
+        let Some(run) = run else {
+            return;
+        };
         let out = &self.out;
-        if entries.is_sorted_by(|a, b| out[a.1.clone()] <= out[b.1.clone()]) {
-            return Ok(());
+        let entries = &mut self.entries[run.first..];
+        if !entries.is_sorted_by(|a, b| out[a.1.clone()] <= out[b.1.clone()]) {
+            // Stable: entries with equal bytes are equal, so their order does not show.
+            entries.sort_by(|a, b| out[a.1.clone()].cmp(&out[b.1.clone()]));
+            self.scratch.clear();
+            for (whole, _) in entries.iter() {
+                self.scratch.extend_from_slice(&out[whole.clone()]);
+            }
+            self.out.truncate(run.start);
+            self.out.extend_from_slice(&self.scratch);
         }
-        entries.sort_by(|a, b| out[a.1.clone()].cmp(&out[b.1.clone()]));
-        let written = self.out.split_off(group_start);
-        for (whole, _) in entries {
-            self.out
-                .extend_from_slice(&written[whole.start - group_start..whole.end - group_start]);
-        }
-        Ok(())
+        self.entries.truncate(run.first);
     }
 }
 
