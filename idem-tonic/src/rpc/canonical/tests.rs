@@ -4,6 +4,7 @@
 use std::collections::HashMap;
 use std::hash::Hash;
 
+use proptest::prelude::*;
 use prost::Message;
 use prost_types::field_descriptor_proto::{Label, Type};
 use prost_types::{
@@ -307,6 +308,43 @@ fn len_field(number: u8, body: &[u8]) -> Vec<u8> {
         body.to_vec(),
     ]
     .concat()
+}
+
+/// A string of up to four arbitrary characters.
+fn text() -> impl Strategy<Value = String> {
+    prop::collection::vec(any::<char>(), 0..4).prop_map(String::from_iter)
+}
+
+/// Requests with every kind of field: maps (one whose values hold maps), lists of messages and
+/// of packed scalars, a nested message, scalars.
+fn requests() -> impl Strategy<Value = Request> {
+    let codes = prop::collection::hash_map(any::<i32>(), text(), 0..4);
+    let inners = prop::collection::hash_map(
+        text(),
+        (codes, text()).prop_map(|(codes, note)| Inner { codes, note }),
+        0..4,
+    );
+    let labels = prop::collection::hash_map(text(), text(), 0..6);
+    let item = || (text(), any::<i64>()).prop_map(|(sku, qty)| Item { sku, qty });
+    let items = prop::collection::vec(item(), 0..4);
+    let nums = prop::collection::vec(any::<i32>(), 0..4);
+    (
+        (text(), any::<i64>(), labels, inners),
+        (items, prop::option::of(item()), nums, any::<u64>()),
+    )
+        .prop_map(
+            |((request_id, amount, labels, inners), (items, primary, nums, stamp))| Request {
+                request_id,
+                amount,
+                labels,
+                inners,
+                items,
+                primary,
+                nums,
+                stamp,
+                ..Default::default()
+            },
+        )
 }
 
 mod errors;

@@ -263,7 +263,7 @@ impl Writer<'_> {
 }
 
 /// Refuses to go deeper than [`RECURSION_LIMIT`].
-fn check_depth(s: &Shape, depth: usize) -> Result<(), CanonicalError> {
+pub(super) fn check_depth(s: &Shape, depth: usize) -> Result<(), CanonicalError> {
     if depth > RECURSION_LIMIT {
         return Err(CanonicalError::TooDeep {
             message: s.name.clone(),
@@ -274,7 +274,7 @@ fn check_depth(s: &Shape, depth: usize) -> Result<(), CanonicalError> {
 }
 
 /// A message-typed field must be length-delimited: its body is parsed, not copied.
-fn require_len(s: &Shape, field: &WireField) -> Result<(), CanonicalError> {
+pub(super) fn require_len(s: &Shape, field: &WireField) -> Result<(), CanonicalError> {
     if field.wire == LEN {
         return Ok(());
     }
@@ -285,7 +285,7 @@ fn require_len(s: &Shape, field: &WireField) -> Result<(), CanonicalError> {
 }
 
 /// Names the message in a wire error.
-fn malformed(s: &Shape, e: WireError) -> CanonicalError {
+pub(super) fn malformed(s: &Shape, e: WireError) -> CanonicalError {
     CanonicalError::Malformed {
         message: s.name.clone(),
         field: e.field,

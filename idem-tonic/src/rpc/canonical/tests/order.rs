@@ -353,28 +353,6 @@ fn long_messages_get_the_prefix_of_their_canonical_length() {
     assert_eq!(canon_bytes(&schemas, &input, None), minimal.encode_to_vec());
 }
 
-/// A string of up to four arbitrary characters.
-fn text() -> impl Strategy<Value = String> {
-    prop::collection::vec(any::<char>(), 0..4).prop_map(String::from_iter)
-}
-
-/// Requests with arbitrary maps.
-fn requests() -> impl Strategy<Value = Request> {
-    let codes = prop::collection::hash_map(any::<i32>(), text(), 0..4);
-    let inners = prop::collection::hash_map(
-        text(),
-        (codes, text()).prop_map(|(codes, note)| Inner { codes, note }),
-        0..4,
-    );
-    let labels = prop::collection::hash_map(text(), text(), 0..6);
-    (labels, inners, any::<i64>()).prop_map(|(labels, inners, amount)| Request {
-        labels,
-        inners,
-        amount,
-        ..Default::default()
-    })
-}
-
 proptest! {
     /// Requirement 1 over arbitrary maps: rebuilt maps give equal bytes, which decode back.
     #[test]

@@ -7,13 +7,10 @@ use std::ops::Range;
 use proptest::prelude::*;
 use prost::Message;
 
-use super::super::wire::{LEN, Reader, WireError, WireField, encode_varint, varint_len};
-use super::super::{CanonicalError, FieldKind, Shape, WireProblem, writer};
-use super::{Inner, Item, Request, schemas};
-
-/// How deeply messages may nest: protobuf's default, which is also prost's decoder limit, so whatever
-/// prost decoded can be canonicalized, and hostile input cannot exhaust the stack.
-const RECURSION_LIMIT: usize = 100;
+use super::super::wire::{Reader, WireField, encode_varint, varint_len};
+use super::super::writer::{self, check_depth, malformed, require_len};
+use super::super::{CanonicalError, FieldKind, Shape};
+use super::{requests, schemas};
 
 /// The canonical encoding of `input`, an encoding of message `root`, without field number `skip`.
 fn canonical(
@@ -90,7 +87,7 @@ impl Writer<'_> {
     /// entries of each map in order, nested messages likewise, length prefixes minimal. Then the
     /// input is copied: no allocation, one scan. That is the common case (map-free messages, empty
     /// or one-entry maps). A message found out of order deep down is scanned again by each enclosing
-    /// level's slow path: at worst [`RECURSION_LIMIT`] times the input, bounded and rare.
+    /// level's slow path: at worst the nesting limit times the input, bounded and rare.
     fn already_canonical(
         &self,
         shape: usize,
@@ -251,75 +248,6 @@ impl Writer<'_> {
         }
         Ok(())
     }
-}
-
-/// Refuses to go deeper than [`RECURSION_LIMIT`].
-fn check_depth(s: &Shape, depth: usize) -> Result<(), CanonicalError> {
-    if depth > RECURSION_LIMIT {
-        return Err(CanonicalError::TooDeep {
-            message: s.name.clone(),
-            limit: RECURSION_LIMIT,
-        });
-    }
-    Ok(())
-}
-
-/// A message-typed field must be length-delimited: its body is parsed, not copied.
-fn require_len(s: &Shape, field: &WireField) -> Result<(), CanonicalError> {
-    if field.wire == LEN {
-        return Ok(());
-    }
-    Err(malformed(
-        s,
-        field.error(WireProblem::NotLengthDelimited(field.wire)),
-    ))
-}
-
-/// Names the message in a wire error.
-fn malformed(s: &Shape, e: WireError) -> CanonicalError {
-    CanonicalError::Malformed {
-        message: s.name.clone(),
-        field: e.field,
-        offset: e.offset,
-        problem: e.problem,
-    }
-}
-
-/// A string of up to four arbitrary characters.
-fn text() -> impl Strategy<Value = String> {
-    prop::collection::vec(any::<char>(), 0..4).prop_map(String::from_iter)
-}
-
-/// Requests with every kind of field: maps (one whose values hold maps), lists of messages and
-/// of packed scalars, a nested message, scalars.
-fn requests() -> impl Strategy<Value = Request> {
-    let codes = prop::collection::hash_map(any::<i32>(), text(), 0..4);
-    let inners = prop::collection::hash_map(
-        text(),
-        (codes, text()).prop_map(|(codes, note)| Inner { codes, note }),
-        0..4,
-    );
-    let labels = prop::collection::hash_map(text(), text(), 0..6);
-    let item = || (text(), any::<i64>()).prop_map(|(sku, qty)| Item { sku, qty });
-    let items = prop::collection::vec(item(), 0..4);
-    let nums = prop::collection::vec(any::<i32>(), 0..4);
-    (
-        (text(), any::<i64>(), labels, inners),
-        (items, prop::option::of(item()), nums, any::<u64>()),
-    )
-        .prop_map(
-            |((request_id, amount, labels, inners), (items, primary, nums, stamp))| Request {
-                request_id,
-                amount,
-                labels,
-                inners,
-                items,
-                primary,
-                nums,
-                stamp,
-                ..Default::default()
-            },
-        )
 }
 
 /// The top-level fields of `encoded` (well formed), in the order `order`'s keys give them:
