@@ -223,9 +223,9 @@ fn fingerprint<M: RequestMessage>(
     Ok(hasher.finish())
 }
 
-/// [`fingerprint`] of a request message whose key is in the metadata (no key field), for the
-/// bench that weighs it against hashing its encoding; `None` when the engine has no
-/// descriptors for it.
+/// The fingerprint (`fingerprint`, above) of a request message whose key is in the metadata
+/// (no key field), for the bench that weighs it against hashing its encoding; `None` when the
+/// engine has no descriptors for it.
 pub fn fingerprint_of_message<M: RequestMessage>(
     idempotency: &Idempotency,
     message: &mut M,
