@@ -10,6 +10,8 @@
 use std::cell::RefCell;
 use std::cmp::Ordering;
 
+use super::buffers::{recycle, with_thread};
+
 /// Marks a part decoded into [`Buffers::decoded`] in its end: offsets into a slice never reach
 /// `isize::MAX`, so the top bit is free.
 const DECODED: usize = 1 << (usize::BITS - 1);
@@ -47,7 +49,7 @@ struct Pair {
     index: usize,
 }
 
-/// The buffers a form is written with, kept by each thread for its next form.
+/// The buffers a form is written with, kept by each thread ([`with_thread`]).
 #[derive(Default)]
 struct Buffers {
     decoded: Vec<u8>,
@@ -59,18 +61,10 @@ thread_local! {
     static BUFFERS: RefCell<Buffers> = RefCell::new(Buffers::default());
 }
 
-/// The largest buffer kept for the next form, in bytes: a thread does not hold the memory of
-/// its largest body.
-const KEEP: usize = 256 * 1024;
-
 /// Calls `f` with the canonical form of `body` (see
 /// [`canonical_form`](super::canonical_form)) and returns what it returns.
 pub(super) fn with_canonical<R>(body: &[u8], f: impl FnOnce(&[u8]) -> R) -> R {
-    BUFFERS.with(|buffers| match buffers.try_borrow_mut() {
-        Ok(mut buffers) => write(body, &mut buffers, f),
-        // Only if `f` itself fingerprinted a form: buffers of its own then.
-        Err(_) => write(body, &mut Buffers::default(), f),
-    })
+    with_thread(&BUFFERS, |buffers| write(body, buffers, f))
 }
 
 fn write<R>(body: &[u8], buffers: &mut Buffers, f: impl FnOnce(&[u8]) -> R) -> R {
@@ -95,16 +89,9 @@ fn write<R>(body: &[u8], buffers: &mut Buffers, f: impl FnOnce(&[u8]) -> R) -> R
         }
     }
     let result = f(out);
-    for buffer in [&mut *decoded, &mut *out] {
-        buffer.clear();
-        if buffer.capacity() > KEEP {
-            *buffer = Vec::new();
-        }
-    }
-    pairs.clear();
-    if pairs.capacity() * size_of::<Pair>() > KEEP {
-        *pairs = Vec::new();
-    }
+    recycle(decoded);
+    recycle(pairs);
+    recycle(out);
     result
 }
 

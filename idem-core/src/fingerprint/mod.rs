@@ -12,6 +12,7 @@ use sha2::{Digest, Sha256};
 
 use crate::key::ShortHex;
 
+mod buffers;
 mod form;
 mod json;
 

@@ -29,6 +29,7 @@ use std::cell::RefCell;
 use std::cmp::Ordering;
 
 use super::Version;
+use super::buffers::{recycle, with_thread};
 
 mod member;
 mod number;
@@ -61,15 +62,10 @@ pub(super) fn with_canonical<R>(
     scan: Scan,
     f: impl FnOnce(&[u8], &[u8]) -> R,
 ) -> Option<R> {
-    BUFFERS.with(|buffers| match buffers.try_borrow_mut() {
-        Ok(mut buffers) => write(input, version, scan, &mut buffers, f),
-        // Only if `f` itself fingerprinted JSON: buffers of its own then.
-        Err(_) => write(input, version, scan, &mut Buffers::default(), f),
-    })
+    with_thread(&BUFFERS, |buffers| write(input, version, scan, buffers, f))
 }
 
-/// The buffers a document is written with, kept by each thread for its next document: once
-/// they have grown to the size of the documents it sees, a fingerprint allocates nothing.
+/// The buffers a document is written with, kept by each thread ([`with_thread`]).
 #[derive(Default)]
 struct Buffers {
     out: Vec<u8>,
@@ -82,10 +78,6 @@ thread_local! {
     static BUFFERS: RefCell<Buffers> = RefCell::new(Buffers::default());
 }
 
-/// The largest buffer kept for the next document, in bytes: a larger one (a document of more
-/// than 128 KiB) is freed, so that a thread does not hold the memory of its largest body.
-const KEEP: usize = 256 * 1024;
-
 fn write<R>(
     input: &[u8],
     version: Version,
@@ -96,29 +88,10 @@ fn write<R>(
     let result = parse(input, version, scan, buffers)
         .ok()
         .map(|(run, end)| f(&buffers.out, &input[run..end]));
-    let Buffers {
-        mut out,
-        mut members,
-        mut keys,
-        mut open,
-    } = std::mem::take(buffers);
-    out.clear();
-    members.clear();
-    keys.clear();
-    open.clear();
-    let small = |bytes: usize| bytes <= KEEP;
-    if small(out.capacity()) {
-        buffers.out = out;
-    }
-    if small(members.capacity() * size_of::<Member>()) {
-        buffers.members = members;
-    }
-    if small(keys.capacity()) {
-        buffers.keys = keys;
-    }
-    if small(open.capacity() * size_of::<Open>()) {
-        buffers.open = open;
-    }
+    recycle(&mut buffers.out);
+    recycle(&mut buffers.members);
+    recycle(&mut buffers.keys);
+    recycle(&mut buffers.open);
     result
 }
 
