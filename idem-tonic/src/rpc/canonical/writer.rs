@@ -54,8 +54,6 @@ struct MapRun {
     number: u32,
     /// Its first entry in `Writer::entries`.
     first: usize,
-    /// Where its first entry is in the output.
-    start: usize,
 }
 
 impl Writer<'_> {
@@ -85,9 +83,6 @@ impl Writer<'_> {
                 }
                 self.out.truncate(start);
                 return self.sorted(s, span, depth, skip);
-            }
-            if run.as_ref().is_some_and(|run| run.number != field.number) {
-                self.end_map(run.take());
             }
             last = field.number;
             match s.kind(field.number) {
@@ -122,17 +117,14 @@ impl Writer<'_> {
         fields.sort_by_key(|(f, _)| f.number);
         let mut run: Option<MapRun> = None;
         for (field, kind) in fields {
-            if run.as_ref().is_some_and(|run| run.number != field.number) {
-                self.end_map(run.take());
-            }
             self.field(s, &field, kind, depth, &mut run)?;
         }
         self.end_map(run);
         Ok(())
     }
 
-    /// Writes one known field of message `s`; an entry of a map joins `run`, which is the map's
-    /// run of entries if one is open (a field of another number has ended any other).
+    /// Writes one known field of message `s`, fields coming in number order; an entry of a map
+    /// joins `run`, the map's run of entries, which a field of another number ends first.
     fn field(
         &mut self,
         s: &Shape,
@@ -141,6 +133,9 @@ impl Writer<'_> {
         depth: usize,
         run: &mut Option<MapRun>,
     ) -> Result<(), CanonicalError> {
+        if run.as_ref().is_some_and(|run| run.number != field.number) {
+            self.end_map(run.take());
+        }
         match kind {
             FieldKind::Copy => self
                 .out
@@ -159,12 +154,10 @@ impl Writer<'_> {
             FieldKind::Map(entry) => {
                 require_len(s, field)?;
                 let whole = self.out.len();
-                let run = run.get_or_insert(MapRun {
+                run.get_or_insert(MapRun {
                     number: field.number,
                     first: self.entries.len(),
-                    start: whole,
                 });
-                debug_assert_eq!(run.number, field.number);
                 self.out
                     .extend_from_slice(&self.input[field.key_start..field.key_end]);
                 let body = self.nested(entry, field, depth)?;
@@ -248,6 +241,10 @@ impl Writer<'_> {
         };
         let out = &self.out;
         let entries = &mut self.entries[run.first..];
+        // Where the run starts in the output: at its first entry.
+        let Some(start) = entries.first().map(|(whole, _)| whole.start) else {
+            return;
+        };
         if !entries.is_sorted_by(|a, b| out[a.1.clone()] <= out[b.1.clone()]) {
             // Stable: entries with equal bytes are equal, so their order does not show.
             entries.sort_by(|a, b| out[a.1.clone()].cmp(&out[b.1.clone()]));
@@ -255,7 +252,7 @@ impl Writer<'_> {
             for (whole, _) in entries.iter() {
                 self.scratch.extend_from_slice(&out[whole.clone()]);
             }
-            self.out.truncate(run.start);
+            self.out.truncate(start);
             self.out.extend_from_slice(&self.scratch);
         }
         self.entries.truncate(run.first);
