@@ -11,19 +11,55 @@
 //! round trip measured), so the writer sleeps until 150 µs before the chunk is due and spins
 //! the rest, yielding the core between looks at the clock.
 
+use std::fs::File;
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
-use std::sync::mpsc;
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, mpsc};
 use std::thread;
 use std::time::{Duration, Instant};
+
+use crate::pgcount::Framer;
 
 /// How long before a chunk is due its writer stops sleeping and spins: more than the kernel's
 /// timer slack and a wake-up's latency, which a sleep may add.
 const SPIN: Duration = Duration::from_micros(150);
 
+/// Where the chunks a proxy reads are written down, one line each (see the module).
+pub struct Trace {
+    file: Mutex<File>,
+    began: Instant,
+    connections: AtomicU64,
+}
+
+impl Trace {
+    /// A trace written to `path`, created or emptied.
+    pub fn create(path: &Path) -> io::Result<Arc<Self>> {
+        Ok(Arc::new(Self {
+            file: Mutex::new(File::create(path)?),
+            began: Instant::now(),
+            connections: AtomicU64::new(0),
+        }))
+    }
+
+    fn line(&self, read_at: Instant, direction: &str, connection: u64, size: usize, types: &str) {
+        let at = read_at.duration_since(self.began).as_micros();
+        let line = format!("{at} {direction} {connection} {size} {types}\n");
+        if let Ok(mut file) = self.file.lock() {
+            let _ = file.write_all(line.as_bytes());
+        }
+    }
+}
+
 /// Starts a proxy on an ephemeral loopback port forwarding to `upstream`, holding data for
-/// `one_way` in each direction; returns its address. Its threads live as long as the process.
-pub fn start(upstream: SocketAddr, one_way: Duration) -> io::Result<SocketAddr> {
+/// `one_way` in each direction, every chunk written down in `trace` if given; returns its
+/// address. Its threads live as long as the process.
+pub fn start(
+    upstream: SocketAddr,
+    one_way: Duration,
+    trace: Option<Arc<Trace>>,
+) -> io::Result<SocketAddr> {
     let listener = TcpListener::bind(("127.0.0.1", 0))?;
     let addr = listener.local_addr()?;
     thread::Builder::new()
@@ -31,33 +67,70 @@ pub fn start(upstream: SocketAddr, one_way: Duration) -> io::Result<SocketAddr> 
         .spawn(move || {
             for client in listener.incoming().flatten() {
                 if let Ok(server) = TcpStream::connect(upstream) {
-                    let _ = relay(client, server, one_way);
+                    let _ = relay(client, server, one_way, trace.clone());
                 }
             }
         })?;
     Ok(addr)
 }
 
-fn relay(client: TcpStream, server: TcpStream, one_way: Duration) -> io::Result<()> {
+fn relay(
+    client: TcpStream,
+    server: TcpStream,
+    one_way: Duration,
+    trace: Option<Arc<Trace>>,
+) -> io::Result<()> {
     client.set_nodelay(true)?;
     server.set_nodelay(true)?;
-    pipe(client.try_clone()?, server.try_clone()?, one_way)?;
-    pipe(server, client, one_way)
+    let connection = trace
+        .as_ref()
+        .map(|trace| trace.connections.fetch_add(1, Ordering::Relaxed));
+    let traced = |direction, untyped_first| {
+        Some(Traced {
+            trace: trace.clone()?,
+            direction,
+            connection: connection?,
+            framer: Framer::new(untyped_first),
+        })
+    };
+    // The client opens with the untyped start-up message; the server's messages are typed.
+    let (up, down) = (traced("up", true), traced("down", false));
+    pipe(client.try_clone()?, server.try_clone()?, one_way, up)?;
+    pipe(server, client, one_way, down)
+}
+
+/// One direction of one connection, as the trace sees it.
+struct Traced {
+    trace: Arc<Trace>,
+    direction: &'static str,
+    connection: u64,
+    framer: Framer,
 }
 
 /// Copies `from` to `to`, each chunk `delay` after it was read.
-fn pipe(mut from: TcpStream, mut to: TcpStream, delay: Duration) -> io::Result<()> {
+fn pipe(
+    mut from: TcpStream,
+    mut to: TcpStream,
+    delay: Duration,
+    mut traced: Option<Traced>,
+) -> io::Result<()> {
     let (tx, rx) = mpsc::channel::<(Instant, Vec<u8>)>();
     thread::Builder::new()
         .name("delay-read".into())
         .spawn(move || {
             let mut buf = vec![0u8; 64 * 1024];
+            let mut types = String::new();
             while let Ok(n @ 1..) = from.read(&mut buf) {
-                if tx
-                    .send((Instant::now() + delay, buf[..n].to_vec()))
-                    .is_err()
-                {
+                let read_at = Instant::now();
+                if tx.send((read_at + delay, buf[..n].to_vec())).is_err() {
                     break;
+                }
+                // Written down once the chunk is on its way, so the trace delays nothing.
+                if let Some(t) = &mut traced {
+                    types.clear();
+                    t.framer
+                        .feed(&buf[..n], &mut |ty| types.push(char::from(ty)));
+                    t.trace.line(read_at, t.direction, t.connection, n, &types);
                 }
             }
             // Dropping `tx` ends the writer once it has written what was read.
@@ -104,7 +177,7 @@ mod tests {
             conn.read_to_end(&mut got).unwrap();
             conn.write_all(&got).unwrap();
         });
-        let proxy = start(upstream_addr, Duration::from_micros(200)).unwrap();
+        let proxy = start(upstream_addr, Duration::from_micros(200), None).unwrap();
         let mut conn = TcpStream::connect(proxy).unwrap();
         let sent: Vec<u8> = (0..100_000u32).map(|i| (i % 251) as u8).collect();
         for part in sent.chunks(7_000) {
@@ -115,5 +188,37 @@ mod tests {
         conn.read_to_end(&mut back).unwrap();
         echo.join().unwrap();
         assert_eq!(back, sent);
+    }
+
+    #[test]
+    fn a_trace_writes_down_each_chunk_with_its_messages() {
+        let upstream = TcpListener::bind(("127.0.0.1", 0)).unwrap();
+        let upstream_addr = upstream.local_addr().unwrap();
+        let server = thread::spawn(move || {
+            let (mut conn, _) = upstream.accept().unwrap();
+            let mut got = [0u8; 8 + 6 + 5];
+            conn.read_exact(&mut got).unwrap();
+            // `ReadyForQuery`: a type, a length counting itself, the status.
+            conn.write_all(&[b'Z', 0, 0, 0, 5, b'I']).unwrap();
+        });
+        let path = std::env::temp_dir().join(format!("idem-delay-trace-{}", std::process::id()));
+        let trace = Trace::create(&path).unwrap();
+        let proxy = start(upstream_addr, Duration::from_micros(100), Some(trace)).unwrap();
+        let mut conn = TcpStream::connect(proxy).unwrap();
+        // An untyped start-up message (a length, then a body), a `Query` and a `Sync` sent in
+        // one write.
+        let mut sent = vec![0, 0, 0, 8, 0, 3, 0, 0];
+        sent.extend_from_slice(&[b'Q', 0, 0, 0, 5, 0]);
+        sent.extend_from_slice(&[b'S', 0, 0, 0, 4]);
+        conn.write_all(&sent).unwrap();
+        let mut answer = [0u8; 6];
+        conn.read_exact(&mut answer).unwrap();
+        server.join().unwrap();
+        let lines = std::fs::read_to_string(&path).unwrap();
+        let _ = std::fs::remove_file(&path);
+        let lines: Vec<Vec<&str>> = lines.lines().map(|l| l.split(' ').collect()).collect();
+        assert_eq!(lines.len(), 2, "{lines:?}");
+        assert_eq!(lines[0][1..], ["up", "0", "19", "QS"]);
+        assert_eq!(lines[1][1..], ["down", "0", "6", "Z"]);
     }
 }

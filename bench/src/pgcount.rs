@@ -170,14 +170,14 @@ async fn pump(
 /// Splits a byte stream into protocol messages: a type byte (absent for the start-up message)
 /// and a big-endian length that counts itself but not the type byte.
 #[derive(Debug)]
-struct Framer {
+pub(crate) struct Framer {
     untyped_next: bool,
     header: Vec<u8>,
     body_left: usize,
 }
 
 impl Framer {
-    fn new(untyped_first: bool) -> Self {
+    pub(crate) fn new(untyped_first: bool) -> Self {
         Self {
             untyped_next: untyped_first,
             header: Vec::with_capacity(5),
@@ -185,7 +185,7 @@ impl Framer {
         }
     }
 
-    fn feed(&mut self, mut data: &[u8], on_message: &mut impl FnMut(u8)) {
+    pub(crate) fn feed(&mut self, mut data: &[u8], on_message: &mut impl FnMut(u8)) {
         while !data.is_empty() {
             if self.body_left > 0 {
                 let n = self.body_left.min(data.len());

@@ -4,7 +4,7 @@
 //! ```text
 //! idem-bench-server [--bind 127.0.0.1:18080] [--store memory|sqlite|postgres|mysql|redis]
 //!                   [--database-url URL] [--pg-no-ping] [--pg-pool N] [--count-round-trips]
-//!                   [--pg-delay-us US]
+//!                   [--pg-delay-us US] [--pg-trace FILE]
 //!                   [--redis-url URL] [--memory-capacity N] [--memory-bytes N] [--workers N]
 //!                   [--preload N] [--preload-expiring M] [--preload-expiring-over S]
 //!                   [--sweep-ms MS] [--max-seconds S]
@@ -19,7 +19,8 @@
 //! [`idem_bench::pgcount`] totals of the PostgreSQL connections (the store then connects through
 //! a counting proxy). `--pg-delay-us US` connects the store through a proxy that holds the
 //! traffic US microseconds in each direction ([`idem_bench::delay`]: a database across a
-//! network; 0 gives the same proxy with no delay, the near baseline). `--pg-no-ping` builds the
+//! network; 0 gives the same proxy with no delay, the near baseline); with `--pg-trace FILE`
+//! that proxy writes down every chunk it reads in FILE ([`idem_bench::delay::Trace`]). `--pg-no-ping` builds the
 //! pool with `test_before_acquire(false)`.
 //! `--store redis` connects `RedisStore::connect` to `--redis-url` (default
 //! `redis://127.0.0.1:6379`; `bench/run.sh` starts a Redis server of its own for it), and
@@ -67,6 +68,7 @@ struct Args {
     pg_pool: Option<u32>,
     count_round_trips: bool,
     pg_delay: Option<Duration>,
+    pg_trace: Option<std::path::PathBuf>,
     memory_capacity: usize,
     memory_bytes: usize,
     preload: preload::Plan,
@@ -88,6 +90,7 @@ fn parse_args() -> Result<Args, String> {
         pg_pool: None,
         count_round_trips: false,
         pg_delay: None,
+        pg_trace: None,
         memory_capacity: 8_000_000,
         memory_bytes: 16 << 30,
         preload: preload::Plan {
@@ -121,6 +124,7 @@ fn parse_args() -> Result<Args, String> {
                     .map_err(|e| format!("--pg-delay-us: {e}"))?;
                 args.pg_delay = Some(Duration::from_micros(us));
             }
+            "--pg-trace" => args.pg_trace = Some(value()?.into()),
             "--memory-capacity" => {
                 args.memory_capacity = value()?
                     .parse()
@@ -273,6 +277,9 @@ async fn serve(args: Args) -> Result<(), String> {
             if args.count_round_trips && args.pg_delay.is_some() {
                 return Err("--count-round-trips and --pg-delay-us: one proxy at a time".into());
             }
+            if args.pg_trace.is_some() && args.pg_delay.is_none() {
+                return Err("--pg-trace traces the delay proxy: give --pg-delay-us too".into());
+            }
             if args.count_round_trips {
                 let upstream = loopback_upstream(&url).await?;
                 let (addr, counters) = pgcount::start(upstream).await.map_err(|e| e.to_string())?;
@@ -281,7 +288,13 @@ async fn serve(args: Args) -> Result<(), String> {
             }
             if let Some(one_way) = args.pg_delay {
                 let upstream = loopback_upstream(&url).await?;
-                let addr = delay::start(upstream, one_way).map_err(|e| e.to_string())?;
+                let trace = match &args.pg_trace {
+                    Some(path) => {
+                        Some(delay::Trace::create(path).map_err(|e| format!("--pg-trace: {e}"))?)
+                    }
+                    None => None,
+                };
+                let addr = delay::start(upstream, one_way, trace).map_err(|e| e.to_string())?;
                 url = via_proxy(&url, addr)?;
             }
             let mut pool = PgPoolOptions::new();
