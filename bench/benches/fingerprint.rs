@@ -22,7 +22,7 @@ use std::hint::black_box;
 
 use criterion::{Criterion, SamplingMode, Throughput, criterion_group, criterion_main};
 use http::{HeaderValue, Method, Uri};
-use idem_bench::body;
+use idem_bench::{body, grpc};
 use idem_core::fingerprint::canonical_form;
 use idem_runtime::__private::grpc::fingerprint_of_message;
 use idem_runtime::__private::{fingerprint_of_request, fresh_digests, raw_digest};
@@ -31,8 +31,6 @@ use idem_runtime::store::MemoryStore;
 use prost::Message as _;
 use sha2::{Digest, Sha256};
 
-#[path = "fingerprint/grpc.rs"]
-mod grpc;
 #[path = "fingerprint/previous.rs"]
 mod previous;
 

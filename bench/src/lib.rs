@@ -18,6 +18,7 @@ pub mod body;
 pub mod cpu;
 pub mod delay;
 pub mod diesel_pg;
+pub mod grpc;
 pub mod inproc;
 pub mod peer;
 pub mod pg;

@@ -6,7 +6,10 @@
 //! message's deterministic encoding. The engine then runs the body once, on a task of its own,
 //! and its reply is stored when it is a message or a final status, and replayed to every retry.
 
+use std::any::TypeId;
+use std::cell::RefCell;
 use std::future::Future;
+use std::rc::Rc;
 
 use prost::{Message, Name};
 use tonic::metadata::MetadataMap;
@@ -17,6 +20,7 @@ use crate::rpc::stored::{ReplyFormatError, StoredReply, replayed};
 use idem_core::endpoint::KeyMode;
 use idem_core::engine::{Answer, Attempt, InvocationDeadline, Lending, Verdict};
 use idem_core::error::KeyError;
+use idem_core::fingerprint::buffers::{recycle, with_thread};
 use idem_core::fingerprint::{Fingerprint, Hasher, Previous, Version};
 use idem_core::idempotency::Idempotency;
 use idem_core::key::{IdempotencyKey, RecordKey, tenant_of};
@@ -206,21 +210,55 @@ fn fingerprint<M: RequestMessage>(
     field: Option<fn(&mut M) -> &mut String>,
     message: &mut M,
 ) -> Result<Fingerprint, CanonicalError> {
-    let key = field.map(|field| std::mem::take(field(message)));
-    let encoded = message.encode_to_vec();
-    if let (Some(field), Some(key)) = (field, key) {
-        *field(message) = key;
-    }
-    let full_name = M::full_name();
-    let canonical = idempotency
-        .face::<GrpcSettings>()
-        .ok_or_else(|| CanonicalError::UnknownMessage(full_name.clone()))?
-        .canonical(&full_name, &encoded)?;
-    let mut hasher = Hasher::new(b"idem.grpc", Version::CURRENT);
-    hasher.update(&(full_name.len() as u64).to_be_bytes());
-    hasher.update(full_name.as_bytes());
-    hasher.update(&canonical);
-    Ok(hasher.finish())
+    let full_name = full_name_of::<M>();
+    let Some(settings) = idempotency.face::<GrpcSettings>() else {
+        return Err(CanonicalError::UnknownMessage(full_name.to_string()));
+    };
+    with_thread(&ENCODED, |encoded| {
+        let key = field.map(|field| std::mem::take(field(message)));
+        // As `encode_to_vec` does: room for the whole encoding first, so a message larger
+        // than the buffer the thread kept costs one allocation, not one per doubling.
+        encoded.reserve(message.encoded_len());
+        message.encode_raw(encoded);
+        if let (Some(field), Some(key)) = (field, key) {
+            *field(message) = key;
+        }
+        let fingerprint = settings.with_canonical(&full_name, encoded, |canonical| {
+            let mut hasher = Hasher::new(b"idem.grpc", Version::CURRENT);
+            hasher.update(&(full_name.len() as u64).to_be_bytes());
+            hasher.update(full_name.as_bytes());
+            hasher.update(canonical);
+            hasher.finish()
+        });
+        recycle(encoded);
+        fingerprint
+    })
+}
+
+/// How many message types' names a thread keeps: more than a service has request messages.
+const NAMES_KEPT: usize = 64;
+
+thread_local! {
+    /// Each thread's buffer for a request message's encoding ([`with_thread`]).
+    static ENCODED: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+    /// The full names of the message types a thread has fingerprinted, which prost's
+    /// `Name::full_name` builds anew on each call.
+    static NAMES: RefCell<Vec<(TypeId, Rc<str>)>> = const { RefCell::new(Vec::new()) };
+}
+
+/// `M`'s full protobuf name (`M::full_name()`), without allocating once the thread has seen `M`.
+fn full_name_of<M: RequestMessage>() -> Rc<str> {
+    let id = TypeId::of::<M>();
+    NAMES.with_borrow_mut(|names| {
+        if let Some((_, name)) = names.iter().find(|(of, _)| *of == id) {
+            return name.clone();
+        }
+        let name: Rc<str> = M::full_name().into();
+        if names.len() < NAMES_KEPT {
+            names.push((id, name.clone()));
+        }
+        name
+    })
 }
 
 /// The fingerprint (`fingerprint`, above) of a request message whose key is in the metadata

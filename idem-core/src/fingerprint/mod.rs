@@ -12,7 +12,7 @@ use sha2::{Digest, Sha256};
 
 use crate::key::ShortHex;
 
-mod buffers;
+pub mod buffers;
 mod form;
 mod json;
 

@@ -141,7 +141,9 @@ impl Schemas {
         self.index.contains_key(full_name)
     }
 
-    /// The canonical encoding of `encoded`, a valid encoding of message `full_name` as prost wrote it.
+    /// Calls `f` with the canonical encoding of `encoded`, a valid encoding of message
+    /// `full_name` as prost wrote it, and returns what it returns. The bytes are written in the
+    /// thread's buffers: once they have grown, no allocation.
     ///
     /// Fields are ordered by number (stably: repeated fields keep their order, which is meaning), the
     /// entries of every map are sorted by their canonical bytes (key first), message-typed fields and
@@ -153,18 +155,30 @@ impl Schemas {
     ///
     /// [`CanonicalError`] when `full_name` or `skip` is unknown, when the bytes are malformed (also
     /// groups, which are refused), or when messages nest deeper than 100 levels.
+    pub(crate) fn with_canonical<R>(
+        &self,
+        full_name: &str,
+        encoded: &[u8],
+        skip: Option<&str>,
+        f: impl FnOnce(&[u8]) -> R,
+    ) -> Result<R, CanonicalError> {
+        let &root = self
+            .index
+            .get(full_name)
+            .ok_or_else(|| CanonicalError::UnknownMessage(full_name.to_owned()))?;
+        let skip = skip.map(|name| self.skip_number(root, name)).transpose()?;
+        writer::with_canonical(&self.shapes, root, encoded, skip, f)
+    }
+
+    /// [`with_canonical`](Self::with_canonical)'s bytes, owned.
+    #[cfg(test)]
     pub(crate) fn canonical(
         &self,
         full_name: &str,
         encoded: &[u8],
         skip: Option<&str>,
     ) -> Result<Vec<u8>, CanonicalError> {
-        let &root = self
-            .index
-            .get(full_name)
-            .ok_or_else(|| CanonicalError::UnknownMessage(full_name.to_owned()))?;
-        let skip = skip.map(|name| self.skip_number(root, name)).transpose()?;
-        writer::canonical(&self.shapes, root, encoded, skip)
+        self.with_canonical(full_name, encoded, skip, <[u8]>::to_vec)
     }
 
     /// The number of field `name` of message `root`, resolved once per call rather than per field.

@@ -18,13 +18,15 @@ impl GrpcSettings {
         self.schemas.contains(full_name)
     }
 
-    /// The deterministic encoding of a request message named `full_name`, as prost encoded it.
-    pub(crate) fn canonical(
+    /// Calls `f` with the deterministic encoding of a request message named `full_name`, as
+    /// prost encoded it (written in the thread's buffers), and returns what it returns.
+    pub(crate) fn with_canonical<R>(
         &self,
         full_name: &str,
         encoded: &[u8],
-    ) -> Result<Vec<u8>, CanonicalError> {
-        self.schemas.canonical(full_name, encoded, None)
+        f: impl FnOnce(&[u8]) -> R,
+    ) -> Result<R, CanonicalError> {
+        self.schemas.with_canonical(full_name, encoded, None, f)
     }
 }
 

@@ -5,7 +5,10 @@
 //! number order (not prost's writing, but a valid encoding) is written again from its start,
 //! its fields sorted first.
 
+use std::cell::RefCell;
 use std::ops::Range;
+
+use idem_core::fingerprint::buffers::{recycle, with_thread};
 
 use super::wire::{LEN, Reader, WireError, WireField, encode_varint, varint_len};
 use super::{CanonicalError, FieldKind, Shape, WireProblem};
@@ -14,23 +17,49 @@ use super::{CanonicalError, FieldKind, Shape, WireProblem};
 /// prost decoded can be canonicalized, and hostile input cannot exhaust the stack.
 const RECURSION_LIMIT: usize = 100;
 
-/// The canonical encoding of `input`, an encoding of message `root`, without field number `skip`.
-pub(super) fn canonical(
+/// Calls `f` with the canonical encoding of `input`, an encoding of message `root`, without
+/// field number `skip`, and returns what it returns. Written in the thread's buffers, so a warm
+/// thread allocates nothing.
+pub(super) fn with_canonical<R>(
     shapes: &[Shape],
     root: usize,
     input: &[u8],
     skip: Option<u32>,
-) -> Result<Vec<u8>, CanonicalError> {
-    // A single buffer: the canonical form is never longer than the input.
-    let mut writer = Writer {
-        shapes,
-        input,
-        out: Vec::with_capacity(input.len()),
-        entries: Vec::new(),
-        scratch: Vec::new(),
-    };
-    writer.message(root, 0..input.len(), 0, skip)?;
-    Ok(writer.out)
+    f: impl FnOnce(&[u8]) -> R,
+) -> Result<R, CanonicalError> {
+    with_thread(&BUFFERS, |buffers| {
+        let mut writer = Writer {
+            shapes,
+            input,
+            out: std::mem::take(&mut buffers.out),
+            entries: std::mem::take(&mut buffers.entries),
+            scratch: std::mem::take(&mut buffers.scratch),
+        };
+        // A single buffer: the canonical form is never longer than the input.
+        writer.out.reserve(input.len());
+        let result = writer
+            .message(root, 0..input.len(), 0, skip)
+            .map(|()| f(&writer.out));
+        buffers.out = writer.out;
+        buffers.entries = writer.entries;
+        buffers.scratch = writer.scratch;
+        recycle(&mut buffers.out);
+        recycle(&mut buffers.entries);
+        recycle(&mut buffers.scratch);
+        result
+    })
+}
+
+/// The buffers an encoding is written with, kept by each thread ([`with_thread`]).
+#[derive(Default)]
+struct Buffers {
+    out: Vec<u8>,
+    entries: Vec<(Range<usize>, Range<usize>)>,
+    scratch: Vec<u8>,
+}
+
+thread_local! {
+    static BUFFERS: RefCell<Buffers> = RefCell::new(Buffers::default());
 }
 
 /// Writes the canonical encoding of one input into one output buffer.

@@ -1,4 +1,4 @@
-//! A gRPC request message for the fingerprint bench (`grpc-<size>`): a charge with line items
+//! A gRPC request message for the fingerprint bench (`grpc-<size>`) and its allocation test: a charge with line items
 //! and a `map<string, string>` of metadata (which prost keeps in a `HashMap`, so the canonical
 //! encoding sorts its entries), and the descriptor set a build script would have written for it.
 
@@ -12,28 +12,36 @@ use prost_types::{
 
 /// `bench.v1.Item`.
 #[derive(Clone, PartialEq, Message)]
-pub(crate) struct Item {
+pub struct Item {
+    /// The product.
     #[prost(string, tag = "1")]
-    pub(crate) sku: String,
+    pub sku: String,
+    /// How many.
     #[prost(int64, tag = "2")]
-    pub(crate) quantity: i64,
+    pub quantity: i64,
+    /// The price of one, in cents.
     #[prost(int64, tag = "3")]
-    pub(crate) unit_amount: i64,
+    pub unit_amount: i64,
 }
 
 /// `bench.v1.CreateChargeRequest`.
 #[derive(Clone, PartialEq, Message)]
-pub(crate) struct CreateChargeRequest {
+pub struct CreateChargeRequest {
+    /// The amount charged, in cents.
     #[prost(int64, tag = "1")]
-    pub(crate) amount: i64,
+    pub amount: i64,
+    /// Its currency.
     #[prost(string, tag = "2")]
-    pub(crate) currency: String,
+    pub currency: String,
+    /// Who is charged.
     #[prost(string, tag = "3")]
-    pub(crate) customer: String,
+    pub customer: String,
+    /// What is bought.
     #[prost(message, repeated, tag = "4")]
-    pub(crate) items: Vec<Item>,
+    pub items: Vec<Item>,
+    /// The caller's notes, a `map<string, string>`.
     #[prost(map = "string, string", tag = "5")]
-    pub(crate) metadata: HashMap<String, String>,
+    pub metadata: HashMap<String, String>,
 }
 
 impl prost::Name for CreateChargeRequest {
@@ -43,7 +51,7 @@ impl prost::Name for CreateChargeRequest {
 
 /// A request whose encoding is at most `len` bytes (but holds at least one item): items are
 /// added while they fit, after three metadata entries.
-pub(crate) fn request(len: usize) -> CreateChargeRequest {
+pub fn request(len: usize) -> CreateChargeRequest {
     let mut request = CreateChargeRequest {
         amount: 4200,
         currency: "usd".into(),
@@ -104,7 +112,7 @@ fn field(
 }
 
 /// The encoded descriptor set of `bench.v1`, as `file_descriptor_set_path` writes it.
-pub(crate) fn descriptors() -> Vec<u8> {
+pub fn descriptors() -> Vec<u8> {
     let item = DescriptorProto {
         name: Some("Item".into()),
         field: vec![
