@@ -16,77 +16,14 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use idem_bench::body::SIZES;
-use serde::Deserialize;
 
+mod load;
 mod postgres;
 mod verdict;
 
+use load::{Load, split};
 use postgres::{far, far_target, round_trip_target, round_trips};
 use verdict::{judged, mark};
-
-#[derive(Debug, Deserialize)]
-struct Load {
-    label: String,
-    connections: usize,
-    rps: f64,
-    p50_us: u64,
-    p99_us: u64,
-    requests: u64,
-    statuses: BTreeMap<String, u64>,
-    replayed: u64,
-    #[serde(default)]
-    pg: Option<Pg>,
-    #[serde(default)]
-    load_before: Option<f64>,
-    #[serde(default)]
-    load_after: Option<f64>,
-    #[serde(default)]
-    cpu_us: BTreeMap<String, f64>,
-    /// Context switches per request, by process name (absent from older runs).
-    #[serde(default)]
-    switches: BTreeMap<String, f64>,
-}
-
-impl Load {
-    /// The 1-minute load average before and after the run, `b→a`.
-    /// CPU µs per request: the server, the database's processes, the load generator, the rest.
-    fn cpu(&self) -> [f64; 4] {
-        let mut split = [0.0; 4];
-        for (name, us) in &self.cpu_us {
-            let column = match name.as_str() {
-                "idem-bench-serv" => 0,
-                "postgres" | "redis-server" | "mariadbd" | "mysqld" => 1,
-                "idem-bench-load" => 2,
-                _ => 3,
-            };
-            split[column] += us;
-        }
-        split
-    }
-
-    /// The server's context switches per request, `–` when the run did not count them.
-    fn server_switches(&self) -> String {
-        self.switches
-            .get("idem-bench-serv")
-            .map_or_else(|| "–".into(), |n| format!("{n:.2}"))
-    }
-
-    fn loadavg(&self) -> String {
-        match (self.load_before, self.load_after) {
-            (Some(b), Some(a)) => format!("{b:.1}→{a:.1}"),
-            _ => "–".into(),
-        }
-    }
-}
-
-#[derive(Debug, Clone, Copy, Deserialize)]
-struct Pg {
-    #[serde(default)]
-    flights: u64,
-    round_trips: u64,
-    statements: u64,
-    connections: u64,
-}
 
 /// The median of a criterion benchmark, in microseconds.
 fn median_us(dir: &Path, group: &str, function: &str) -> Option<f64> {
@@ -177,11 +114,6 @@ fn in_process(out: &mut String, dir: &Path) {
         );
     }
     out.push('\n');
-}
-
-/// `group/scenario` -> (`group`, `scenario`); `group/cN/scenario` -> (`group/cN`, `scenario`).
-fn split(label: &str) -> (&str, &str) {
-    label.rsplit_once('/').unwrap_or(("", label))
 }
 
 fn statuses(load: &Load) -> String {

@@ -4,8 +4,8 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
+use super::load::{Load, split};
 use super::verdict::{at_most, mark};
-use super::{Load, split};
 
 /// The handlers of the far-database section, as labelled, and how the table names them.
 const FAR_HANDLERS: [(&str, &str); 12] = [
