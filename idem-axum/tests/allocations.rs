@@ -6,9 +6,6 @@
 //! The JSON fingerprint alone, warm, allocates nothing either, and a string with escapes only
 //! what decoding it takes; nor does a form's.
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
-
 use axum::Json;
 use axum::Router;
 use axum::body::{Body, Bytes};
@@ -22,39 +19,10 @@ use idem_runtime::{Idempotency, IdempotencyLayer, idempotent};
 use serde_json::{Value, json};
 use tower::ServiceExt;
 
-/// The system allocator, counting the allocations (and reallocations) of each thread.
-struct Counting;
+#[path = "support/counting.rs"]
+mod counting;
 
-thread_local! {
-    static ALLOCATIONS: Cell<u64> = const { Cell::new(0) };
-}
-
-// SAFETY: every call is passed to the system allocator unchanged; counting touches only a
-// thread-local `Cell` initialised without allocating.
-#[allow(unsafe_code)]
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        ALLOCATIONS.with(|n| n.set(n.get() + 1));
-        // SAFETY: the caller's contract for `alloc`, passed on.
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: the caller's contract for `dealloc`, passed on.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        ALLOCATIONS.with(|n| n.set(n.get() + 1));
-        // SAFETY: the caller's contract for `realloc`, passed on.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
-
-#[global_allocator]
-static COUNTING: Counting = Counting;
-
-fn count() -> u64 {
-    ALLOCATIONS.with(Cell::get)
-}
+use counting::{allocations, count};
 
 /// The benchmarks' order (bench/src/body.rs) of 1 KB: members out of key order, nested objects,
 /// a decimal rewritten.
@@ -180,13 +148,6 @@ async fn a_fresh_request_allocates_no_more_than_counted_here() {
 const ATTRIBUTE_EXTRA: u64 = 31;
 /// The same under `IdempotencyLayer` (the operation's name and settings resolved per request).
 const LAYER_EXTRA: u64 = 35;
-
-/// How many allocations `f` makes on this thread.
-fn allocations(f: impl FnOnce()) -> u64 {
-    let before = ALLOCATIONS.with(Cell::get);
-    f();
-    ALLOCATIONS.with(Cell::get) - before
-}
 
 /// A JSON order of about 1 KB like [`order`], with whitespace between its tokens; its memo is
 /// `memo` (JSON text, quoted).
