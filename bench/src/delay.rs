@@ -10,6 +10,12 @@
 //! timer slack (about 50 µs a sleep here, 10 % of the delay a chunk, and so 10 % more on every
 //! round trip measured), so the writer sleeps until 150 µs before the chunk is due and spins
 //! the rest, yielding the core between looks at the clock.
+//!
+//! With a [`Trace`], each chunk read is also written down as a line: when it was read (µs since
+//! the trace began), its direction (`up` to the database, `down` from it), its connection, its
+//! size and the types of the protocol messages that start in it (`QBES`: a `Query`, then a
+//! `Bind`, `Execute` and `Sync`). `bench/pg_segments.py` reads such files and says where a
+//! request's time went: the proxy's hold, the database or the application.
 
 use std::fs::File;
 use std::io::{self, Read, Write};
@@ -82,19 +88,17 @@ fn relay(
 ) -> io::Result<()> {
     client.set_nodelay(true)?;
     server.set_nodelay(true)?;
-    let connection = trace
-        .as_ref()
-        .map(|trace| trace.connections.fetch_add(1, Ordering::Relaxed));
-    let traced = |direction, untyped_first| {
-        Some(Traced {
-            trace: trace.clone()?,
+    let traced = trace.map(|trace| (trace.connections.fetch_add(1, Ordering::Relaxed), trace));
+    let side = |direction, untyped_first| {
+        traced.as_ref().map(|(connection, trace)| Traced {
+            trace: trace.clone(),
             direction,
-            connection: connection?,
+            connection: *connection,
             framer: Framer::new(untyped_first),
         })
     };
     // The client opens with the untyped start-up message; the server's messages are typed.
-    let (up, down) = (traced("up", true), traced("down", false));
+    let (up, down) = (side("up", true), side("down", false));
     pipe(client.try_clone()?, server.try_clone()?, one_way, up)?;
     pipe(server, client, one_way, down)
 }
@@ -125,7 +129,8 @@ fn pipe(
                 if tx.send((read_at + delay, buf[..n].to_vec())).is_err() {
                     break;
                 }
-                // Written down once the chunk is on its way, so the trace delays nothing.
+                // Written down once the chunk is on its way, so the trace never holds a chunk
+                // back; it costs the reader one write to the file before its next read.
                 if let Some(t) = &mut traced {
                     types.clear();
                     t.framer
@@ -214,9 +219,19 @@ mod tests {
         let mut answer = [0u8; 6];
         conn.read_exact(&mut answer).unwrap();
         server.join().unwrap();
-        let lines = std::fs::read_to_string(&path).unwrap();
+        // Each reader writes its line after passing its chunk on, so a reader the machine
+        // paused may write it after the answer arrived, and after the other reader's line.
+        let mut text = String::new();
+        for _ in 0..500 {
+            text = std::fs::read_to_string(&path).unwrap();
+            if text.lines().count() >= 2 {
+                break;
+            }
+            thread::sleep(Duration::from_millis(10));
+        }
         let _ = std::fs::remove_file(&path);
-        let lines: Vec<Vec<&str>> = lines.lines().map(|l| l.split(' ').collect()).collect();
+        let mut lines: Vec<Vec<&str>> = text.lines().map(|l| l.split(' ').collect()).collect();
+        lines.sort_by_key(|line| line[0].parse::<u64>().unwrap());
         assert_eq!(lines.len(), 2, "{lines:?}");
         assert_eq!(lines[0][1..], ["up", "0", "19", "QS"]);
         assert_eq!(lines[1][1..], ["down", "0", "6", "Z"]);
