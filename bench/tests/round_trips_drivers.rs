@@ -112,7 +112,7 @@ impl Bench {
     /// `route`, after a warm-up that prepares its statements. Sync points and statements are
     /// the same for every request; round trips are the fewest any of the `N` requests made.
     /// Two statements polled together leave in one write only when the connection's task has
-    /// not run between their two sends; on a busy machine tokio's scheduler often runs it in
+    /// not run between their two sends; on a busy machine tokio's scheduler can run it in
     /// between, on its other worker, and the pair leaves in two writes. That costs no wait (the
     /// second is sent before the first is answered), but on loopback the server answers the
     /// first before the second reaches the proxy, which then counts two flights. The fewest is

@@ -288,12 +288,10 @@ async fn serve(args: Args) -> Result<(), String> {
             }
             if let Some(one_way) = args.pg_delay {
                 let upstream = loopback_upstream(&url).await?;
-                let trace = match &args.pg_trace {
-                    Some(path) => {
-                        Some(delay::Trace::create(path).map_err(|e| format!("--pg-trace: {e}"))?)
-                    }
-                    None => None,
-                };
+                let trace = (args.pg_trace.as_deref())
+                    .map(delay::Trace::create)
+                    .transpose()
+                    .map_err(|e| format!("--pg-trace: {e}"))?;
                 let addr = delay::start(upstream, one_way, trace).map_err(|e| e.to_string())?;
                 url = via_proxy(&url, addr)?;
             }
