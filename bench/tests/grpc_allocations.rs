@@ -29,7 +29,7 @@ fn a_message_fingerprint_allocates_nothing_once_warm() {
         let n = allocations(|| again = fingerprint_of_message(&idem, &mut message));
         assert_eq!(n, 0, "{size} bytes");
         assert_eq!(again, Some(first));
-        // Built again, the map iterates in another order: the same fingerprint.
+        // Built again, the map has a hash order of its own: the same fingerprint.
         assert_eq!(
             fingerprint_of_message(&idem, &mut grpc::request(size)),
             Some(first)
