@@ -31,6 +31,9 @@
 # - tpg_atomic_nocheck: on a records table without its four CHECK constraints.
 # - tpg_atomic_domain: on a records table whose per-column checks are domains, one CHECK left.
 # - tpg_atomic_lean: tpg_atomic_sql on a records table with no CHECK and only its primary key.
+# - tpg_atomic_shipped: what the store sends since migration 5: the claim's call, the record's
+#   prepared INSERT, on the table without CHECKs.
+# - tpg_atomic_shipped_sql: tpg_atomic_shipped with the claim as two plain prepared statements.
 set -euo pipefail
 cd "$(dirname "$0")"
 DB=${DB:-pgb_tpg}
@@ -81,6 +84,6 @@ one() {
   fi
 }
 scripts=("$@")
-[[ ${#scripts[@]} -gt 0 ]] || scripts=(tpg_hand.sql tpg_atomic.sql tpg_hand_pipelined.sql tpg_atomic_seq.sql tpg_atomic_noidx.sql tpg_atomic_sql.sql tpg_atomic_nolock.sql tpg_atomic_noset.sql tpg_atomic_w64.sql tpg_atomic_nocheck.sql tpg_atomic_domain.sql tpg_atomic_lean.sql)
+[[ ${#scripts[@]} -gt 0 ]] || scripts=(tpg_hand.sql tpg_atomic.sql tpg_hand_pipelined.sql tpg_atomic_seq.sql tpg_atomic_noidx.sql tpg_atomic_sql.sql tpg_atomic_nolock.sql tpg_atomic_noset.sql tpg_atomic_w64.sql tpg_atomic_nocheck.sql tpg_atomic_domain.sql tpg_atomic_lean.sql tpg_atomic_shipped.sql tpg_atomic_shipped_sql.sql)
 [[ -z ${PERF:-} ]] || scripts=("$PERF")
 for round in $(seq "${ROUNDS:-3}"); do for s in "${scripts[@]}"; do one "$s"; done; done

@@ -43,7 +43,7 @@ frames() { callgrind_annotate --inclusive=yes --threshold=100 "$1" 2> /dev/null 
     if (f ~ re && !(f in s)) s[f] = n } END { for (f in s) print f, s[f] }'; }
 total() { sed -n 's/^summary: *//p; s/^totals: *//p' "$1" | head -1; }
 scripts=("$@")
-[[ ${#scripts[@]} -gt 0 ]] || scripts=(tpg_hand.sql tpg_atomic.sql tpg_hand_pipelined.sql tpg_atomic_seq.sql tpg_atomic_noidx.sql tpg_atomic_sql.sql tpg_atomic_nolock.sql tpg_atomic_noset.sql tpg_atomic_w64.sql tpg_atomic_nocheck.sql tpg_atomic_domain.sql tpg_atomic_lean.sql)
+[[ ${#scripts[@]} -gt 0 ]] || scripts=(tpg_hand.sql tpg_atomic.sql tpg_hand_pipelined.sql tpg_atomic_seq.sql tpg_atomic_noidx.sql tpg_atomic_sql.sql tpg_atomic_nolock.sql tpg_atomic_noset.sql tpg_atomic_w64.sql tpg_atomic_nocheck.sql tpg_atomic_domain.sql tpg_atomic_lean.sql tpg_atomic_shipped.sql tpg_atomic_shipped_sql.sql)
 for s in "${scripts[@]}"; do
   a=$(session "$s" "$N1") b=$(session "$s" "$N2")
   printf '%-24s %8.0f instructions / transaction' "$s" "$(bc <<< "($(total "$b") - $(total "$a")) / ($N2 - $N1)")"
