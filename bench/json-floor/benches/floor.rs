@@ -30,6 +30,24 @@ mod body;
 fn floor(c: &mut Criterion) {
     for (label, len) in body::SIZES {
         let json = body::json(len);
+        // Every reader must accept the body whole, or it would be timed failing early.
+        assert!(canonical_json(&json).is_some(), "idem: {label}");
+        assert!(
+            serde_json::from_slice::<IgnoredAny>(&json).is_ok(),
+            "serde_json: {label}"
+        );
+        assert!(
+            sonic_rs::from_slice::<IgnoredAny>(&json).is_ok(),
+            "sonic-rs: {label}"
+        );
+        assert!(
+            sonic_rs::from_slice::<sonic_rs::Value>(&json).is_ok(),
+            "sonic-rs: {label}"
+        );
+        assert!(
+            simd_json::to_tape(&mut json.to_vec()).is_ok(),
+            "simd-json: {label}"
+        );
         let mut group = c.benchmark_group(format!("floor-{label}"));
         group.throughput(Throughput::Bytes(len as u64));
         group.bench_function("sha256", |b| {
